@@ -1,0 +1,3 @@
+from tracestream.cli import main
+
+main()

@@ -1,0 +1,219 @@
+"""The library API: what the CLI calls, and what a notebook can call directly.
+
+    from tracestream import add_layer_guides, LayerSpec
+    report = add_layer_guides("TP-0.trace.json.gz", "TP-0.layers.trace.json.gz",
+                              LayerSpec(anchor_regex="^_q_rope_store$", num_layers=40,
+                                        anchor_offset=0, phase="target-verify",
+                                        evidence="one Q-store per layer; L0 verified"))
+    report.summary()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracestream.errors import TraceError
+from tracestream.guides import LayerSpec
+from tracestream.index import IndexOptions, run_index
+from tracestream.jsontext import dumps_pretty
+from tracestream.plan import CompactSpec, Planner
+from tracestream.progress import Progress
+from tracestream.rewrite import rewrite
+from tracestream.sink import OutputFile, check_new_path, compression_for, remove_committed
+from tracestream.source import TraceSource
+from tracestream.spill import temp_dir_for
+
+
+@dataclass
+class Report:
+    """What a rewrite did: the report's content and where output and report went."""
+
+    data: dict
+    output: str
+    report_path: str | None
+
+    def summary(self) -> str:
+        return summarize(self.data, self.output, self.report_path)
+
+
+def default_report_path(output: str, kind: str) -> str:
+    """`<output>.layers.json` or `<output>.compact.json`, next to the output."""
+    return f"{output}.{kind}.json"
+
+
+def compile_pattern(pattern: str, option: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise TraceError(f"{option} {pattern!r} is not a valid regular expression: {exc}") from None
+
+
+def _prepare_paths(trace: str, output: str, report: str | None, kind: str) -> str:
+    if output == "-":
+        if not report:
+            raise TraceError("writing the trace to stdout (-) needs --report PATH")
+    else:
+        out = Path(output)
+        if trace != "-" and out.exists():
+            try:
+                if os.path.samefile(trace, out):
+                    raise TraceError(f"output {output} is the input trace; write a new file")
+            except OSError:
+                pass
+        check_new_path(output, "output")
+    report = report or default_report_path(output, kind)
+    check_new_path(report, "report")
+    if trace != "-" and Path(report).resolve() == Path(trace).resolve():
+        raise TraceError(f"report {report} is the input trace")
+    if output != "-" and Path(report).resolve() == Path(output).resolve():
+        raise TraceError("report and output are the same path")
+    return report
+
+
+def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
+               compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
+               command: str, tmpdir: str | None = None, progress=None):
+    """Index pass and plan: (index, plan). Every refusal happens here; nothing is written."""
+    patterns = {}
+    if layer_spec is not None:
+        patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
+        if layer_spec.end_anchor_regex is not None:
+            patterns["terminal"] = compile_pattern(layer_spec.end_anchor_regex, "--end-anchor-regex")
+    index = run_index(source, IndexOptions(patterns=patterns, tmpdir=tmpdir), progress=progress)
+    try:
+        planner = Planner(index, output_name=output_name, report_name=report_name)
+        layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
+        compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
+        plan = planner.finish(command, layers, compaction,
+                              options=spec_options(layer_spec, compact_spec))
+    except BaseException:
+        index.close()
+        raise
+    return index, plan
+
+
+def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
+         compress=None, compress_level=None, quiet=True, stdin=None) -> Report:
+    if layer_spec is not None:
+        layer_spec.validate()
+        compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
+        if layer_spec.end_anchor_regex is not None:
+            compile_pattern(layer_spec.end_anchor_regex, "--end-anchor-regex")
+    if compact_spec is not None:
+        compact_spec.validate()
+    trace, output = str(trace), str(output)
+    report_path = _prepare_paths(trace, output, report, kind)
+    progress = Progress.for_terminal(quiet)
+    with TraceSource(trace, stdin=stdin) as source:
+        index, plan = build_plan(
+            source, layer_spec, compact_spec,
+            output_name=os.path.basename(output) if output != "-" else "-",
+            report_name=os.path.basename(report_path), command=command,
+            tmpdir=temp_dir_for(None if output == "-" else output), progress=progress,
+        )
+        try:
+            compression = compression_for(output, compress)
+            plan.report["output_compression"] = compression
+            with OutputFile(output, compression=compression, level=compress_level) as out, \
+                    OutputFile(report_path, what="report") as rep:
+                rewrite(source, index, plan, out, progress=progress)
+                rep.write(dumps_pretty(plan.report))
+                rep.close_stream()
+                out.commit()
+                try:
+                    rep.commit()
+                except BaseException:
+                    if output != "-":
+                        remove_committed(Path(output))
+                    raise
+        finally:
+            index.close()
+    return Report(plan.report, output, report_path)
+
+
+def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
+                     compact: CompactSpec | None = None, compress: str | None = None,
+                     compress_level: int | None = None, quiet: bool = True,
+                     stdin=None) -> Report:
+    """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`)."""
+    return _run(trace, output, report, "layers", "layers", layer_spec=spec,
+                compact_spec=compact, compress=compress, compress_level=compress_level,
+                quiet=quiet, stdin=stdin)
+
+
+def compact(trace, output, spec: CompactSpec | None = None, *, report: str | None = None,
+            compress: str | None = None, compress_level: int | None = None,
+            quiet: bool = True, stdin=None) -> Report:
+    """Write `output`: the trace with GPU activity packed into at most N display lanes."""
+    return _run(trace, output, report, "compact", "compact",
+                compact_spec=spec or CompactSpec(), compress=compress,
+                compress_level=compress_level, quiet=quiet, stdin=stdin)
+
+
+def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> dict:
+    """The options of a run, as the report records them (verify re-plans from these)."""
+    options: dict = {}
+    if layer_spec is not None:
+        options["layers"] = dataclasses.asdict(layer_spec)
+    if compact_spec is not None:
+        options["compact"] = dataclasses.asdict(compact_spec)
+    return options
+
+
+def specs_from_options(options: dict) -> tuple[LayerSpec | None, CompactSpec | None]:
+    layers = options.get("layers")
+    compact_ = options.get("compact")
+    return (LayerSpec(**layers) if layers else None, CompactSpec(**compact_) if compact_ else None)
+
+
+def summarize(data: dict, output: str, report_path: str | None) -> str:
+    """A one-screen summary of a layers/compact report."""
+    lines = [f"output: {output}"]
+    if report_path:
+        lines.append(f"report: {report_path}")
+    lines.append(
+        f"events: {data['original_event_count']:,} in, {data['output_event_count']:,} out "
+        f"({data['added_event_count']:,} added)"
+    )
+    if "layers" in data:
+        rows = data["layers"]
+        ids = sorted({r["layer_id"] for r in rows})
+        names = f"L{ids[0]} … L{ids[-1]}" if len(ids) > 1 else f"L{ids[0]}"
+        kinds = sorted({r["boundary_kind"] for r in rows})
+        lines.append(
+            f"guides: {names} x {data['passes']} pass(es) = {len(rows)} guides on pid "
+            f"{data['pid']} device {data['device']} (track '{data['track_name']}')"
+        )
+        lines.append(
+            f"anchors: {data['matching_anchor_count']} matches of {data['anchor_regex']!r}, "
+            f"offset {data['anchor_offset']}, stride {data['anchor_stride']}, "
+            f"{data['extra_anchors_per_pass']} extra per pass; last-layer ends: {', '.join(kinds)}"
+        )
+    compaction = data.get("compaction", data if "groups" in data else None)
+    if compaction:
+        for g in compaction["groups"]:
+            where = (f"pid {g['pid']} device {g['device']}" if g["kind"] == "activity"
+                     else f"GPU scopes of pid {g['pid']} -> pid {g['display_pid']}")
+            lines.append(
+                f"compact view: {where}: {g['original_streams']} stream rows -> "
+                f"{g['lanes']} synthetic lanes ({g['activity_count']:,} events)"
+            )
+        lines.append(
+            f"retired stream metadata: {len(compaction['retired_track_metadata'])} events "
+            "(kept in the report)"
+        )
+    return "\n".join(lines)
+
+
+def jsonable(value: Any):
+    """Report data as plain JSON types (exact numbers become their text as numbers)."""
+    import orjson
+
+    from tracestream.jsontext import dumps
+
+    return orjson.loads(dumps(value))

@@ -1,0 +1,158 @@
+"""Command-line layer: parses options, calls the library, maps errors to exit codes.
+
+No trace logic lives here; every command is a thin wrapper over `tracestream.api`.
+"""
+
+import sys
+
+import click
+
+from tracestream import __version__
+from tracestream.errors import TraceError
+
+
+class _Group(click.Group):
+    """Turns library refusals into one stderr line and exit code 2, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except TraceError as exc:
+            click.echo(f"tracestream: error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("tracestream: interrupted; no output was left behind", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tracestream")
+def main():
+    """Stream PyTorch Profiler traces; add verified layer guides and a compact GPU view."""
+
+
+def _pid_value(value: str | None):
+    """--pid/--device as given: an integer when it looks like one, else the string."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def _emit_summary(report, json_summary: bool, quiet: bool) -> None:
+    from tracestream.jsontext import dumps
+
+    if json_summary:
+        if report.output == "-":
+            click.echo(report.summary(), err=True)
+            return
+        click.echo(dumps(report.data).decode())
+    if not quiet:
+        click.echo(report.summary(), err=report.output == "-" or json_summary)
+
+
+_trace_option = click.option(
+    "--trace", "trace", required=True, metavar="PATH",
+    help="Input trace (.json, .json.gz, .json.zst; compression is detected from the bytes), "
+         "or - for stdin.",
+)
+_output_option = click.option(
+    "--output", "output", required=True, metavar="PATH",
+    help="New trace to write (never overwritten), or - for stdout (needs --report).",
+)
+_report_option = click.option(
+    "--report", "report", metavar="PATH", default=None,
+    help="Where the report goes (default: <output>.layers.json or <output>.compact.json).",
+)
+_compress_option = click.option(
+    "--compress", type=click.Choice(["none", "gzip", "zstd"]), default=None,
+    help="Output compression (default: from the output suffix .gz/.zst, else none).",
+)
+_level_option = click.option(
+    "--compress-level", type=int, default=None, metavar="N",
+    help="gzip level (default 1) or zstd level (default 3).",
+)
+_quiet_option = click.option("--quiet", is_flag=True, help="No progress and no summary on stderr.")
+_json_summary_option = click.option(
+    "--json-summary", is_flag=True,
+    help="Print the report summary as one JSON line on stdout (not when stdout is the trace).",
+)
+
+
+@main.command()
+@_trace_option
+@_output_option
+@click.option("--anchor-regex", required=True, metavar="REGEX",
+              help="Kernel name pattern (Python re.search) of the verified once-per-layer anchor.")
+@click.option("--num-layers", type=int, required=True, metavar="N", help="Layers per pass.")
+@click.option("--anchor-offset", type=int, required=True, metavar="K",
+              help="Index (in time order) of the match that starts the verified first layer.")
+@click.option("--passes", type=int, default=1, show_default=True, metavar="P",
+              help="Complete passes to label.")
+@click.option("--anchor-stride", type=int, default=1, show_default=True, metavar="S",
+              help="Anchor matches per layer (keep every S-th).")
+@click.option("--extra-anchors-per-pass", type=int, default=0, show_default=True, metavar="E",
+              help="Matches after each pass's last layer to skip before the next pass.")
+@click.option("--first-layer", type=int, default=0, show_default=True, metavar="F",
+              help="Number of the first labelled layer (pipeline partitions).")
+@click.option("--end-anchor-regex", default=None, metavar="REGEX",
+              help="Terminal kernel that ends each layer (once per layer); the last layer's "
+                   "guide ends at its end.")
+@click.option("--phase", required=True, help="Which phase the guides label, e.g. target-verify.")
+@click.option("--evidence", required=True,
+              help="How you verified the anchor and L0 (kept in every guide and the report).")
+@click.option("--pid", default=None, metavar="PID", help="GPU process of the anchors.")
+@click.option("--device", default=None, metavar="D", help="args.device of the anchors.")
+@click.option("--max-gpu-lanes", type=int, default=None, metavar="N",
+              help="Also compact GPU activity into at most N (1-10) display lanes.")
+@_report_option
+@_compress_option
+@_level_option
+@_quiet_option
+@_json_summary_option
+def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
+           extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
+           max_gpu_lanes, report, compress, compress_level, quiet, json_summary):
+    """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
+    from tracestream.api import add_layer_guides
+    from tracestream.guides import LayerSpec
+    from tracestream.plan import CompactSpec
+
+    spec = LayerSpec(
+        anchor_regex=anchor_regex, num_layers=num_layers, anchor_offset=anchor_offset,
+        phase=phase, evidence=evidence, passes=passes, anchor_stride=anchor_stride,
+        extra_anchors_per_pass=extra_anchors_per_pass, first_layer=first_layer,
+        end_anchor_regex=end_anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
+    )
+    compact_spec = (
+        CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid))
+        if max_gpu_lanes is not None else None
+    )
+    result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
+                              compress=compress, compress_level=compress_level, quiet=quiet)
+    _emit_summary(result, json_summary, quiet)
+
+
+@main.command()
+@_trace_option
+@_output_option
+@click.option("--max-gpu-lanes", type=int, default=10, show_default=True, metavar="N",
+              help="Display lanes per device (1-10); refused if the peak overlap is higher.")
+@click.option("--pid", default=None, metavar="PID", help="Compact only this GPU process.")
+@_report_option
+@_compress_option
+@_level_option
+@_quiet_option
+@_json_summary_option
+def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level, quiet,
+            json_summary):
+    """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
+    from tracestream.api import compact as compact_trace
+    from tracestream.plan import CompactSpec
+
+    result = compact_trace(trace, output, CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid)),
+                           report=report, compress=compress, compress_level=compress_level,
+                           quiet=quiet)
+    _emit_summary(result, json_summary, quiet)

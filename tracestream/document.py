@@ -1,0 +1,456 @@
+"""Splitting a Chrome-JSON trace into its top-level values and chunks of events.
+
+The whole document is validated (syntax and UTF-8) but never held in memory.
+Events are cut into chunks of a few MB at candidate boundaries (``}`` then
+``,`` then ``{``); msgspec validates each chunk as a JSON array and hands back
+each event's exact bytes. A cut that falls inside a string or a nested value
+can never parse, so a failed parse that ends at the cut means "cut elsewhere";
+any other failure is malformed input, reported with its byte offset and event
+index.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+import orjson
+
+from tracestream.errors import TraceError
+
+CHUNK_BYTES = 4 << 20
+_WS = b" \t\r\n"
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_STRUCTURAL = re.compile(rb'["\[\]{}]')
+_SCALAR_END = re.compile(rb"[,}\] \t\r\n]")
+_SKIP_WS = re.compile(rb"[ \t\r\n]*")
+_EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+
+
+@dataclass
+class TopLevelValue:
+    """One key of the top-level object other than ``traceEvents``, kept verbatim."""
+
+    key: str
+    key_start: int
+    value_start: int
+    value_end: int
+    raw: bytes
+
+
+@dataclass
+class EventChunk:
+    """Consecutive events: their bytes, exact per-event slices and absolute position."""
+
+    offset: int  # absolute offset of data[0], the first event's first byte
+    data: bytes
+    first_ordinal: int
+    events: list  # msgspec.Raw per event, in order
+
+    def event_offsets(self) -> list[int]:
+        """Offset of each event inside `data` (events are separated by `,` and whitespace)."""
+        offsets = []
+        pos = 0
+        find = self.data.find
+        for raw in self.events:
+            pos = find(b"{", pos) if self.data[pos : pos + 1] != b"{" else pos
+            offsets.append(pos)
+            pos += len(raw)
+        return offsets
+
+
+@dataclass
+class Layout:
+    """Where things are in the decompressed document; filled in as the scan proceeds."""
+
+    shape: str = ""  # "object" or "array"
+    values: list[TopLevelValue] = field(default_factory=list)
+    events_key_index: int = -1  # position of traceEvents among the top-level keys
+    events_open: int = -1  # offset of '[' of the event array
+    events_close: int = -1  # offset of ']' of the event array
+    close: int = -1  # offset of the top-level '}' (objects only)
+    length: int = 0
+    event_count: int = 0
+    first_event_offset: int = -1
+    last_event_end: int = -1
+
+
+class _Buffer:
+    """A sliding window over the decompressed stream with absolute offsets."""
+
+    def __init__(self, blocks: Iterable[bytes]):
+        self._blocks = iter(blocks)
+        self.data = b""
+        self.base = 0
+        self.eof = False
+
+    def more(self) -> bool:
+        if self.eof:
+            return False
+        for block in self._blocks:
+            if block:
+                self.data += block
+                return True
+        self.eof = True
+        return False
+
+    def ensure(self, pos: int, count: int) -> bool:
+        """Make data[pos:pos+count] available if the input has it; False at EOF."""
+        while len(self.data) < pos + count:
+            if not self.more():
+                return False
+        return True
+
+    def discard(self, pos: int) -> int:
+        """Drop data before `pos` (relative); return the new relative position 0."""
+        if pos:
+            self.data = self.data[pos:]
+            self.base += pos
+        return 0
+
+    def skip_ws(self, pos: int) -> int:
+        while True:
+            pos = _SKIP_WS.match(self.data, pos).end()
+            if pos < len(self.data) or not self.more():
+                return pos
+
+
+def _describe(token: bytes) -> str:
+    if not token:
+        return "end of input"
+    ch = token[:1]
+    kinds = {b'"': "a string", b"[": "an array", b"{": "an object", b"n": "null"}
+    if ch in kinds:
+        return kinds[ch]
+    if ch in b"-0123456789":
+        return "a number"
+    if ch in b"tf":
+        return "a boolean"
+    return f"{token[:12]!r}"
+
+
+class DocumentScanner:
+    """Yields validated event chunks of one trace; `layout` describes the rest."""
+
+    def __init__(self, blocks: Iterable[bytes], *, chunk_bytes: int = CHUNK_BYTES):
+        self._buf = _Buffer(blocks)
+        self._chunk_bytes = chunk_bytes
+        self.layout = Layout()
+
+    def chunks(self) -> Iterator[EventChunk]:
+        buf = self._buf
+        pos = buf.skip_ws(0)
+        if pos >= len(buf.data):
+            raise TraceError("input is empty: expected a JSON trace object or event array")
+        first = buf.data[pos : pos + 1]
+        if first == b"[":
+            self.layout.shape = "array"
+            self.layout.events_open = buf.base + pos
+            yield from self._events(pos + 1)
+            pos = self._after_events()
+        elif first == b"{":
+            self.layout.shape = "object"
+            pos = yield from self._object(pos + 1)
+        else:
+            buf.ensure(pos, 12)
+            what = _describe(buf.data[pos : pos + 12])
+            raise TraceError(
+                f"top level is {what}, not a trace: expected an object with "
+                f"\"traceEvents\" or an array of events (byte {buf.base + pos})"
+            )
+        self._expect_end(pos)
+
+    # -- top-level object -------------------------------------------------
+
+    def _object(self, pos: int):
+        buf = self._buf
+        layout = self.layout
+        seen_keys: set[str] = set()
+        pos = buf.skip_ws(pos)
+        while buf.data[pos : pos + 1] != b"}":
+            if buf.data[pos : pos + 1] != b'"':
+                raise self._unexpected(pos, "a key string in the top-level object")
+            key_start = buf.base + pos
+            key, pos = self._string(pos)
+            if key in seen_keys:
+                raise TraceError(f"top-level key {key!r} appears twice (byte {key_start})")
+            seen_keys.add(key)
+            pos = buf.skip_ws(pos)
+            if buf.data[pos : pos + 1] != b":":
+                raise self._unexpected(pos, "':' after a top-level key")
+            pos = buf.skip_ws(pos + 1)
+            if key == "traceEvents":
+                if buf.data[pos : pos + 1] != b"[":
+                    buf.ensure(pos, 12)
+                    what = _describe(buf.data[pos : pos + 12])
+                    raise TraceError(
+                        f"\"traceEvents\" is {what}, not an array of events "
+                        f"(byte {buf.base + pos})"
+                    )
+                layout.events_key_index = len(layout.values)
+                layout.events_open = buf.base + pos
+                yield from self._events(pos + 1)
+                pos = self._after_events()
+            else:
+                pos = self._top_level_value(key, key_start, pos)
+            pos = buf.skip_ws(pos)
+            if buf.data[pos : pos + 1] == b",":
+                pos = buf.skip_ws(pos + 1)
+                if buf.data[pos : pos + 1] == b"}":
+                    raise self._unexpected(pos, "a key after ',' (trailing comma)")
+            elif buf.data[pos : pos + 1] != b"}":
+                raise self._unexpected(pos, "',' or '}' after a top-level value")
+        layout.close = buf.base + pos
+        if layout.events_open < 0:
+            raise TraceError(
+                "the top-level object has no \"traceEvents\" array; not a Chrome/Kineto trace"
+            )
+        return pos + 1
+
+    def _top_level_value(self, key: str, key_start: int, pos: int) -> int:
+        buf = self._buf
+        end = self._value_end(pos)
+        raw = buf.data[pos:end]
+        try:
+            msgspec.json.decode(raw)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise TraceError(
+                f"top-level value of {key!r} is not valid JSON (byte {buf.base + pos}): "
+                f"{_short(exc)}"
+            ) from None
+        _check_utf8(raw, buf.base + pos, f"top-level value of {key!r}")
+        self.layout.values.append(
+            TopLevelValue(key, key_start, buf.base + pos, buf.base + end, raw)
+        )
+        return end
+
+    def _string(self, pos: int) -> tuple[str, int]:
+        buf = self._buf
+        while True:
+            match = _STRING.match(buf.data, pos)
+            if match:
+                try:
+                    return msgspec.json.decode(match.group()), match.end()
+                except msgspec.DecodeError as exc:
+                    raise TraceError(
+                        f"invalid string at byte {buf.base + pos}: {_short(exc)}"
+                    ) from None
+            if not buf.more():
+                raise TraceError(
+                    f"unterminated string at byte {buf.base + pos}: input is truncated"
+                )
+
+    def _value_end(self, pos: int) -> int:
+        """End (relative, exclusive) of the JSON value starting at `pos`."""
+        buf = self._buf
+        while True:
+            end = _scan_value(buf.data, pos)
+            if end is not None:
+                return end
+            if not buf.more():
+                raise TraceError(
+                    f"top-level value at byte {buf.base + pos} is incomplete: input is truncated"
+                )
+
+    def _expect_end(self, pos: int) -> None:
+        buf = self._buf
+        pos = buf.skip_ws(pos)
+        if pos < len(buf.data):
+            raise TraceError(
+                f"trailing data after the end of the JSON document at byte {buf.base + pos}"
+            )
+        self.layout.length = buf.base + len(buf.data)
+
+    def _unexpected(self, pos: int, wanted: str) -> TraceError:
+        buf = self._buf
+        buf.ensure(pos, 12)
+        got = buf.data[pos : pos + 12]
+        if not got:
+            return TraceError(f"input ends at byte {buf.base + pos}, expected {wanted}: truncated")
+        return TraceError(f"expected {wanted} at byte {buf.base + pos}, found {got[:12]!r}")
+
+    # -- the event array --------------------------------------------------
+
+    def _after_events(self) -> int:
+        """Relative position just after the event array's ']'."""
+        return self.layout.events_close - self._buf.base + 1
+
+    def _events(self, pos: int):
+        buf = self._buf
+        layout = self.layout
+        pos = buf.skip_ws(pos)
+        ordinal = 0
+        if buf.data[pos : pos + 1] == b"]":
+            layout.events_close = buf.base + pos
+            return
+        if pos >= len(buf.data):
+            raise TraceError(
+                f"input ends inside the event array at byte {buf.base + pos}: truncated"
+            )
+        layout.first_event_offset = buf.base + pos
+        while True:
+            # data[pos] is the first byte of the next event
+            if pos > (len(buf.data) >> 1):
+                pos = buf.discard(pos)
+            chunk, end, closed = self._next_chunk(pos)
+            chunk.first_ordinal = ordinal
+            ordinal += len(chunk.events)
+            yield chunk
+            layout.last_event_end = chunk.offset + len(chunk.data)
+            if closed:
+                layout.events_close = buf.base + end - 1
+                layout.event_count = ordinal
+                return
+            pos = end - 1  # the '{' of the next event
+
+    def _next_chunk(self, start: int) -> tuple[EventChunk, int, bool]:
+        """Cut, validate and return the chunk starting at data[start]."""
+        buf = self._buf
+        target = self._chunk_bytes
+        while True:
+            buf.ensure(start, target + 64)
+            cut = _last_cut(buf.data, start, min(len(buf.data), start + target))
+            if cut is None:
+                if buf.eof and len(buf.data) <= start + target:
+                    raise self._truncated_events(start)
+                target *= 2
+                continue
+            close_brace, after, closed = cut
+            data = buf.data[start : close_brace + 1]
+            events = self._decode(data, buf.base + start)
+            if events is not None:
+                return EventChunk(buf.base + start, data, 0, events), after, closed
+            # the cut was inside a string or nested value: take a longer chunk
+            target = max(target * 2, close_brace + 2 - start)
+
+    def _decode(self, data: bytes, base: int):
+        """The chunk's events, or None when the cut itself was wrong; TraceError if malformed."""
+        _check_utf8(data, base, "event data")
+        doc = b"[" + data + b"]"
+        try:
+            return _RAW_LIST.decode(doc)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            first_error = exc
+        try:
+            orjson.loads(doc)
+        except orjson.JSONDecodeError as exc:
+            if exc.pos >= len(doc) - 1 or "unexpected end" in str(exc).lower():
+                return None
+            where = base + exc.pos - 1
+            raise TraceError(
+                f"malformed JSON at byte {where} ({_event_at(data, base, exc.pos - 1)}): "
+                f"{_orjson_reason(exc)}"
+            ) from None
+        except RecursionError:
+            pass
+        raise TraceError(
+            f"event data starting at byte {base} cannot be read: {_short(first_error)}"
+        )
+
+    def _truncated_events(self, start: int) -> TraceError:
+        buf = self._buf
+        doc = b"[" + buf.data[start:]
+        try:
+            orjson.loads(doc)
+        except orjson.JSONDecodeError as exc:
+            if exc.pos < len(doc) - 1 and "unexpected end" not in str(exc).lower():
+                return TraceError(
+                    f"malformed JSON at byte {buf.base + start + exc.pos - 1}: "
+                    f"{_orjson_reason(exc)}"
+                )
+        return TraceError(
+            f"input ends inside the event array (last complete data before byte "
+            f"{buf.base + len(buf.data)}): the trace is truncated"
+        )
+
+
+def _last_cut(data: bytes, start: int, limit: int):
+    """Last candidate event boundary before `limit`: (close brace, next start, array closed)."""
+    find = data.rfind
+    match = _AFTER_EVENT.match
+    end = limit
+    while True:
+        j = find(b"}", start, end)
+        if j < 0:
+            return None
+        m = match(data, j + 1)
+        if m is not None:
+            if m.group(1) is not None:
+                return j, m.start(1) + 1, False
+            return j, m.end(), True
+        end = j
+
+
+def _scan_value(data: bytes, pos: int) -> int | None:
+    """End of the JSON value at `pos`, or None if the data ends first (not validated)."""
+    ch = data[pos : pos + 1]
+    if not ch:
+        return None
+    if ch == b'"':
+        m = _STRING.match(data, pos)
+        return m.end() if m else None
+    if ch not in b"[{":
+        m = _SCALAR_END.search(data, pos)
+        return m.start() if m else None
+    depth = 0
+    i = pos
+    while True:
+        m = _STRUCTURAL.search(data, i)
+        if m is None:
+            return None
+        c = data[m.start()]
+        if c == 0x22:  # '"'
+            s = _STRING.match(data, m.start())
+            if s is None:
+                return None
+            i = s.end()
+            continue
+        i = m.end()
+        if c in (0x5B, 0x7B):
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return i
+
+
+def _event_at(data: bytes, base: int, rel: int) -> str:
+    """Best-effort event position for an error inside a chunk starting at `base`."""
+    before = len(_EVENT_SEPARATOR.findall(data, 0, max(rel, 0)))
+    return f"event {before} after the one starting at byte {base}" if before else (
+        f"event starting at byte {base}"
+    )
+
+
+def _check_utf8(data: bytes, base: int, what: str) -> None:
+    if data.isascii():
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(
+            f"invalid UTF-8 in {what} at byte {base + exc.start}: {exc.reason}"
+        ) from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    return text.splitlines()[0][:200]
+
+
+def _orjson_reason(exc: orjson.JSONDecodeError) -> str:
+    msg = exc.msg if hasattr(exc, "msg") else str(exc)
+    return msg.split(": line ")[0]
+
+
+def iter_events(chunks: Iterable[EventChunk]):
+    """(ordinal, raw bytes) of every event, for code that wants one event at a time."""
+    for chunk in chunks:
+        for i, raw in enumerate(chunk.events):
+            yield chunk.first_ordinal + i, raw

@@ -1,0 +1,17 @@
+"""The one exception type the library raises for bad input and refusals.
+
+The CLI turns it into a single stderr line and exit code 2; a notebook gets the
+same message as an exception.
+"""
+
+
+class TraceError(Exception):
+    """Bad input or a refusal: the message says what and where; nothing was written."""
+
+
+class VerificationFailed(Exception):
+    """`verify` found differences; carries the list of failed checks."""
+
+    def __init__(self, failures):
+        super().__init__("; ".join(failures))
+        self.failures = list(failures)

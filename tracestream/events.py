@@ -1,0 +1,143 @@
+"""What an event is, as far as tracestream's decisions go.
+
+Two small msgspec structs read only the fields decisions need: `Head` for every
+event (cheap: unknown fields are skipped, numbers become floats) and `Timing`
+for the few kinds whose number text matters (the exact decimal `ts`/`dur`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+# Event kinds (small ints so they pack into arrays).
+OTHER = 0
+KERNEL = 1
+MEMCPY = 2
+MEMSET = 3
+SYNC = 4
+GPU_SCOPE = 5
+LAYER_GUIDE = 6
+CPU_ANNOTATION = 7
+
+ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET, SYNC)
+KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync", GPU_SCOPE: "scope"}
+
+_ACTIVITY_CATEGORIES = {
+    "kernel": KERNEL,
+    "gpu_memcpy": MEMCPY,
+    "memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "memset": MEMSET,
+    "cuda_sync": SYNC,
+}
+
+FLOW_PHASES = frozenset(("s", "t", "f"))
+GUIDE_CATEGORY = "layer_guide"
+PROVENANCE_KEY = "_compact_gpu_track"
+
+
+def category_kind(cat: Any) -> int:
+    """Kind of an `X` event from its category list (comma separated, case-insensitive)."""
+    if not isinstance(cat, str):
+        return OTHER
+    parts = [p.strip().lower() for p in cat.split(",")]
+    for part in parts:
+        if part in _ACTIVITY_CATEGORIES:
+            return _ACTIVITY_CATEGORIES[part]
+    if "gpu_user_annotation" in parts:
+        return GPU_SCOPE
+    if GUIDE_CATEGORY in parts:
+        return LAYER_GUIDE
+    if "user_annotation" in parts:
+        return CPU_ANNOTATION
+    return OTHER
+
+
+class CategoryKinds(dict):
+    """Memoised `category_kind`: categories repeat, so classify each string once."""
+
+    def __missing__(self, cat):
+        kind = category_kind(cat)
+        if isinstance(cat, str):
+            self[cat] = kind
+        return kind
+
+
+class HeadArgs(msgspec.Struct):
+    device: Any = None
+    stream: Any = None
+
+
+class Head(msgspec.Struct):
+    """The fields every event is classified by."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    id: Any = None
+    bp: Any = None
+    args: HeadArgs | None = None
+
+
+class Timing(msgspec.Struct):
+    """The exact number text of `ts` and `dur`."""
+
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
+
+
+HEAD = msgspec.json.Decoder(Head)
+TIMING = msgspec.json.Decoder(Timing)
+
+_TOP_KEYS = re.compile(rb'"(ph|cat|name|pid|tid|ts|dur|args|id|bp|device)"[ \t\r\n]*:')
+
+
+def duplicate_key(raw) -> str | None:
+    """A key that appears twice at the top level (or in `args`) of an event, if any.
+
+    A quick count of the interesting keys first; only when a key shows up more
+    than once (which a nested key of the same name also causes) is the event
+    parsed with a pair hook that sees duplicates.
+    """
+    keys = _TOP_KEYS.findall(raw)
+    if len(keys) == len(set(keys)):
+        return None
+    import json
+
+    found: list[str] = []
+
+    def pairs(items):
+        seen = set()
+        for key, _ in items:
+            if key in seen and not found:
+                found.append(key)
+            seen.add(key)
+        return dict(items)
+
+    json.loads(bytes(raw), object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
+def describe_validation_error(exc: msgspec.ValidationError) -> str:
+    """`ts` must be a number, not a string' from msgspec's message."""
+    text = str(exc)
+    match = re.search(r"Expected `([^`]*)`, got `([^`]*)` - at `\$\.?([^`]*)`", text)
+    if not match:
+        if "Expected `object`" in text:
+            return "is not a JSON object"
+        return text
+    expected, got, path = match.groups()
+    expected = (
+        expected.replace("float | null", "a number")
+        .replace("int | str | null", "an integer or a string")
+        .replace("str | null", "a string")
+        .replace("object | null", "an object")
+    )
+    return f"field `{path}` must be {expected}, not {got}"

@@ -1,0 +1,286 @@
+"""Writing outputs: never over an existing file, never a partial file left behind.
+
+An output is written to an anonymous file in the target's directory (Linux
+O_TMPFILE; a named hidden temporary file elsewhere), compressed in a background
+thread, flushed and fsync'd, and only then linked into place with a call that
+fails if the target exists, so two writers cannot both win and a crash leaves
+nothing behind. stdout is streamed directly (it cannot be made atomic).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import zstandard
+
+from tracestream.errors import TraceError
+
+GZIP_LEVEL = 1
+"""Default gzip level: level 1 deflates JSON ~8x at several times the speed of level 6."""
+ZSTD_LEVEL = 3
+_BLOCK = 4 << 20
+
+
+def compression_for(path: str, explicit: str | None) -> str:
+    """`explicit` if given (none/gzip/zstd), else from the output suffix."""
+    if explicit:
+        return explicit
+    lower = path.lower()
+    if lower.endswith(".gz"):
+        return "gzip"
+    if lower.endswith(".zst") or lower.endswith(".zstd"):
+        return "zstd"
+    return "none"
+
+
+def check_new_path(path: str, what: str) -> Path:
+    """Refuse an existing file or a missing directory before any work is done."""
+    target = Path(path)
+    if target.exists() or target.is_symlink():
+        raise TraceError(f"{what} {target} already exists; tracestream never overwrites a file")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise TraceError(f"{what} directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise TraceError(f"{what} directory {parent} is not writable")
+    return target
+
+
+class _Encoder:
+    """Compression of a byte stream (identity, gzip or zstd)."""
+
+    def __init__(self, compression: str, level: int | None):
+        self.compression = compression
+        if compression == "gzip":
+            self._obj = zlib.compressobj(GZIP_LEVEL if level is None else level, zlib.DEFLATED, 31)
+        elif compression == "zstd":
+            ctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL if level is None else level)
+            self._obj = ctx.compressobj()
+        elif compression == "none":
+            self._obj = None
+        else:
+            raise TraceError(f"unknown compression {compression!r} (none, gzip, zstd)")
+
+    def encode(self, data: bytes) -> bytes:
+        return data if self._obj is None else self._obj.compress(data)
+
+    def finish(self) -> bytes:
+        return b"" if self._obj is None else self._obj.flush()
+
+
+_STOP = object()
+
+
+class OutputFile:
+    """A new file being written; `commit()` makes it appear, `discard()` removes every trace.
+
+    Used as a context manager: leaving it without `commit()` discards it.
+    """
+
+    def __init__(self, path: str, *, compression: str = "none", level: int | None = None,
+                 what: str = "output"):
+        self.what = what
+        self.stdout = path == "-"
+        self.path = None if self.stdout else check_new_path(path, what)
+        self._encoder = _Encoder(compression, level)
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._error: BaseException | None = None
+        self._fd = -1
+        self._temp_name: str | None = None
+        self.bytes_written = 0
+        if self.stdout:
+            self._fd = sys.stdout.buffer.fileno()
+            sys.stdout.flush()
+        else:
+            self._open_temp()
+        self._queue: queue.Queue = queue.Queue(maxsize=4)
+        self._thread = threading.Thread(target=self._drain, name=f"write {path}", daemon=True)
+        self._thread.start()
+
+    def _open_temp(self) -> None:
+        folder = str(self.path.parent) or "."
+        flags = getattr(os, "O_TMPFILE", 0)
+        if flags:
+            try:
+                self._fd = os.open(folder, flags | os.O_WRONLY, 0o644)
+                return
+            except OSError:
+                self._fd = -1
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        self._fd, self._temp_name = fd, name
+
+    # -- writing ----------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size >= _BLOCK:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        if self._error is not None:
+            self._raise()
+        if self._pending:
+            block = b"".join(self._pending)
+            self._pending = []
+            self._pending_size = 0
+            self._put(block)
+
+    def _put(self, item) -> None:
+        while True:
+            if self._error is not None:
+                self._raise()
+            try:
+                self._queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _STOP:
+                    self._write_all(self._encoder.finish())
+                    return
+                self._write_all(self._encoder.encode(item))
+        except BaseException as exc:  # reported to the writer at its next call
+            self._error = exc
+            while True:  # keep the producer from blocking on a full queue
+                if self._queue.get() is _STOP:
+                    return
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+            self.bytes_written += written
+
+    def _raise(self):
+        exc = self._error
+        if isinstance(exc, BrokenPipeError) or (
+            isinstance(exc, OSError) and exc.errno == errno.EPIPE
+        ):
+            raise TraceError(f"{self.what}: the reader closed the pipe before the end") from None
+        if isinstance(exc, OSError):
+            reason = exc.strerror or str(exc)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                reason = "no space left on the device"
+            elif exc.errno == errno.EFBIG:
+                reason = "file size limit exceeded"
+            raise TraceError(f"cannot write {self.what}: {reason}; nothing was left behind") from None
+        raise exc
+
+    def close_stream(self) -> None:
+        """Finish compression and wait for the writer thread."""
+        self._flush_pending()
+        self._put(_STOP)
+        self._thread.join()
+        if self._error is not None:
+            self._raise()
+
+    # -- finishing ----------------------------------------------------------
+
+    def commit(self) -> None:
+        """Make the file appear at its path, unless something else is there now."""
+        self.close_stream()
+        if self.stdout:
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._error = exc
+            self._raise()
+        if self._temp_name is None:
+            try:
+                _link_anonymous(self._fd, self.path)
+            except FileExistsError:
+                raise TraceError(
+                    f"{self.what} {self.path} appeared while writing (another process?); "
+                    "left it untouched"
+                ) from None
+        else:
+            try:
+                os.link(self._temp_name, self.path)
+            except FileExistsError:
+                raise TraceError(
+                    f"{self.what} {self.path} appeared while writing (another process?); "
+                    "left it untouched"
+                ) from None
+            os.unlink(self._temp_name)
+            self._temp_name = None
+        os.close(self._fd)
+        self._fd = -1
+        _fsync_dir(self.path.parent)
+
+    def discard(self) -> None:
+        """Remove the temporary file; safe to call at any time, also twice."""
+        if self._thread.is_alive():
+            try:
+                self._queue.put_nowait(_STOP)
+            except queue.Full:
+                pass
+        if self.stdout:
+            return
+        if self._temp_name is not None:
+            try:
+                os.unlink(self._temp_name)
+            except FileNotFoundError:
+                pass
+            self._temp_name = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> OutputFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd >= 0 or self._temp_name is not None:
+            self.discard()
+
+
+def _link_anonymous(fd: int, path: Path) -> None:
+    """Give an O_TMPFILE file a name; fails with FileExistsError if the name is taken.
+
+    A directory fd makes CPython use linkat(AT_SYMLINK_FOLLOW), which follows
+    /proc/self/fd/N to the open file instead of linking the symlink itself.
+    """
+    folder = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=folder, follow_symlinks=True)
+    finally:
+        os.close(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_committed(path: Path) -> None:
+    """Undo a commit of ours (used when a later file of the same job cannot be written)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,354 @@
+"""Reading a trace: a path or stdin, plain/gzip/zstd, read as often as a pass needs.
+
+Compression is detected from the first bytes, never the file name. stdin is
+spooled to a temporary file while the first pass reads it, so later passes read
+the spool. Every read hashes the raw bytes (sha256) in a background thread
+together with decompression, so the source can be identified in the report and
+a file that changes between passes is detected and refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import sys
+import tempfile
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from tracestream.errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+RAW_BLOCK = 1 << 20
+PLAIN_BLOCK = 8 << 20
+_QUEUE_DEPTH = 4
+
+
+def detect_compression(head: bytes) -> str:
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return "none"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What identifies the bytes of a file between two passes."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> Fingerprint:
+        st = os.stat(path)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class ReadStats:
+    """Filled in by a completed read: raw bytes, decompressed bytes, sha256."""
+
+    raw_bytes: int = 0
+    data_bytes: int = 0
+    sha256: str = ""
+
+
+class TraceSource:
+    """A trace input that can be read (decompressed) from the start any number of times."""
+
+    def __init__(self, spec: str | os.PathLike, *, stdin=None):
+        self.spec = str(spec)
+        self._spool: Path | None = None
+        self._stdin = None
+        self.first_stats: ReadStats | None = None
+        if self.spec == "-":
+            self._stdin = stdin if stdin is not None else sys.stdin.buffer
+            self.name = "<stdin>"
+            self.path = None
+            self.compression = None
+        else:
+            path = Path(self.spec)
+            if not path.exists():
+                raise TraceError(f"input not found: {path}")
+            if path.is_dir():
+                raise TraceError(f"input is a directory, not a trace file: {path}")
+            try:
+                with open(path, "rb") as fh:
+                    head = fh.read(4)
+            except OSError as exc:
+                raise TraceError(f"cannot read input {path}: {exc.strerror}") from None
+            self.name = str(path)
+            self.path = path
+            self.compression = detect_compression(head)
+            self.fingerprint = Fingerprint.of(path)
+
+    @property
+    def is_stdin(self) -> bool:
+        return self._stdin is not None
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.unlink(missing_ok=True)
+            self._spool = None
+
+    def __enter__(self) -> TraceSource:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def same_file(self, other: os.PathLike) -> bool:
+        """True when `other` names this input (also through a symlink or hard link)."""
+        if self.path is None:
+            return False
+        try:
+            return os.path.samefile(self.path, other)
+        except OSError:
+            return False
+
+    def read(self, stats: ReadStats | None = None) -> Iterator[bytes]:
+        """Decompressed blocks of the whole input; fills `stats` when the read completes.
+
+        The first read of stdin spools it; every later read uses the spool. A
+        file whose bytes differ from the first read's raises TraceError.
+        """
+        stats = stats if stats is not None else ReadStats()
+        if self._stdin is not None and self._spool is None:
+            return self._read_stdin_first(stats)
+        path = self._spool if self._spool is not None else self.path
+        return self._read_file(path, stats)
+
+    def _read_stdin_first(self, stats: ReadStats) -> Iterator[bytes]:
+        fd, name = tempfile.mkstemp(prefix="tracestream-stdin-", suffix=".spool")
+        self._spool = Path(name)
+        spool = os.fdopen(fd, "wb")
+        stdin = self._stdin
+
+        def raw_blocks():
+            try:
+                while True:
+                    block = stdin.read(RAW_BLOCK)
+                    if not block:
+                        break
+                    spool.write(block)
+                    yield block
+            finally:
+                spool.close()
+
+        blocks = raw_blocks()
+        first = next(blocks, b"")
+        self.compression = detect_compression(first)
+        self.fingerprint = None
+
+        def with_first():
+            if first:
+                yield first
+            yield from blocks
+
+        return self._decoded(with_first(), stats, self.compression)
+
+    def _read_file(self, path: Path, stats: ReadStats) -> Iterator[bytes]:
+        if self._spool is None:
+            self._check_unchanged()
+        try:
+            fh = open(path, "rb")
+        except OSError as exc:
+            raise TraceError(f"cannot read input {path}: {exc.strerror}") from None
+        block = PLAIN_BLOCK if self.compression == "none" else RAW_BLOCK
+
+        def raw_blocks():
+            with fh:
+                while True:
+                    data = fh.read(block)
+                    if not data:
+                        return
+                    yield data
+
+        return self._decoded(raw_blocks(), stats, self.compression)
+
+    def _check_unchanged(self) -> None:
+        if self.path is None or self.first_stats is None:
+            return
+        try:
+            now = Fingerprint.of(self.path)
+        except OSError:
+            raise TraceError(f"input {self.path} disappeared between passes") from None
+        if now != self.fingerprint:
+            raise TraceError(
+                f"input {self.path} changed between passes (size/mtime/inode differ); "
+                "nothing was written"
+            )
+
+    def _decoded(self, raw: Iterator[bytes], stats: ReadStats, compression: str):
+        """Hash and decompress in a background thread; yield decompressed blocks."""
+        return _threaded(_decode_blocks(raw, stats, compression, self), name=self.name)
+
+    def finish_read(self, stats: ReadStats) -> None:
+        """Record the first complete read, or compare a later one with it."""
+        if self.first_stats is None:
+            self.first_stats = stats
+            return
+        first = self.first_stats
+        if (stats.raw_bytes, stats.data_bytes, stats.sha256) != (
+            first.raw_bytes,
+            first.data_bytes,
+            first.sha256,
+        ):
+            raise TraceError(
+                f"input {self.name} changed between passes (sha256 of the bytes read differs); "
+                "nothing was written"
+            )
+        self._check_unchanged()
+
+
+def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source):
+    digest = hashlib.sha256()
+    raw_total = 0
+    data_total = 0
+    if compression == "gzip":
+        decoder = _GzipDecoder(source.name)
+    elif compression == "zstd":
+        decoder = _ZstdDecoder(source.name)
+    else:
+        decoder = None
+    for block in raw:
+        digest.update(block)
+        raw_total += len(block)
+        if decoder is None:
+            data_total += len(block)
+            yield block
+            continue
+        for out in decoder.feed(block, raw_total - len(block)):
+            data_total += len(out)
+            yield out
+    if decoder is not None:
+        decoder.finish(raw_total)
+    stats.raw_bytes = raw_total
+    stats.data_bytes = data_total
+    stats.sha256 = digest.hexdigest()
+
+
+class _GzipDecoder:
+    """Multi-member gzip, with errors that name the compressed byte offset."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._obj = zlib.decompressobj(wbits=31)
+        self._started = False
+
+    def feed(self, data: bytes, offset: int):
+        while data:
+            try:
+                out = self._obj.decompress(data)
+            except zlib.error as exc:
+                raise TraceError(
+                    f"{self.name}: corrupt gzip data near compressed byte {offset}: {exc}"
+                ) from None
+            self._started = True
+            if out:
+                yield out
+            if self._obj.eof:
+                rest = self._obj.unused_data
+                offset += len(data) - len(rest)
+                data = rest
+                self._obj = zlib.decompressobj(wbits=31)
+                self._started = False
+                if data and not data.startswith(GZIP_MAGIC):
+                    if data.strip(b"\0"):
+                        raise TraceError(
+                            f"{self.name}: trailing bytes after gzip data at compressed byte "
+                            f"{offset}"
+                        )
+                    return
+            else:
+                data = b""
+
+    def finish(self, total: int) -> None:
+        if self._started and not self._obj.eof:
+            raise TraceError(f"{self.name}: gzip data is truncated (ends at byte {total})")
+
+
+class _ZstdDecoder:
+    """Multi-frame zstd, with errors that name the compressed byte offset."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._started = False
+
+    def feed(self, data: bytes, offset: int):
+        while data:
+            try:
+                out = self._obj.decompress(data)
+            except zstandard.ZstdError as exc:
+                raise TraceError(
+                    f"{self.name}: corrupt zstd data near compressed byte {offset}: {exc}"
+                ) from None
+            self._started = True
+            if out:
+                yield out
+            if self._obj.eof:
+                rest = self._obj.unused_data
+                offset += len(data) - len(rest)
+                data = rest
+                self._obj = self._dctx.decompressobj()
+                self._started = False
+            else:
+                data = b""
+
+    def finish(self, total: int) -> None:
+        if self._started and not self._obj.eof:
+            raise TraceError(f"{self.name}: zstd data is truncated (ends at byte {total})")
+
+
+_DONE = object()
+
+
+def _threaded(blocks: Iterator[bytes], name: str) -> Iterator[bytes]:
+    """Run a block producer in a thread (zlib, zstd and sha256 release the GIL)."""
+    q: queue.Queue = queue.Queue(maxsize=_QUEUE_DEPTH)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for block in blocks:
+                while not stop.is_set():
+                    try:
+                        q.put(block, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(_DONE)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            q.put(exc)
+        finally:
+            blocks.close()
+
+    thread = threading.Thread(target=produce, name=f"read {name}", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                if isinstance(item, OSError):
+                    raise TraceError(f"cannot read {name}: {item}") from None
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)

@@ -1,0 +1,527 @@
+"""`verify`: prove that an annotated trace is its source plus tracestream's additions.
+
+Both files are streamed side by side, never held in memory. The source is
+indexed and re-planned with the options the report recorded, so every output
+event can be compared with what it must be: the source event unchanged, the
+source event relocated to the planned lane, or a planned addition. Independent
+checks then look only at the output: every synthetic lane and the guide track
+import at depth zero under Perfetto's rule, every relocated flow sits on the
+lane of the activity it binds to, the guides are complete and ordered, and the
+per-GPU kernel and stream counts match the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tracestream import timebase
+from tracestream.api import build_plan, specs_from_options
+from tracestream.document import DocumentScanner, iter_events
+from tracestream.edit import provenance_of, relocate, unrelocate
+from tracestream.errors import TraceError
+from tracestream.events import ACTIVITY_KINDS, GUIDE_CATEGORY, HEAD, KERNEL, TIMING, CategoryKinds
+from tracestream.index import TraceIndex
+from tracestream.plan import DELETE, KEEP, Plan
+from tracestream.rewrite import edits
+from tracestream.source import ReadStats, TraceSource
+from tracestream.spill import RecordStore
+
+REPORT_SUFFIXES = ("layers", "compact")
+_MAX_LISTED = 5
+
+
+def find_report(output: str, report: str | None) -> Path:
+    """The report given, else `<output>.layers.json` or `<output>.compact.json`."""
+    if report:
+        path = Path(report)
+        if not path.is_file():
+            raise TraceError(f"report not found: {path}")
+        return path
+    if output == "-":
+        raise TraceError("reading the annotated trace from stdin needs --report PATH")
+    found = [Path(f"{output}.{kind}.json") for kind in REPORT_SUFFIXES]
+    found = [p for p in found if p.is_file()]
+    if not found:
+        raise TraceError(
+            f"no report next to {output} (looked for {output}.layers.json and "
+            f"{output}.compact.json); name it with --report"
+        )
+    if len(found) > 1:
+        raise TraceError(f"two reports next to {output}; name the right one with --report")
+    return found[0]
+
+
+class _Retired(msgspec.Struct):
+    source_event_index: int
+    event: msgspec.Raw
+
+
+class _Compaction(msgspec.Struct):
+    retired_track_metadata: list[_Retired] = []
+
+
+class _Wrapped(msgspec.Struct):
+    compaction: _Compaction | None = None
+    retired_track_metadata: list[_Retired] = []
+
+
+def load_report(path: Path) -> tuple[dict, list[tuple[int, bytes]]]:
+    """The report as plain data, and the retired metadata events as exact bytes."""
+    try:
+        data = path.read_bytes()
+        report = msgspec.json.decode(data)
+        parts = msgspec.json.decode(data, type=_Wrapped)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TraceError(f"cannot read report {path}: {exc}") from None
+    if not isinstance(report, dict) or report.get("tool") != "tracestream":
+        raise TraceError(f"{path} is not a tracestream report")
+    retired = parts.retired_track_metadata
+    if parts.compaction is not None:
+        retired = parts.compaction.retired_track_metadata
+    return report, sorted((r.source_event_index, bytes(r.event)) for r in retired)
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Verdict:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def add(self, name: str, problems: list[str], passed: str) -> None:
+        if problems:
+            more = f" (+{len(problems) - _MAX_LISTED} more)" if len(problems) > _MAX_LISTED else ""
+            self.checks.append(Check(name, False, "; ".join(problems[:_MAX_LISTED]) + more))
+        else:
+            self.checks.append(Check(name, True, passed))
+
+    def summary(self) -> str:
+        head = "verified: all checks hold" if self.ok else (
+            f"NOT verified: {sum(not c.ok for c in self.checks)} check(s) failed")
+        lines = [head]
+        for c in self.checks:
+            lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"verdict": "ok" if self.ok else "failed",
+                "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks]}
+
+
+_TEXT_VALUES = msgspec.json.Decoder(float_hook=lambda text: _Num(text))
+
+
+class _Num(str):
+    """A float kept as its text, so comparisons are digit for digit."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def first_difference(a: bytes, b: bytes) -> str:
+    """'field ts: 1.5 vs 1.6' for the first value that differs between two events."""
+    try:
+        x, y = _TEXT_VALUES.decode(a), _TEXT_VALUES.decode(b)
+    except msgspec.DecodeError:
+        return "not comparable JSON"
+    path = _diff(x, y, "")
+    return path or "same values, different bytes"
+
+
+def _diff(x: Any, y: Any, path: str) -> str | None:
+    if isinstance(x, dict) and isinstance(y, dict):
+        for key in list(x) + [k for k in y if k not in x]:
+            if key not in y:
+                return f"field {path}{key}: {_show(x[key])} vs missing"
+            if key not in x:
+                return f"field {path}{key}: missing vs {_show(y[key])}"
+            found = _diff(x[key], y[key], f"{path}{key}.")
+            if found:
+                return found
+        if list(x) != list(y):
+            return f"field order of {path or 'event'} differs"
+        return None
+    if isinstance(x, list) and isinstance(y, list):
+        if len(x) != len(y):
+            return f"field {path.rstrip('.')}: {len(x)} items vs {len(y)}"
+        for i, (a, b) in enumerate(zip(x, y)):
+            found = _diff(a, b, f"{path}{i}.")
+            if found:
+                return found
+        return None
+    if type(x) is not type(y) or x != y:
+        return f"field {path.rstrip('.')}: {_show(x)} vs {_show(y)}"
+    return None
+
+
+def _show(value: Any) -> str:
+    text = msgspec.json.encode(value).decode() if not isinstance(value, _Num) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _events(source: TraceSource, stats: ReadStats) -> tuple[DocumentScanner, Iterator]:
+    scanner = DocumentScanner(source.read(stats))
+    return scanner, iter_events(scanner.chunks())
+
+
+def _short(raw: bytes) -> str:
+    try:
+        head = HEAD.decode(raw)
+        return f"{head.ph} {head.name!r} pid {head.pid} tid {head.tid} ts {head.ts}"
+    except msgspec.MsgspecError:
+        return raw[:60].decode(errors="replace")
+
+
+class _OutputChecks:
+    """Checks that look at the output alone, fed one event at a time."""
+
+    def __init__(self, report: dict, tmpdir: str | None):
+        self.synthetic: dict[tuple, str] = {}
+        groups = report.get("compaction", report).get("groups", []) if "options" in report else []
+        for g in groups:
+            for tid in g.get("lane_tids", []):
+                self.synthetic[(g["display_pid"], tid)] = f"lane tid {tid} of pid {g['display_pid']}"
+        if "guide_tid" in report:
+            self.synthetic[(report["pid"], report["guide_tid"])] = "the guide track"
+        self.track_ids: dict[tuple, int] = {}
+        dtype = np.dtype([("track", "<i8"), ("start", "<i8"), ("end", "<i8")])
+        self.depth = {v: RecordStore(dtype, sort_keys=("track", "start"), tmpdir=tmpdir)
+                      for v in ("exact", "round", "trunc")}
+        bind_dtype = np.dtype([("track", "<i8"), ("key", "<i8"), ("end", "<i8"),
+                               ("lane", "<i8"), ("flow", "i1"), ("ordinal", "<i8")])
+        self.binding = RecordStore(bind_dtype, sort_keys=("track", "key"), tmpdir=tmpdir)
+        self._rows: dict[str, list] = {v: [] for v in self.depth}
+        self._bind_rows: list = []
+        self.guides: list[tuple[int, int, str]] = []
+        self.kinds = CategoryKinds()
+        self.kernels: dict[tuple, int] = {}
+        self.streams: dict[tuple, set] = {}
+        self.problems: list[str] = []
+
+    def _track(self, key: tuple) -> int:
+        tid = self.track_ids.get(key)
+        if tid is None:
+            tid = self.track_ids[key] = len(self.track_ids)
+        return tid
+
+    def observe(self, ordinal: int, raw: bytes) -> None:
+        head = HEAD.decode(raw)
+        prov = provenance_of(raw) if b"_compact_gpu_track" in raw else None
+        if head.ph in ("s", "t", "f") and prov is not None:
+            ts = timebase.parse_decimal(bytes(TIMING.decode(raw).ts)).floor_ns()
+            orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
+            self._bind_rows.append((self._track(orig), 2 * ts + 1, ts,
+                                    self._track((head.pid, head.tid)), 1, ordinal))
+            return
+        if head.ph != "X":
+            return
+        kind = self.kinds[head.cat]
+        if kind in ACTIVITY_KINDS:
+            orig = (head.pid, head.tid) if prov is None else (
+                msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
+            device = head.args.device if head.args is not None else None
+            key = (orig[0], device)
+            self.streams.setdefault(key, set()).add(orig[1])
+            if kind == KERNEL:
+                self.kernels[key] = self.kernels.get(key, 0) + 1
+        key = (head.pid, head.tid)
+        on_synthetic = key in self.synthetic
+        if not on_synthetic and prov is None:
+            return
+        timing = TIMING.decode(raw)
+        ts_text, dur_text = bytes(timing.ts), bytes(timing.dur)
+        if on_synthetic:
+            if not ts_text or not dur_text:
+                self.problems.append(f"event {ordinal} on {self.synthetic[key]} has no ts/dur")
+                return
+            track = self._track(key)
+            ts = timebase.parse_decimal(ts_text)
+            end = (ts + timebase.parse_decimal(dur_text)).ceil_ns()
+            ts_r, ts_t = timebase.imported_ns(ts_text)
+            dur_r, dur_t = timebase.imported_ns(dur_text)
+            self._rows["exact"].append((track, ts.floor_ns(), end))
+            self._rows["round"].append((track, ts_r, ts_r + dur_r))
+            self._rows["trunc"].append((track, ts_t, ts_t + dur_t))
+            if head.cat == GUIDE_CATEGORY:
+                self.guides.append((ts_r, ts_r + dur_r, head.name))
+        if prov is not None and kind in ACTIVITY_KINDS:
+            ts = timebase.parse_decimal(ts_text)
+            end = (ts + timebase.parse_decimal(dur_text)).ceil_ns()
+            orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
+            self._bind_rows.append((self._track(orig), 2 * ts.floor_ns(), end,
+                                    self._track((head.pid, head.tid)), 0, ordinal))
+        if len(self._bind_rows) > 65536:
+            self._flush()
+
+    def _flush(self) -> None:
+        for variant, rows in self._rows.items():
+            if rows:
+                self.depth[variant].append(np.array(rows, dtype=self.depth[variant].dtype))
+                rows.clear()
+        if self._bind_rows:
+            self.binding.append(np.array(self._bind_rows, dtype=self.binding.dtype))
+            self._bind_rows.clear()
+
+    def close(self) -> None:
+        for store in list(self.depth.values()) + [self.binding]:
+            store.close()
+
+    def depth_problems(self) -> list[str]:
+        self._flush()
+        names = {v: k for k, v in self.track_ids.items()}
+        problems = []
+        for variant, store in self.depth.items():
+            last_track, last_end = None, None
+            for block in store.sorted_blocks():
+                for track, start, end in zip(block["track"].tolist(), block["start"].tolist(),
+                                             block["end"].tolist()):
+                    if track == last_track and start < last_end:
+                        problems.append(
+                            f"{self.synthetic[names[track]]}: a slice starting at {start} ns "
+                            f"overlaps one ending at {last_end} ns ({variant} import) -> depth 1"
+                        )
+                        last_end = max(last_end, end)
+                        continue
+                    if track != last_track:
+                        last_track, last_end = track, end
+                    else:
+                        last_end = max(last_end, end)
+        return problems
+
+    def binding_problems(self) -> list[str]:
+        """Each relocated flow must be on the lane of the activity it binds to."""
+        self._flush()
+        problems = []
+        open_: list = []
+        current = None
+        for block in self.binding.sorted_blocks():
+            for track, key, end, lane, flow, ordinal in zip(
+                block["track"].tolist(), block["key"].tolist(), block["end"].tolist(),
+                block["lane"].tolist(), block["flow"].tolist(), block["ordinal"].tolist(),
+            ):
+                if track != current:
+                    current, open_ = track, []
+                key >>= 1  # keys are 2*ns (+1 for flows, so activities sort first)
+                if not flow:
+                    open_.append((key, end, lane))
+                    continue
+                exact = [e for e in open_ if e[0] == key]
+                hits = exact or [e for e in open_ if e[0] <= key <= e[1]]
+                if len(hits) != 1:
+                    problems.append(f"flow event {ordinal} binds to {len(hits)} activities")
+                elif hits[0][2] != lane:
+                    problems.append(
+                        f"flow event {ordinal} is not on the lane of the activity it binds to"
+                    )
+        return problems
+
+
+def verify(trace, output, report: str | None = None, *, tmpdir: str | None = None) -> Verdict:
+    """Check `output` against its source `trace`; TraceError if either cannot be read."""
+    trace, output = str(trace), str(output)
+    report_path = find_report(output, report)
+    data, retired = load_report(report_path)
+    verdict = Verdict()
+    layer_spec, compact_spec = specs_from_options(data.get("options", {}))
+    with TraceSource(trace) as source, TraceSource(output) as annotated:
+        try:
+            index, plan = build_plan(
+                source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
+                report_name=data.get("report_file", report_path.name),
+                command=data.get("command", ""), tmpdir=tmpdir,
+            )
+        except TraceError as exc:
+            if source.first_stats is None:
+                raise
+            verdict.add("source sha256", _sha_problem(source, data), "matches the report")
+            verdict.add("re-plan from the source", [str(exc)], "")
+            return verdict
+        try:
+            verdict.add("source sha256", _sha_problem(source, data),
+                        f"{data.get('source_sha256', '')[:16]}… matches the report")
+            _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
+        finally:
+            index.close()
+    return verdict
+
+
+def _sha_problem(source: TraceSource, data: dict) -> list[str]:
+    actual = source.first_stats.sha256
+    expected = data.get("source_sha256")
+    if actual == expected:
+        return []
+    return [f"source sha256 {actual[:16]}… differs from the report's {str(expected)[:16]}… "
+            "(a report from another source?)"]
+
+
+def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
+             verdict: Verdict, tmpdir) -> None:
+    src_stats, out_stats = ReadStats(), ReadStats()
+    src_scan, src_events = _events(source, src_stats)
+    out_scan, out_events = _events(annotated, out_stats)
+    checks = _OutputChecks(data, tmpdir)
+    try:
+        event_problems, restore_problems = _lockstep(
+            src_events, out_events, index, plan, retired, checks)
+        verdict.add("restored events equal the source", restore_problems,
+                    f"{index.event_count:,} source events restored value for value")
+        verdict.add("output equals the plan", event_problems,
+                    f"{len(plan.appended):,} added events, every relocation on its planned lane")
+        verdict.add("top-level metadata", _top_level_problems(src_scan, out_scan, plan),
+                    f"{len(src_scan.layout.values)} top-level keys equal and in order")
+        verdict.add("depth zero on synthetic tracks", checks.depth_problems(),
+                    f"{len(checks.synthetic)} synthetic tracks import at depth zero")
+        verdict.add("flows on their activity's lane", checks.binding_problems(),
+                    "every relocated flow is on the lane of its activity")
+        verdict.add("guides", _guide_problems(checks, data), _guide_text(data))
+        verdict.add("kernel and stream counts", _count_problems(checks, data),
+                    "per-GPU kernel and stream counts equal the report's")
+    finally:
+        checks.close()
+
+
+def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[list, list]:
+    event_problems: list[str] = []
+    restore_problems: list[str] = []
+    planned = edits(index, plan)
+    next_edit = next(planned, None)
+    retired_map = dict(retired)
+    targets = plan.targets
+    out_ordinal = -1
+    for ordinal, raw in src_events:
+        raw = bytes(raw)
+        action = KEEP
+        if next_edit is not None and next_edit[0] == ordinal:
+            action = next_edit[3]
+            next_edit = next(planned, None)
+        if action == DELETE:
+            if retired_map.get(ordinal) != raw:
+                restore_problems.append(
+                    f"retired event {ordinal} in the report differs from the source event")
+            continue
+        out = next(out_events, None)
+        if out is None:
+            event_problems.append(f"output ends early: source event {ordinal} ({_short(raw)}) "
+                                  "and later ones are missing")
+            restore_problems.append(f"source event {ordinal} is missing from the output")
+            return event_problems, restore_problems
+        out_ordinal, out_raw = out[0], bytes(out[1])
+        checks.observe(out_ordinal, out_raw)
+        expected = raw if action == KEEP else relocate(raw, targets[action][0], ordinal,
+                                                       targets[action][1])
+        if out_raw == expected:
+            continue
+        restored = out_raw
+        if b"_compact_gpu_track" in out_raw:
+            try:
+                restored, _ = unrelocate(out_raw)
+            except TraceError as exc:
+                restore_problems.append(f"output event {out_ordinal}: {exc}")
+                return event_problems, restore_problems
+        if restored != raw:
+            restore_problems.append(
+                f"source event {ordinal} ({_short(raw)}) != restored output event "
+                f"{out_ordinal}: {first_difference(raw, restored)}")
+            event_problems.append(f"stopped comparing at output event {out_ordinal}")
+            return event_problems, restore_problems
+        if action == KEEP:
+            event_problems.append(f"event {ordinal} ({_short(raw)}) was moved but the plan keeps it")
+        else:
+            event_problems.append(
+                f"event {ordinal} ({_short(raw)}) is at {_where(out_raw)}, "
+                f"the plan puts it at {_where(expected)}")
+    for k, added in enumerate(plan.appended):
+        out = next(out_events, None)
+        if out is None:
+            event_problems.append(f"added event {k} of {len(plan.appended)} is missing")
+            return event_problems, restore_problems
+        out_ordinal, out_raw = out[0], bytes(out[1])
+        checks.observe(out_ordinal, out_raw)
+        if _TEXT_VALUES.decode(out_raw) != _TEXT_VALUES.decode(added):
+            event_problems.append(
+                f"added event {k} (output event {out_ordinal}): {first_difference(added, out_raw)}")
+    extra = sum(1 for _ in out_events)
+    if extra:
+        event_problems.append(f"the output has {extra} events more than the source and plan")
+    return event_problems, restore_problems
+
+
+def _where(raw: bytes) -> str:
+    head = HEAD.decode(raw)
+    return f"pid {head.pid} tid {head.tid}"
+
+
+def _top_level_problems(src_scan, out_scan, plan) -> list[str]:
+    src, out = src_scan.layout, out_scan.layout
+    if src.shape != out.shape:
+        return [f"top level is {out.shape} in the output, {src.shape} in the source"]
+    ours = [v for v in out.values if v.key == "tracestream"]
+    theirs = [v for v in out.values if v.key != "tracestream"]
+    problems = []
+    if [v.key for v in theirs] != [v.key for v in src.values]:
+        problems.append(f"top-level keys differ: {[v.key for v in src.values]} vs "
+                        f"{[v.key for v in theirs]}")
+    for a, b in zip(src.values, theirs):
+        if a.key == b.key and a.raw != b.raw:
+            problems.append(f"top-level {a.key!r}: {first_difference(a.raw, b.raw)}")
+    if src.events_key_index != out.events_key_index:
+        problems.append("traceEvents moved among the top-level keys")
+    if plan.top_level_member is not None:
+        expected = plan.top_level_member.split(b": ", 1)[1]
+        if len(ours) != 1 or _TEXT_VALUES.decode(ours[0].raw) != _TEXT_VALUES.decode(expected):
+            problems.append("the top-level `tracestream` member is missing or differs")
+    elif ours:
+        problems.append("unexpected top-level `tracestream` member")
+    return problems
+
+
+def _guide_problems(checks: _OutputChecks, data: dict) -> list[str]:
+    if "num_layers" not in data:
+        return [] if not checks.guides else [f"{len(checks.guides)} unexpected guide events"]
+    expected = data["num_layers"] * data["passes"]
+    problems = []
+    if len(checks.guides) != expected:
+        problems.append(f"{len(checks.guides)} guides, expected {data['num_layers']} layers x "
+                        f"{data['passes']} passes = {expected}")
+    for (s0, e0, n0), (s1, _, n1) in zip(checks.guides, checks.guides[1:]):
+        if s1 < s0:
+            problems.append(f"guide {n1} starts before {n0}")
+        elif s1 < e0:
+            problems.append(f"guide {n1} overlaps {n0}")
+    return problems
+
+
+def _guide_text(data: dict) -> str:
+    if "num_layers" not in data:
+        return "no guides expected, none found"
+    return (f"{data['num_layers'] * data['passes']} guides ({data['num_layers']} layers x "
+            f"{data['passes']} passes) in time order, no overlap")
+
+
+def _count_problems(checks: _OutputChecks, data: dict) -> list[str]:
+    problems = []
+    for gpu in data.get("gpus", []):
+        key = (gpu["pid"], gpu["device"])
+        kernels = checks.kernels.get(key, 0)
+        streams = len(checks.streams.get(key, ()))
+        if kernels != gpu["kernel_count"]:
+            problems.append(f"pid {key[0]} device {key[1]}: {kernels} kernels in the output, "
+                            f"report says {gpu['kernel_count']}")
+        if streams != gpu["streams"]:
+            problems.append(f"pid {key[0]} device {key[1]}: {streams} original streams in the "
+                            f"output, report says {gpu['streams']}")
+    return problems
