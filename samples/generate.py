@@ -59,6 +59,7 @@ class TraceConfig:
     shuffle: bool = True
     scopes: bool = True
     bare_array: bool = False
+    sync_on_device_row: bool = False  # cuda_sync on tid -1 (Kineto's device row) not the stream
     seed: int = 0
     size_bytes: int | None = None  # keep adding iterations until the file is this big
 
@@ -257,7 +258,8 @@ class _Gen:
             self.kernel(gpu, pid, dev, tid, "Memcpy DtoH (Device -> Pinned)", t + 7_375, 2_250,
                         cat="gpu_memcpy")
             self.kernel(gpu, pid, dev, tid, "Memset (Device)", t + 9_625, 1_125, cat="gpu_memset")
-            self.kernel(gpu, pid, dev, -1, "Event Sync", t + 10_750, 3_000, cat="cuda_sync")
+            sync_tid = -1 if cfg.sync_on_device_row else tid
+            self.kernel(gpu, pid, dev, sync_tid, "Event Sync", t + 10_750, 3_000, cat="cuda_sync")
         gpu_t += 15_000
         step_end = gpu_t
         if cfg.scopes:
@@ -284,13 +286,19 @@ class _Gen:
             self.kernel(gpu, pid, device, tid, name, ts, dur, cat=cat, graph=graph)
 
         if kind == "draft":
-            for layer in range(cfg.draft_layers):
-                k_(s0, DRAFT_ANCHOR, t, 2_125)
-                t += 2_125
-                k_(side[layer % len(side)], "draft_attention_kernel", t, 9_500)
-                t += 9_500 + 250
-                k_(s0, "draft_mlp_gemm", t, 11_000)
-                t += 11_000 + 500
+            # sequential kernels, round-robin over every stream of the graph
+            names = [(DRAFT_ANCHOR, 2_125), ("draft_attention_kernel", 9_500),
+                     ("draft_mlp_gemm", 11_000), ("draft_norm_kernel", 1_500)]
+            j = 0
+            for _ in range(cfg.draft_layers):
+                for name, dur in names:
+                    k_(streams[j % len(streams)], name, t, dur)
+                    t += dur + 250
+                    j += 1
+            while j < len(streams):
+                k_(streams[j], "draft_sample_kernel", t, 1_250)
+                t += 1_250 + 250
+                j += 1
             return t
         for layer in range(cfg.layers):
             k_(s0, ANCHOR, t, 3_125)

@@ -156,3 +156,58 @@ def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level,
                            report=report, compress=compress, compress_level=compress_level,
                            quiet=quiet)
     _emit_summary(result, json_summary, quiet)
+
+
+@main.command()
+@click.option("--trace", "trace", required=True, metavar="PATH", help="The source trace.")
+@click.option("--output", "output", required=True, metavar="PATH",
+              help="The annotated trace tracestream wrote from it.")
+@_report_option
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict and each check as JSON.")
+def verify(trace, output, report, as_json):
+    """Prove an annotated trace is its source plus tracestream's additions (exit 0/1/2)."""
+    from tracestream.verify import verify as verify_trace
+
+    verdict = verify_trace(trace, output, report)
+    if as_json:
+        click.echo(orjson_dumps(verdict.to_json()))
+    else:
+        click.echo(verdict.summary())
+    sys.exit(0 if verdict.ok else 1)
+
+
+@main.command()
+@click.option("--trace", "trace", required=True, metavar="PATH",
+              help="An annotated trace written by `layers` or `compact`.")
+@click.option("--output", "output", required=True, metavar="PATH",
+              help="Where the restored source trace goes (never overwritten).")
+@click.option("--report", "report", metavar="PATH", default=None,
+              help="The annotated trace's report (default: next to --trace).")
+@_compress_option
+@_level_option
+def restore(trace, output, report, compress, compress_level):
+    """Write the source trace back from an annotated one (events and top-level keys)."""
+    from tracestream.restore import restore as restore_trace
+
+    result = restore_trace(trace, output, report, compress=compress,
+                           compress_level=compress_level)
+    click.echo(
+        f"restored {result['events']:,} events to {output} ({result['relocated']:,} moved back, "
+        f"{result['retired']} metadata events re-inserted, {result['dropped']} added events "
+        f"dropped)", err=output == "-")
+
+
+def orjson_dumps(value) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def _register_feature_commands() -> None:
+    from tracestream import cli_batch, cli_inspect, cli_view
+
+    for module in (cli_inspect, cli_batch, cli_view):
+        module.register(main)
+
+
+_register_feature_commands()
