@@ -135,6 +135,8 @@ class IndexOptions:
 
     patterns: dict[str, re.Pattern] = field(default_factory=dict)
     count_names: bool = False  # kernel name and CPU annotation counters (inspect)
+    records: bool = True  # per-event rewrite/sweep records (off for read-only commands)
+    sweep: bool = True  # sweep records of slices (needed for lanes and peak overlap)
     tmpdir: str | None = None  # where spilled records go
 
 
@@ -301,10 +303,11 @@ class IndexBuilder:
         if not candidates:
             return
         first_cand = len(self.spans)
-        self.spans.append(np.array(candidates, dtype=SPAN_DTYPE))
+        if self.options.records:
+            self.spans.append(np.array(candidates, dtype=SPAN_DTYPE))
         if slices:
             self._slices(slices, first_cand)
-        if flows:
+        if flows and self.options.records:
             self._flows(flows, first_cand)
 
     def _other(self, track: int, ordinal: int, ev) -> None:
@@ -384,6 +387,9 @@ class IndexBuilder:
         start_a = np.array(starts, dtype=np.int64)
         end_a = np.array(ends, dtype=np.int64)
         lo, hi = importer_bounds(start_a, end_a, ts_f, dur_f, exact_ts, exact_dur, int_dur)
+        self._group_spans(groups, lo, hi)
+        if not (self.options.records or self.options.sweep):
+            return
         cand = np.fromiter((row[0] for row in rows), dtype=np.int64, count=n) + first_cand
         batch = np.empty(n, dtype=SWEEP_DTYPE)
         batch["key"] = lo
@@ -396,8 +402,12 @@ class IndexBuilder:
         batch["kind"] = [row[5] for row in rows]
         batch["cand"] = cand
         self.sweep.append(batch)
+
+    def _group_spans(self, groups: list[int], lo: np.ndarray, hi: np.ndarray) -> None:
+        """Extend each group's time span (first start, last end) with this chunk's slices."""
+        group_a = np.array(groups)
         for group in set(groups):
-            mask = np.fromiter((g == group for g in groups), dtype=bool, count=n)
+            mask = group_a == group
             stats = self.group_stats[group]
             first, last = int(lo[mask].min()), int(hi[mask].max())
             stats.first_ns = first if stats.first_ns is None else min(stats.first_ns, first)
