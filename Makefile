@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(BIN)/python -m samples.demo
 
 test: $(STAMP)
+	-scripts/ensure-chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

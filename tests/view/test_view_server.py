@@ -1,0 +1,481 @@
+"""The view server: exact bytes, bounded memory, nothing but '/' and '/trace', loopback only."""
+
+from __future__ import annotations
+
+import _thread
+import fcntl
+import gzip
+import hashlib
+import html
+import http.client
+import json
+import os
+import re
+import socket
+import struct
+import threading
+import time
+import tracemalloc
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tracestream import view
+from tracestream.errors import TraceError
+from tracestream.view import TraceFile, ViewServer, view_trace
+
+MB = 1 << 20
+TRACE_BYTES = b'{"traceEvents": [{"ph": "X", "name": "a&b", "ts": 1, "dur": 2}]}\n'
+
+
+@pytest.fixture
+def trace(tmp_path) -> Path:
+    path = tmp_path / "trace.json"
+    path.write_bytes(TRACE_BYTES)
+    return path
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One server for the many small request-shape cases, to keep the suite quick."""
+    path = tmp_path_factory.mktemp("shared") / "trace.json"
+    path.write_bytes(TRACE_BYTES)
+    with serving(path) as server:
+        yield server
+
+
+@contextmanager
+def serving(trace_path, **kwargs):
+    with ViewServer(trace_path, **kwargs) as server:
+        server.start()
+        yield server
+
+
+def get(server: ViewServer, path: str, method: str = "GET", headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request(method, path, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def raw_request(port: int, request: bytes) -> tuple[int, bytes]:
+    """Sends bytes as they are, so no client library can tidy up the path first."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    reply = b"".join(chunks)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(8 * MB):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download_sha256(server: ViewServer, path: str = "/trace") -> tuple[int, str | None, str, int]:
+    """Streams a response into a hash, so the client holds one block at a time."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        digest, total = hashlib.sha256(), 0
+        while block := response.read(MB):
+            digest.update(block)
+            total += len(block)
+        return response.status, response.getheader("Content-Length"), digest.hexdigest(), total
+    finally:
+        conn.close()
+
+
+def config_from_page(page: str) -> dict:
+    match = re.search(r'<script type="application/json" id="view-config">(.*?)</script>', page)
+    return json.loads(match.group(1))
+
+
+# --- '/' and '/trace' -------------------------------------------------------------------
+
+
+def test_page_carries_the_handshake_and_a_strict_policy(trace):
+    with serving(trace) as server:
+        status, headers, body = get(server, "/")
+    page = body.decode("utf-8")
+    assert status == 200
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+    assert int(headers["Content-Length"]) == len(body)
+    for piece in ('postMessage("PING", uiOrigin)', 'event.data !== "PONG"',
+                  "event.origin !== uiOrigin", 'fetch("/trace"',
+                  "perfetto: {buffer, title: cfg.title, fileName: cfg.fileName}",
+                  "Trace sent \\u2014 check the timeline"):
+        assert piece in page
+    assert config_from_page(page) == {
+        "uiUrl": "https://ui.perfetto.dev", "title": "trace.json", "fileName": "trace.json"}
+    csp = headers["Content-Security-Policy"]
+    assert "frame-src https://ui.perfetto.dev;" in csp
+    assert "script-src 'nonce-" in csp and "unsafe-inline" not in csp
+    assert "Cross-Origin-Opener-Policy" not in headers  # Perfetto: it breaks the handshake
+
+
+def test_trace_is_served_byte_for_byte_with_its_length(trace):
+    with serving(trace) as server:
+        status, length, digest, total = download_sha256(server)
+        head_status, head_headers, head_body = get(server, "/trace", method="HEAD")
+    assert status == 200
+    assert digest == hashlib.sha256(TRACE_BYTES).hexdigest()
+    assert int(length) == total == len(TRACE_BYTES)
+    assert (head_status, head_body) == (200, b"")
+    assert int(head_headers["Content-Length"]) == len(TRACE_BYTES)
+    assert head_headers["Content-Type"] == "application/octet-stream"
+    assert head_headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_query_string_on_the_two_real_paths_is_ignored(trace):
+    with serving(trace) as server:
+        assert get(server, "/?reload=1")[0] == 200
+        assert get(server, "/trace?x=1")[2] == TRACE_BYTES
+
+
+def test_gzip_trace_is_sent_compressed_because_perfetto_unpacks_it(tmp_path):
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip.compress(TRACE_BYTES * 1000))
+    with serving(path) as server:
+        status, length, digest, _ = download_sha256(server)
+        page = get(server, "/")[2].decode()
+    assert status == 200
+    assert digest == sha256_file(path)  # the .gz bytes themselves
+    assert int(length) == path.stat().st_size
+    assert config_from_page(page)["fileName"] == "trace.json.gz"
+
+
+def test_zstd_trace_is_decompressed_on_the_fly(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    raw = TRACE_BYTES * 50_000
+    path = tmp_path / "trace.json.zst"
+    compressor = zstandard.ZstdCompressor()
+    path.write_bytes(compressor.compress(raw[: len(raw) // 3]) + compressor.compress(
+        raw[len(raw) // 3 :]))  # two frames
+    with serving(path) as server:
+        status, length, digest, total = download_sha256(server)
+        config = config_from_page(get(server, "/")[2].decode())
+    assert status == 200
+    assert length is None  # unknown in advance: the body ends when the connection closes
+    assert (digest, total) == (hashlib.sha256(raw).hexdigest(), len(raw))
+    assert config["title"] == "trace.json.zst"
+    assert config["fileName"] == "trace.json"
+
+
+def test_zstd_is_recognised_by_content_not_name(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    path = tmp_path / "trace.bin"
+    path.write_bytes(zstandard.ZstdCompressor().compress(TRACE_BYTES))
+    assert view.describe_trace(path).zstd
+    (tmp_path / "fake.zst").write_bytes(TRACE_BYTES)
+    assert not view.describe_trace(tmp_path / "fake.zst").zstd
+
+
+def make_big_trace(path: Path, size: int) -> None:
+    """A sparse file with a few distinct 8 MiB blocks: big on paper, quick to write."""
+    pattern = hashlib.sha256(b"seed").digest() * (8 * MB // 32)
+    with path.open("wb") as fh:
+        for i, offset in enumerate((0, size // 3, size // 2, size - 8 * MB)):
+            fh.seek(offset)
+            fh.write(bytes([i]) + pattern[1:])
+        fh.truncate(size)
+
+
+def test_200_mb_trace_streams_in_bounded_memory(tmp_path):
+    size = 200 * MB
+    path = tmp_path / "big.json"
+    make_big_trace(path, size)
+    expected = sha256_file(path)
+
+    with serving(path) as server:
+        tracemalloc.start()
+        try:
+            started = time.perf_counter()
+            status, length, digest, total = download_sha256(server)
+            seconds = time.perf_counter() - started
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+
+    print(f"200 MB served in {seconds:.2f} s; traced peak {peak / MB:.1f} MiB "
+          "(server thread and client together)")
+    assert status == 200
+    assert (digest, total, int(length)) == (expected, size, size)
+    assert peak < 20 * MB, f"serving 200 MB peaked at {peak / MB:.1f} MiB"
+
+
+def test_copy_blocks_stops_at_the_length_already_announced():
+    import io
+
+    sink = io.BytesIO()
+    assert view.copy_blocks(io.BytesIO(b"x" * 10), sink, limit=4, block_size=3) == 4
+    assert sink.getvalue() == b"xxxx"
+
+
+# --- nothing else is served ---------------------------------------------------------------
+
+NOT_SERVED = [
+    "/..", "/../", "/../../etc/passwd", "/%2e%2e/", "/%2E%2E/%2E%2E/etc/passwd", "/.%2e/",
+    "/trace/x", "/trace/", "//trace", "/./trace", "/trace/..", "/%74race", "/trace%00",
+    "/index.html", "/favicon.ico", "/nope?x=1", "/..?x=1", "/trace.json", "*",
+    "http://127.0.0.1/", "/%20", "/%2Ftrace",
+]
+
+
+@pytest.mark.parametrize("target", NOT_SERVED)
+def test_everything_else_is_404(shared_server, target):
+    status, body = raw_request(shared_server.port, f"GET {target} HTTP/1.0\r\n\r\n".encode())
+    assert status == 404, target
+    assert TRACE_BYTES not in body
+
+
+def test_the_trace_file_name_and_folder_are_not_paths(trace):
+    with serving(trace) as server:
+        for target in (f"/{trace.name}", f"{trace.parent}/", str(trace), "/tmp/"):
+            assert raw_request(server.port, f"GET {target} HTTP/1.0\r\n\r\n".encode())[0] == 404
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE"])
+def test_only_get_and_head_exist(shared_server, method):
+    status, _ = raw_request(shared_server.port, f"{method} /trace HTTP/1.0\r\n\r\n".encode())
+    assert status == 501
+
+
+@pytest.mark.parametrize("host, allowed", [
+    ("127.0.0.1:8000", True), ("localhost:8000", True), ("LOCALHOST", True),
+    ("[::1]:8000", True), ("127.0.0.1", True),
+    ("attacker.example:8000", False), ("attacker.example", False), ("192.0.2.7:80", False),
+    ("localhost.attacker.example", False), ("", False),
+])
+def test_foreign_host_header_is_refused_against_dns_rebinding(shared_server, host, allowed):
+    assert view.is_loopback_host(host) is allowed
+    request = f"GET /trace HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    assert raw_request(shared_server.port, request)[0] == (200 if allowed else 403)
+
+
+# --- loopback only -------------------------------------------------------------------------
+
+
+def non_loopback_ipv4_addresses() -> list[str]:
+    """This machine's interface addresses other than 127.x (Linux SIOCGIFADDR)."""
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(sock.fileno(), 0x8915,
+                                     struct.pack("256s", name[:15].encode()))
+            except OSError:
+                continue  # no IPv4 address on this interface
+            address = socket.inet_ntoa(packed[20:24])
+            if not address.startswith("127."):
+                found.append(address)
+    return found
+
+
+def test_binds_loopback_only(trace):
+    addresses = non_loopback_ipv4_addresses()
+    with serving(trace) as server:
+        assert server._httpd.server_address[0] == "127.0.0.1"
+        assert server.url == f"http://127.0.0.1:{server.port}/"
+        assert get(server, "/")[0] == 200
+        for address in addresses:
+            with pytest.raises(OSError):
+                socket.create_connection((address, server.port), timeout=2).close()
+    if not addresses:
+        pytest.skip("no non-loopback interface here to try the port from")
+
+
+def test_port_zero_picks_a_free_port_and_a_taken_port_is_a_trace_error(trace):
+    with ViewServer(trace) as first:
+        assert first.port > 0
+        with pytest.raises(TraceError, match=f"cannot listen on 127.0.0.1:{first.port}"):
+            ViewServer(trace, port=first.port)
+
+
+# --- escaping -------------------------------------------------------------------------------
+
+HOSTILE_TITLE = """</script><script>alert(1)</script>"'&amp;<!--.json"""
+
+
+def test_hostile_name_is_escaped_in_html_and_in_the_script_block():
+    hostile = TraceFile(path=Path("x"), title=HOSTILE_TITLE, file_name=HOSTILE_TITLE, zstd=False)
+    page = view.render_page(hostile, "https://ui.perfetto.dev", nonce="n0nce")
+    template_scripts = view.render_page(
+        TraceFile(Path("x"), "plain", "plain", False), "https://ui.perfetto.dev", "n0nce")
+
+    # Nothing from the name can open or close an element or a comment.
+    assert page.count("</script>") == template_scripts.count("</script>")
+    assert page.count("<script") == template_scripts.count("<script")
+    assert "<!--" not in page and "alert(1)</" not in page
+    # HTML context: entity-escaped, and it reads back as the exact name.
+    title_text = re.search(r"<title>(.*?) - tracestream view</title>", page).group(1)
+    assert html.unescape(title_text) == HOSTILE_TITLE
+    name_text = re.search(r'<span id="trace-name">(.*?)</span>', page).group(1)
+    assert html.unescape(name_text) == HOSTILE_TITLE
+    assert not re.search(r"[<>\"']", name_text)
+    # Script context: no '<', '>' or '&' at all, and JSON gives back the exact name.
+    block = re.search(r'id="view-config">(.*?)</script>', page).group(1)
+    assert not re.search(r"[<>&]", block)
+    assert json.loads(block)["title"] == json.loads(block)["fileName"] == HOSTILE_TITLE
+
+
+def test_real_file_with_markup_and_quotes_in_its_name_is_escaped(tmp_path):
+    name = """<script>alert("1")</script>'&<!--.json""".replace("/", "")  # no '/' in names
+    path = tmp_path / name
+    path.write_bytes(TRACE_BYTES)
+    with serving(path) as server:
+        page = get(server, "/")[2].decode()
+    assert "<script>alert" not in page and "<!--" not in page
+    assert config_from_page(page)["title"] == name
+
+
+def test_json_for_script_escapes_separators_and_non_ascii():
+    text = view.json_for_script({"t": "a\u2028b\u2029c<é>&"})
+    assert text == '{"t": "a\\u2028b\\u2029c\\u003c\\u00e9\\u003e\\u0026"}'
+    assert json.loads(text) == {"t": "a\u2028b\u2029c<é>&"}
+
+
+def test_name_that_is_not_utf8_still_renders(tmp_path):
+    path = tmp_path / os.fsdecode(b"bad-\xff.json")
+    path.write_bytes(TRACE_BYTES)
+    with serving(path) as server:
+        status, _, body = get(server, "/")
+    assert status == 200
+    assert config_from_page(body.decode())["title"] == "bad-\ufffd.json"
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+
+def test_missing_trace_is_one_clear_trace_error(tmp_path):
+    with pytest.raises(TraceError, match="trace not found: .*nope.json"):
+        ViewServer(tmp_path / "nope.json")
+
+
+def test_folder_and_empty_file_are_refused(tmp_path):
+    with pytest.raises(TraceError, match="not a regular file"):
+        ViewServer(tmp_path)
+    (tmp_path / "empty.json").write_bytes(b"")
+    with pytest.raises(TraceError, match="trace is empty"):
+        ViewServer(tmp_path / "empty.json")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read a file whatever its mode")
+def test_unreadable_trace_is_a_trace_error(trace):
+    trace.chmod(0)
+    try:
+        with pytest.raises(TraceError, match="cannot read trace"):
+            ViewServer(trace)
+    finally:
+        trace.chmod(0o644)
+
+
+@pytest.mark.parametrize("ui_url", [
+    "file:///tmp/ui.html", "javascript:alert(1)", "ftp://ui.perfetto.dev", "https://",
+    "ui.perfetto.dev", "https://evil;script-src *", "http://host:99999/", "https://a b/",
+    "data:text/html,<script>alert(1)</script>",
+])
+def test_ui_url_must_be_http_or_https(trace, ui_url):
+    with pytest.raises(TraceError, match="--ui-url"):
+        ViewServer(trace, ui_url=ui_url)
+
+
+@pytest.mark.parametrize("ui_url, origin", [
+    ("https://ui.perfetto.dev", "https://ui.perfetto.dev"),
+    ("https://ui.perfetto.dev/#!/viewer", "https://ui.perfetto.dev"),
+    ("HTTPS://UI.Perfetto.dev:443/v1/", "https://ui.perfetto.dev"),
+    ("http://127.0.0.1:10000/", "http://127.0.0.1:10000"),
+    ("http://[::1]:8080", "http://[::1]:8080"),
+])
+def test_ui_origin_is_what_postmessage_targets(ui_url, origin):
+    assert view.ui_origin(ui_url) == origin
+
+
+# --- lifecycle and view_trace ---------------------------------------------------------------
+
+
+def test_shutdown_frees_the_port_and_is_idempotent(trace):
+    server = ViewServer(trace)
+    server.start()
+    assert get(server, "/")[0] == 200
+    server.shutdown()
+    server.shutdown()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+    ViewServer(trace).shutdown()  # never started: must not hang
+
+
+def test_serve_forever_returns_when_shut_down_from_another_thread(trace):
+    server = ViewServer(trace)
+    threading.Timer(0.3, server.shutdown).start()
+    started = time.monotonic()
+    server.serve_forever()
+    assert time.monotonic() - started < 5
+
+
+def test_view_trace_prints_address_and_tunnel_then_returns_on_ctrl_c(trace, monkeypatch):
+    lines: list[str] = []
+    fetched: list[int] = []
+    opened: list[str] = []
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(view.webbrowser, "open", lambda url, new=0: opened.append(url) or True)
+
+    def user_then_ctrl_c():
+        try:
+            deadline = time.monotonic() + 10
+            while not lines and time.monotonic() < deadline:
+                time.sleep(0.05)
+            port = int(re.search(r"127\.0\.0\.1:(\d+)/", lines[0]).group(1))
+            fetched.append(raw_request(port, b"GET / HTTP/1.0\r\n\r\n")[0])
+        finally:
+            _thread.interrupt_main()  # always, so a failure here cannot hang the test
+
+    helper = threading.Thread(target=user_then_ctrl_c)
+    helper.start()
+    view_trace(trace, echo=lines.append)  # returns normally: Ctrl-C is the way to stop
+    helper.join()
+
+    port = int(re.search(r"127\.0\.0\.1:(\d+)/", lines[0]).group(1))
+    assert fetched == [200]
+    assert opened == [f"http://127.0.0.1:{port}/"]
+    assert str(trace) in lines[0]
+    assert any(f"ssh -L {port}:127.0.0.1:{port} host" in line for line in lines)
+    assert any("Nothing is uploaded" in line for line in lines)
+    assert lines[-1] == "Stopped."
+
+
+def test_view_trace_without_browser_never_opens_one(trace, monkeypatch):
+    monkeypatch.setattr(view.webbrowser, "open", lambda *a, **k: pytest.fail("opened"))
+    monkeypatch.setattr(ViewServer, "serve_forever", lambda self: None)
+    lines: list[str] = []
+    view_trace(trace, open_browser=False, echo=lines.append)
+    assert not any("No desktop browser" in line for line in lines)
+
+
+def test_no_display_means_no_console_browser_takeover(trace, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(view.sys, "platform", "linux")
+    monkeypatch.setattr(view.webbrowser, "open", lambda *a, **k: pytest.fail("opened"))
+    monkeypatch.setattr(ViewServer, "serve_forever", lambda self: None)
+    lines: list[str] = []
+    view_trace(trace, echo=lines.append)
+    assert any("No desktop browser found here" in line for line in lines)
+
+
+def test_has_desktop():
+    assert view.has_desktop({}, "darwin")
+    assert view.has_desktop({"DISPLAY": ":0"}, "linux")
+    assert view.has_desktop({"WAYLAND_DISPLAY": "wayland-0"}, "linux")
+    assert not view.has_desktop({"SSH_CONNECTION": "x"}, "linux")
