@@ -60,6 +60,7 @@ class TraceConfig:
     scopes: bool = True
     bare_array: bool = False
     sync_on_device_row: bool = False  # cuda_sync on tid -1 (Kineto's device row) not the stream
+    epoch_us: int = EPOCH_US  # where time starts (older Kineto: ~6.1e12 µs since boot)
     seed: int = 0
     size_bytes: int | None = None  # keep adding iterations until the file is this big
 
@@ -86,11 +87,14 @@ class GroundTruth:
     config: dict = field(default_factory=dict)
 
 
+_EPOCH = [EPOCH_US]  # set per trace by generate()
+
+
 def _us(ns: int, decimals: bool) -> str:
     if decimals:
         q, r = divmod(ns, 1000)
-        return f"{EPOCH_US + q}.{r:03d}"
-    return str(EPOCH_US + ns // 1000)
+        return f"{_EPOCH[0] + q}.{r:03d}"
+    return str(_EPOCH[0] + ns // 1000)
 
 
 def _dur(ns: int, decimals: bool) -> str:
@@ -328,20 +332,20 @@ def _q(text: str) -> str:
 
 def _metadata(cfg: TraceConfig, truth: GroundTruth) -> list[str]:
     events = [
-        f'  {{\n    "name": "process_name", "ph": "M", "ts": {EPOCH_US}, "pid": {CPU_PID}, "tid": 0,\n'
+        f'  {{\n    "name": "process_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {CPU_PID}, "tid": 0,\n'
         f'    "args": {{\n      "name": "python3"\n    }}\n  }}',
-        f'  {{\n    "name": "thread_name", "ph": "M", "ts": {EPOCH_US}, "pid": {CPU_PID}, "tid": {CPU_PID},\n'
+        f'  {{\n    "name": "thread_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {CPU_PID}, "tid": {CPU_PID},\n'
         f'    "args": {{\n      "name": "thread {CPU_PID} (python3)"\n    }}\n  }}',
     ]
     for pid in range(cfg.gpus):
         events.append(
-            f'  {{\n    "name": "process_name", "ph": "M", "ts": {EPOCH_US}, "pid": {pid}, "tid": 0,\n'
+            f'  {{\n    "name": "process_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": 0,\n'
             f'    "args": {{\n      "name": "python3"\n    }}\n  }}')
         events.append(
-            f'  {{\n    "name": "process_labels", "ph": "M", "ts": {EPOCH_US}, "pid": {pid}, "tid": 0,\n'
+            f'  {{\n    "name": "process_labels", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": 0,\n'
             f'    "args": {{\n      "labels": "GPU {pid}"\n    }}\n  }}')
         events.append(
-            f'  {{\n    "name": "process_sort_index", "ph": "M", "ts": {EPOCH_US}, "pid": {pid}, "tid": 0,\n'
+            f'  {{\n    "name": "process_sort_index", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": 0,\n'
             f'    "args": {{\n      "sort_index": {16777216 + pid}\n    }}\n  }}')
     tids = set()
     for key, streams in truth.streams.items():
@@ -353,10 +357,10 @@ def _metadata(cfg: TraceConfig, truth: GroundTruth) -> list[str]:
     for pid, tid in sorted(tids):
         label = "Device sync" if tid == -1 else f"stream {tid} "
         events.append(
-            f'  {{\n    "name": "thread_name", "ph": "M", "ts": {EPOCH_US}, "pid": {pid}, "tid": {tid},\n'
+            f'  {{\n    "name": "thread_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": {tid},\n'
             f'    "args": {{\n      "name": "{label}"\n    }}\n  }}')
         events.append(
-            f'  {{\n    "name": "thread_sort_index", "ph": "M", "ts": {EPOCH_US}, "pid": {pid}, "tid": {tid},\n'
+            f'  {{\n    "name": "thread_sort_index", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": {tid},\n'
             f'    "args": {{\n      "sort_index": {tid}\n    }}\n  }}')
     return events
 
@@ -364,6 +368,7 @@ def _metadata(cfg: TraceConfig, truth: GroundTruth) -> list[str]:
 def generate(path, cfg: TraceConfig | None = None) -> GroundTruth:
     """Write a trace to `path` (.json, .json.gz, .json.zst) and return its ground truth."""
     cfg = cfg or TraceConfig()
+    _EPOCH[0] = cfg.epoch_us
     truth = GroundTruth(config=asdict(cfg))
     path = Path(path)
     writer = _Writer(path)

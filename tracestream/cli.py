@@ -3,6 +3,8 @@
 No trace logic lives here; every command is a thin wrapper over `tracestream.api`.
 """
 
+import os
+import signal
 import sys
 
 import click
@@ -23,6 +25,37 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("tracestream: interrupted; no output was left behind", err=True)
             sys.exit(130)
+        except _Terminated:
+            click.echo("tracestream: terminated; no output was left behind", err=True)
+            sys.exit(143)
+        except Exception as exc:  # a bug: one line for unattended jobs, details on request
+            if os.environ.get("TRACESTREAM_DEBUG"):
+                raise
+            click.echo(
+                f"tracestream: internal error: {type(exc).__name__}: {exc} (nothing was written;"
+                " rerun with TRACESTREAM_DEBUG=1 for the traceback and please report it)",
+                err=True,
+            )
+            sys.exit(70)
+
+    def main(self, *args, **kwargs):
+        _install_signal_handlers()
+        return super().main(*args, **kwargs)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so every cleanup handler runs."""
+
+
+def _install_signal_handlers() -> None:
+    def terminate(signum, frame):
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
+    # a file size limit (RLIMIT_FSIZE) must fail the write, not kill the process
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # a closed stdout pipe must fail the write (EPIPE), not kill the process silently
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

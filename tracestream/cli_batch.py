@@ -1,5 +1,142 @@
-"""Click commands for `batch` (registered on the main group by tracestream.cli)."""
+"""Click commands for `batch` (registered on the main group by tracestream.cli).
+
+    tracestream batch compact --output-dir out/ --jobs 4 traces/*.json.gz
+    tracestream batch layers --manifest ranks.jsonl --output-dir out/ --jobs 4
+    tracestream batch compact --engine dask --scheduler tcp://HOST:8786 --output-dir /shared/out ...
+
+Thin: options -> `tracestream.batch` -> one JSON line per trace on stdout, progress
+and a summary table on stderr, exit 0 when every trace succeeded and 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+
+def _default_jobs() -> int:
+    return os.cpu_count() or 1
+
+
+def _engine_options(f):
+    options = [
+        click.option("--output-dir", required=True, metavar="DIR",
+                     type=click.Path(file_okay=False),
+                     help="Where outputs and reports go (created if missing; on shared storage "
+                          "for a Dask cluster)."),
+        click.option("--jobs", "-j", type=int, default=_default_jobs, show_default="CPU count",
+                     metavar="N",
+                     help="Worker processes (local pool, or the LocalCluster of --engine dask)."),
+        click.option("--engine", type=click.Choice(["local", "dask"]), default="local",
+                     show_default=True,
+                     help="local: a process pool here; dask: dask.distributed workers."),
+        click.option("--scheduler", default=None, metavar="ADDRESS",
+                     help="An existing Dask scheduler (tcp://host:8786); without it --engine "
+                          "dask starts a LocalCluster of --jobs processes."),
+        click.option("--compress", type=click.Choice(["none", "gzip", "zstd"]), default=None,
+                     help="Output compression (default: the input's, from its name)."),
+        click.option("--compress-level", type=int, default=None, metavar="N",
+                     help="gzip level (default 1) or zstd level (default 3)."),
+        click.option("--verify", "verify", is_flag=True,
+                     help="Verify each output in its task; a failure removes output and report."),
+        click.option("--skip-existing", is_flag=True,
+                     help="Skip traces whose output and report both exist (status skipped)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None) -> None:
+    from tracestream.batch import (
+        final_line,
+        progress_text,
+        result_line,
+        run_batch,
+        summary_table,
+    )
+
+    tty = sys.stderr.isatty()
+
+    def on_result(result, outcome):
+        if tty:
+            click.echo("\r\x1b[K", nl=False, err=True)
+        click.echo(result_line(result))
+        if tty:
+            click.echo(progress_text(outcome), nl=False, err=True)
+
+    if tty:
+        click.echo(f"batch {kind}: {len(tasks)} traces, engine {engine}", err=True)
+    outcome = run_batch(tasks, engine=engine, jobs=jobs, scheduler=scheduler,
+                        on_result=on_result)
+    if tty:
+        click.echo("\r\x1b[K" + progress_text(outcome), err=True)
+    click.echo(final_line(outcome, kind), err=True)
+    click.echo(summary_table(outcome), err=True)
+    sys.exit(outcome.exit_code)
 
 
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
+
+    @main.group()
+    def batch():
+        """Run compact or layers over many traces (one task per file), locally or on Dask.
+
+        Prints one JSON line per trace as it finishes (trace, output, status, error,
+        seconds, events, lanes/guides); exit 0 when all succeeded, 1 when any failed.
+        """
+
+    @batch.command("compact")
+    @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+    @click.option("--max-gpu-lanes", type=int, default=10, show_default=True, metavar="N",
+                  help="Display lanes per device (1-10).")
+    @click.option("--pid", default=None, metavar="PID", help="Compact only this GPU process.")
+    @_engine_options
+    def batch_compact(traces, max_gpu_lanes, pid, output_dir, jobs, engine, scheduler, compress,
+                      compress_level, verify, skip_existing):
+        """Compact every TRACE with the same options: OUT/<name>.compact.json[.gz]."""
+        from tracestream.batch import compact_tasks, pid_value
+        from tracestream.plan import CompactSpec
+
+        tasks = compact_tasks(traces, output_dir,
+                              CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid)),
+                              compress=compress, compress_level=compress_level, verify=verify,
+                              skip_existing=skip_existing)
+        _run("compact", tasks, engine, jobs, scheduler)
+
+    @batch.command("layers")
+    @click.option("--manifest", required=True, metavar="PATH", type=click.Path(dir_okay=False),
+                  help="JSON lines: {\"trace\": ..., \"output\": ... (optional), and layers "
+                       "options with underscores, e.g. \"pid\": 1, \"anchor_offset\": 9}. "
+                       "Relative traces are relative to the manifest's folder.")
+    @click.option("--anchor-regex", default=None, metavar="REGEX")
+    @click.option("--num-layers", type=int, default=None, metavar="N")
+    @click.option("--anchor-offset", type=int, default=None, metavar="K")
+    @click.option("--passes", type=int, default=None, metavar="P")
+    @click.option("--anchor-stride", type=int, default=None, metavar="S")
+    @click.option("--extra-anchors-per-pass", type=int, default=None, metavar="E")
+    @click.option("--first-layer", type=int, default=None, metavar="F")
+    @click.option("--end-anchor-regex", default=None, metavar="REGEX")
+    @click.option("--phase", default=None)
+    @click.option("--evidence", default=None)
+    @click.option("--pid", default=None, metavar="PID")
+    @click.option("--device", default=None, metavar="D")
+    @click.option("--max-gpu-lanes", type=int, default=None, metavar="N",
+                  help="Also compact GPU activity into at most N (1-10) display lanes.")
+    @_engine_options
+    def batch_layers(manifest, output_dir, jobs, engine, scheduler, compress, compress_level,
+                     verify, skip_existing, **layer_options):
+        """Add layer guides to every trace of a manifest: OUT/<name>.layers.json[.gz].
+
+        The layers options (see `tracestream layers --help`) given here are defaults;
+        the same option on a manifest line (with underscores) wins for that trace.
+        """
+        from tracestream.batch import layers_tasks
+
+        tasks = layers_tasks(manifest, output_dir, layer_options, compress=compress,
+                             compress_level=compress_level, verify=verify,
+                             skip_existing=skip_existing)
+        _run("layers", tasks, engine, jobs, scheduler)

@@ -1,5 +1,69 @@
-"""Click commands for `inspect` (registered on the main group by tracestream.cli)."""
+"""Click commands for `inspect` and `anchors` (registered on the main group by tracestream.cli).
+
+Thin wrappers: parse options, call `tracestream.inspect`, print. Library
+refusals (TraceError) become one stderr line and exit 2 in the main group.
+"""
+
+import click
+
+
+def _print_json(report: dict) -> None:
+    from tracestream.jsontext import dumps
+
+    click.echo(dumps(report).decode())
+
+
+_json_option = click.option("--json", "as_json", is_flag=True,
+                            help="Print one JSON object instead of tables.")
 
 
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
+
+    @main.command("inspect")
+    @click.option("--trace", "trace", required=True, metavar="PATH",
+                  help="Input trace (.json, .json.gz, .json.zst; detected from the bytes), "
+                       "or - for stdin.")
+    @_json_option
+    @click.option("--top", type=int, default=30, show_default=True, metavar="N",
+                  help="Most frequent kernel names per GPU and CPU user annotations to show.")
+    def inspect_command(trace, as_json, top):
+        """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
+        from tracestream.inspect import format_inspect, inspect_trace
+
+        report = inspect_trace(trace, top=top, quiet=as_json)
+        if as_json:
+            _print_json(report)
+        else:
+            click.echo(format_inspect(report))
+
+    @main.command("anchors")
+    @click.option("--trace", "trace", required=True, metavar="PATH",
+                  help="Input trace (.json, .json.gz, .json.zst; detected from the bytes), "
+                       "or - for stdin.")
+    @click.option("--anchor-regex", required=True, metavar="REGEX",
+                  help="Kernel name pattern (Python re.search) of the candidate anchor.")
+    @click.option("--pid", default=None, metavar="PID", help="GPU process of the anchors.")
+    @click.option("--device", default=None, metavar="D", help="args.device of the anchors.")
+    @click.option("--cross-check", default=None, metavar="REGEX",
+                  help="Second landmark (e.g. the terminal kernel): count its matches between "
+                       "consecutive anchors inside a cluster and flag counts other than one.")
+    @click.option("--gap-factor", type=float, default=None, metavar="F",
+                  help="A gap larger than F x the median gap starts a new cluster "
+                       "[default: 3].")
+    @_json_option
+    def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, as_json):
+        """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
+        for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
+        from tracestream.cli import _pid_value
+        from tracestream.inspect import GAP_FACTOR, find_anchors, format_anchors
+
+        report = find_anchors(
+            trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
+            cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
+            quiet=as_json,
+        )
+        if as_json:
+            _print_json(report)
+        else:
+            click.echo(format_anchors(report))

@@ -322,6 +322,10 @@ class DocumentScanner:
             close_brace, after, closed = cut
             data = buf.data[start : close_brace + 1]
             events = self._decode(data, buf.base + start)
+            if isinstance(events, _ArrayEndsBefore):
+                # the cut lay past the end of the event array (in later top-level values)
+                target = events.position
+                continue
             if events is not None:
                 return EventChunk(buf.base + start, data, 0, events), after, closed
             # the cut was inside a string or nested value: take a longer chunk
@@ -340,6 +344,8 @@ class DocumentScanner:
         except orjson.JSONDecodeError as exc:
             if exc.pos >= len(doc) - 1 or "unexpected end" in str(exc).lower():
                 return None
+            if "unexpected content after document" in str(exc):
+                return _ArrayEndsBefore(exc.pos - 1)
             where = base + exc.pos - 1
             raise TraceError(
                 f"malformed JSON at byte {where} ({_event_at(data, base, exc.pos - 1)}): "
@@ -366,6 +372,13 @@ class DocumentScanner:
             f"input ends inside the event array (last complete data before byte "
             f"{buf.base + len(buf.data)}): the trace is truncated"
         )
+
+
+@dataclass
+class _ArrayEndsBefore:
+    """The event array closes before the cut, at `position` bytes into the chunk."""
+
+    position: int
 
 
 def _last_cut(data: bytes, start: int, limit: int):

@@ -143,10 +143,10 @@ def build_guides(anchors: list[Match], terminals: list[Match] | None, spec: Laye
     available = len(anchors) - spec.anchor_offset
     if available < needed:
         raise TraceError(
-            f"need {needed} anchors from offset {spec.anchor_offset} "
+            f"need {needed} anchors from offset {spec.anchor_offset}, found {max(available, 0)} "
             f"({spec.passes} pass(es) x {spec.num_layers} layers x stride {spec.anchor_stride}"
-            f" + {spec.extra_anchors_per_pass} extra between passes), found {max(available, 0)} "
-            f"({len(anchors)} matches in all)"
+            f" + {spec.extra_anchors_per_pass} extra between passes; {len(anchors)} matches "
+            "in all)"
         )
     guides = []
     previous: Match | None = None

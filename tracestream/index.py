@@ -293,7 +293,7 @@ class IndexBuilder:
                     candidates.append((ordinal, offset, len(raw), META))
             else:
                 other(track_of(ev.pid, ev.tid), ordinal, ev)
-            if has_provenance and _PROVENANCE_BYTES in raw and _carries_provenance(raw):
+            if has_provenance and _PROVENANCE_BYTES in bytes(raw) and _carries_provenance(raw):
                 self.provenance_ordinal = ordinal
                 has_provenance = False
             pos += len(raw)

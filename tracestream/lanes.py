@@ -32,7 +32,8 @@ class GroupLanes:
     peak_at_ns: int | None = None  # time at which the last (highest) lane opened
     count: int = 0
 
-    def place(self, lo: int, hi: int) -> int:
+    def place(self, lo: int, hi: int, start: int | None = None) -> int:
+        """Lane for a slice with bounds [lo, hi]; `start` (exact) is what a peak reports."""
         heap = self.heap
         self.count += 1
         if heap and heap[0][0] <= lo:
@@ -41,7 +42,7 @@ class GroupLanes:
             return lane
         lane = self.lanes
         self.lanes += 1
-        self.peak_at_ns = lo
+        self.peak_at_ns = lo if start is None else start
         heapq.heappush(heap, (hi, lane))
         return lane
 
@@ -120,7 +121,7 @@ class Sweep:
                     state = groups.get(group)
                     if state is None:
                         state = groups[group] = GroupLanes()
-                    lane = state.place(keys[i], his[i])
+                    lane = state.place(keys[i], his[i], starts[i])
                     on_slice(cands[i], group, lane)
                     if track in relocated and kind != SCOPE_KIND:
                         entries = open_by_track.get(track)

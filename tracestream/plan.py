@@ -120,8 +120,8 @@ class Planner:
         if index.provenance_ordinal is not None:
             raise TraceError(
                 f"event {index.provenance_ordinal} already carries `_compact_gpu_track` "
-                f"provenance: this trace was compacted by tracestream; start {what} from the "
-                "source trace"
+                f"provenance: this trace was already compacted by tracestream ({what} needs "
+                "the original); start from the source trace"
             )
 
     def _tids(self, pid: Any, count: int) -> list[int]:
@@ -442,6 +442,9 @@ class Planner:
             "output_file": self.output_name,
             "report_file": self.report_name,
         })
+        previous = [v for v in index.layout.values if v.key == "tracestream"]
+        if previous:
+            report["source_tracestream"] = RawJSON(previous[0].raw)
         if compaction is not None:
             compaction = {"notice": COMPACT_NOTICE, **compaction}
             if layers is None:

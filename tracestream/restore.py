@@ -46,9 +46,10 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
             while pending and pending[0][0] == restored:
                 emit(pending.pop(0)[1])
 
+        previous = data.get("source_tracestream")
         for chunk in scanner.chunks():
             if not started:
-                out.write(_prefix(layout.shape, layout.values))
+                out.write(_prefix(layout.shape, layout.values, previous))
                 started = True
             for i, raw in enumerate(chunk.events):
                 position = chunk.first_ordinal + i
@@ -66,7 +67,7 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
                     relocated += 1
                 emit(raw)
         if not started:
-            out.write(_prefix(layout.shape, layout.values))
+            out.write(_prefix(layout.shape, layout.values, previous))
         flush_retired()
         if pending or restored != original:
             raise TraceError(
@@ -75,27 +76,32 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
             )
         annotated.finish_read(stats)
         after = layout.values[layout.events_key_index:] if layout.shape == "object" else []
-        out.write(_suffix(layout.shape, after))
+        out.write(_suffix(layout.shape, after, previous))
         out.commit()
     return {"events": restored, "relocated": relocated, "retired": len(retired),
             "dropped": data["added_event_count"], "report": str(report_path)}
 
 
-def _member(value: TopLevelValue) -> bytes:
-    return orjson.dumps(value.key) + b": " + value.raw
+def _members(values: list[TopLevelValue], previous: bytes | None) -> list[bytes]:
+    """Top-level members as the source had them: ours dropped, a previous one put back."""
+    members = []
+    for value in values:
+        if value.key != "tracestream":
+            members.append(orjson.dumps(value.key) + b": " + value.raw)
+        elif previous is not None:
+            members.append(b'"tracestream": ' + previous)
+    return members
 
 
-def _prefix(shape: str, values: list[TopLevelValue]) -> bytes:
+def _prefix(shape: str, values: list[TopLevelValue], previous: bytes | None) -> bytes:
     if shape == "array":
         return b"["
-    members = [_member(v) for v in values if v.key != "tracestream"]
-    head = b"".join(b"\n  " + m + b"," for m in members)
+    head = b"".join(b"\n  " + m + b"," for m in _members(values, previous))
     return b"{" + head + b'\n  "traceEvents": ['
 
 
-def _suffix(shape: str, after: list[TopLevelValue]) -> bytes:
+def _suffix(shape: str, after: list[TopLevelValue], previous: bytes | None) -> bytes:
     if shape == "array":
         return b"\n]\n"
-    members = [_member(v) for v in after if v.key != "tracestream"]
-    tail = b"".join(b",\n  " + m for m in members)
+    tail = b"".join(b",\n  " + m for m in _members(after, previous))
     return b"\n  ]" + tail + b"\n}\n"

@@ -129,6 +129,10 @@ def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
     cursor = StreamCursor(blocks)
     layout = index.layout
     targets = plan.targets
+    member = _member_edit(index, plan)
+    if member is not None and member[0] < layout.events_open:
+        _splice(cursor, out, member)
+        member = None
     dangling_separator = False
     for ordinal, offset, length, action in edits(index, plan):
         cursor.copy_to(out, offset)
@@ -149,12 +153,28 @@ def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
         out.write(lead + b",\n".join(plan.appended))
     elif dangling_separator:
         raise TraceError("internal error: a dropped last event left a dangling separator")
-    if plan.top_level_member is not None:
-        member_at = _last_member_end(index)
-        cursor.copy_to(out, member_at)
-        out.write(b",\n  " + plan.top_level_member)
+    if member is not None:
+        _splice(cursor, out, member)
     cursor.drain(out)
     source.finish_read(stats)
+
+
+def _member_edit(index: TraceIndex, plan: Plan) -> tuple[int, int, bytes] | None:
+    """Where the `tracestream` member goes: replacing an earlier one, else after the last key."""
+    if plan.top_level_member is None:
+        return None
+    for value in index.layout.values:
+        if value.key == "tracestream":
+            return value.value_start, value.value_end, plan.top_level_member.split(b": ", 1)[1]
+    end = _last_member_end(index)
+    return end, end, b",\n  " + plan.top_level_member
+
+
+def _splice(cursor: StreamCursor, out: OutputFile, edit: tuple[int, int, bytes]) -> None:
+    start, end, text = edit
+    cursor.copy_to(out, start)
+    cursor.take(end - start)
+    out.write(text)
 
 
 def _last_member_end(index: TraceIndex) -> int:

@@ -69,10 +69,15 @@ class _Compaction(msgspec.Struct):
 class _Wrapped(msgspec.Struct):
     compaction: _Compaction | None = None
     retired_track_metadata: list[_Retired] = []
+    source_tracestream: msgspec.Raw = msgspec.Raw()
 
 
 def load_report(path: Path) -> tuple[dict, list[tuple[int, bytes]]]:
-    """The report as plain data, and the retired metadata events as exact bytes."""
+    """The report as plain data, and the retired metadata events as exact bytes.
+
+    The source's own `tracestream` member, if it had one, is kept as exact bytes
+    in the data under `source_tracestream`.
+    """
     try:
         data = path.read_bytes()
         report = msgspec.json.decode(data)
@@ -84,6 +89,7 @@ def load_report(path: Path) -> tuple[dict, list[tuple[int, bytes]]]:
     retired = parts.retired_track_metadata
     if parts.compaction is not None:
         retired = parts.compaction.retired_track_metadata
+    report["source_tracestream"] = bytes(parts.source_tracestream) or None
     return report, sorted((r.source_event_index, bytes(r.event)) for r in retired)
 
 
@@ -471,14 +477,18 @@ def _top_level_problems(src_scan, out_scan, plan) -> list[str]:
         return [f"top level is {out.shape} in the output, {src.shape} in the source"]
     ours = [v for v in out.values if v.key == "tracestream"]
     theirs = [v for v in out.values if v.key != "tracestream"]
+    source = [v for v in src.values if v.key != "tracestream"]
     problems = []
-    if [v.key for v in theirs] != [v.key for v in src.values]:
-        problems.append(f"top-level keys differ: {[v.key for v in src.values]} vs "
+    if [v.key for v in theirs] != [v.key for v in source]:
+        problems.append(f"top-level keys differ: {[v.key for v in source]} vs "
                         f"{[v.key for v in theirs]}")
-    for a, b in zip(src.values, theirs):
+    for a, b in zip(source, theirs):
         if a.key == b.key and a.raw != b.raw:
             problems.append(f"top-level {a.key!r}: {first_difference(a.raw, b.raw)}")
-    if src.events_key_index != out.events_key_index:
+    if src.events_key_index - (len(src.values[: src.events_key_index]) - len(
+            [v for v in src.values[: src.events_key_index] if v.key != "tracestream"])) != (
+            out.events_key_index - (len(out.values[: out.events_key_index]) - len(
+                [v for v in out.values[: out.events_key_index] if v.key != "tracestream"]))):
         problems.append("traceEvents moved among the top-level keys")
     if plan.top_level_member is not None:
         expected = plan.top_level_member.split(b": ", 1)[1]

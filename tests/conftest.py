@@ -1,0 +1,136 @@
+"""Shared fixtures: generated traces, the real traces in ../shared, CLI runs, verification.
+
+Every successful rewrite in the suite goes through `assert_verified`, which runs
+the same `verify` code path a user runs, and `restore` to compare the result
+with the source using an independent parser (the standard library's json,
+keeping every float's text).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from samples.generate import TraceConfig, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_TRACES = ROOT.parent / "shared" / "real-traces"
+TRACESTREAM = [sys.executable, "-m", "tracestream"]
+ANCHOR = "^_q_rope_store$"
+TERMINAL = r"moe_finalize_all_reduce_kernel<4u, 5120u, 6u>"
+REAL_WITH_GPU = [
+    "hta_train_6streams.json.gz",
+    "hta_sampled_rank0_5streams.json.gz",
+    "hta_nccl_gpu_scopes.json.gz",
+    "hta_cuda_sync_multistream.json.gz",
+    "hta_rocm_mi250.json.gz",
+    "hta_legacy_categories.json.gz",
+    "hta_triton_single_kernel.json.gz",
+]
+
+
+def real_trace(name: str) -> Path:
+    path = REAL_TRACES / name
+    if not path.exists():
+        pytest.skip(f"real trace {name} not available (../shared/real-traces is absent)")
+    return path
+
+
+def run(*args, stdin: bytes | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """Run the CLI as a user does (a new process), capturing bytes."""
+    return subprocess.run(
+        TRACESTREAM + [str(a) for a in args], input=stdin, capture_output=True, cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
+    )
+
+
+def assert_refused(result: subprocess.CompletedProcess, fragment: str, *left_out: Path) -> str:
+    """Exit 2, one line on stderr containing `fragment`, no traceback, nothing written."""
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, (result.returncode, stderr)
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert fragment.lower() in lines[0].lower(), lines[0]
+    for path in left_out:
+        assert not Path(path).exists(), f"{path} was left behind"
+        folder = Path(path).parent
+        if folder.is_dir():
+            hidden = f".{Path(path).name}"
+            leftovers = [p for p in folder.iterdir() if p.name.startswith(hidden)]
+            assert not leftovers, leftovers
+    return lines[0]
+
+
+def read_bytes(path: Path) -> bytes:
+    data = Path(path).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        return gzip.decompress(data)
+    if data[:4] == b"\x28\xb5\x2f\xfd":
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    return data
+
+
+def load_exact(path: Path):
+    """The whole trace via the standard library, floats kept as their text."""
+    return json.loads(read_bytes(path), parse_float=lambda text: ("float", text))
+
+
+def events_of(doc):
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+def assert_verified(source: Path, output: Path, report: Path | None = None) -> dict:
+    """verify exits 0, and restore gives back the source's events and top-level keys."""
+    from tracestream.restore import restore
+    from tracestream.verify import verify
+
+    verdict = verify(source, output, report)
+    assert verdict.ok, verdict.summary()
+    restored = Path(str(output) + ".restored.json")
+    if restored.exists():
+        restored.unlink()
+    restore(output, restored, report)
+    original = load_exact(source)
+    back = load_exact(restored)
+    assert events_of(back) == events_of(original)
+    if isinstance(original, dict):
+        assert list(back) == list(original)
+        assert back == original
+    restored.unlink()
+    return verdict.to_json()
+
+
+@pytest.fixture(scope="session")
+def traces(tmp_path_factory):
+    """Generated traces shared by many tests, made once per session."""
+    folder = tmp_path_factory.mktemp("generated")
+    made = {}
+
+    def make(name: str, **config) -> tuple[Path, object]:
+        if name not in made:
+            path = folder / name
+            made[name] = (path, generate(path, TraceConfig(**config)))
+        return made[name]
+
+    return make
+
+
+@pytest.fixture
+def decode_trace(traces):
+    """6 decode steps x (8 target layers + 1 extra anchor), draft passes, plain JSON."""
+    return traces("decode6.json", iterations=6)
+
+
+def layers_args(trace, output, *extra, passes=6, offset=0):
+    return ["layers", "--trace", trace, "--output", output, "--anchor-regex", ANCHOR,
+            "--num-layers", "8", "--anchor-offset", str(offset), "--passes", str(passes),
+            "--extra-anchors-per-pass", "1", "--phase", "target-verify",
+            "--evidence", "generator: one _q_rope_store per layer, one extra per pass", *extra]

@@ -1,0 +1,383 @@
+"""`batch`: many traces, one task each, on a local process pool or a Dask cluster.
+
+CLI runs go through a new process (as a user runs them) with a marker in the
+environment, so the tests can prove no worker process outlives the command.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from samples.generate import TraceConfig, generate
+from tracestream import api, batch
+from tracestream.errors import TraceError
+from tracestream.guides import LayerSpec
+from tracestream.verify import Verdict, verify
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACESTREAM = [sys.executable, "-m", "tracestream"]
+ANCHOR = "^_q_rope_store$"
+EVIDENCE = "generator: one _q_rope_store per layer, one extra per pass"
+LAYER_DEFAULTS = ["--anchor-regex", ANCHOR, "--num-layers", "8", "--extra-anchors-per-pass", "1",
+                  "--phase", "target-verify", "--evidence", EVIDENCE]
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Processes whose environment carries `marker` (children inherit it)."""
+    found = []
+    needle = f"TRACESTREAM_TEST_MARKER={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def run_cli(*args, timeout: float = 120):
+    """Run `tracestream` in a new process; assert it left no process behind."""
+    import subprocess
+
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACESTREAM_TEST_MARKER": marker}
+    done = subprocess.run(TRACESTREAM + [str(a) for a in args], capture_output=True, env=env,
+                          timeout=timeout)
+    deadline = time.monotonic() + 10
+    while (left := _processes_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:  # clean up before failing, so one failure does not leak into others
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind by {args[:2]}: {left}"
+    return done
+
+
+def lines_of(done) -> list[dict]:
+    return [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
+
+
+def by_name(results: list[dict]) -> dict[str, dict]:
+    return {Path(r["trace"]).name: r for r in results}
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Four generated ranks (different seeds and lengths) and a truncated gzip trace."""
+    folder = tmp_path_factory.mktemp("ranks")
+    paths = []
+    for i in range(4):
+        path = folder / f"TP-{i}.trace.json.gz"
+        generate(path, TraceConfig(seed=i, iterations=2 + i))
+        paths.append(path)
+    data = paths[0].read_bytes()
+    corrupt = folder / "TP-9.trace.json.gz"
+    corrupt.write_bytes(data[: len(data) // 2])
+    return paths, corrupt
+
+
+def assert_batch_of_five(done, out: Path, ranks_) -> None:
+    paths, corrupt = ranks_
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    results = by_name(lines_of(done))
+    assert len(results) == 5 and len(lines_of(done)) == 5
+    for path in paths:
+        r = results[path.name]
+        assert r["status"] == "ok", r
+        assert r["error"] is None and r["events"] > 0 and r["lanes"] >= 1 and r["seconds"] >= 0
+        output = out / path.name.replace(".json.gz", ".compact.json.gz")
+        assert r["output"] == str(output)
+        assert gzip.open(output).read(1) == b"{"  # same compression as the input
+        assert Path(str(output) + ".compact.json").is_file()
+        verdict = verify(path, output)
+        assert verdict.ok, verdict.summary()
+    bad = results[corrupt.name]
+    assert bad["status"] == "failed" and "truncated" in bad["error"], bad
+    assert "\n" not in bad["error"]
+    # no partial output, no report, no temporary file for the corrupt trace
+    assert not [p for p in out.iterdir() if "TP-9" in p.name], sorted(os.listdir(out))
+    assert len(list(out.iterdir())) == 8
+    # stderr is not a TTY here: a plain final line and the summary table
+    assert "4 ok, 0 skipped, 1 failed of 5 traces" in stderr
+    assert "status" in stderr and "TP-9.trace.json.gz" in stderr
+
+
+# -- pure helpers -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, kind, compress, expected", [
+    ("TP-0.trace.json.gz", "compact", None, "TP-0.trace.compact.json.gz"),
+    ("TP-0.trace.json.gz", "layers", None, "TP-0.trace.layers.json.gz"),
+    ("rank.json", "layers", None, "rank.layers.json"),
+    ("rank.json.zst", "compact", None, "rank.compact.json.zst"),
+    ("rank.json.gz", "compact", "zstd", "rank.compact.json.zst"),
+    ("rank.json.gz", "compact", "none", "rank.compact.json"),
+    ("rank.json", "compact", "gzip", "rank.compact.json.gz"),
+    ("rank.gz", "compact", None, "rank.compact.json.gz"),
+    ("rank", "compact", None, "rank.compact.json"),
+])
+def test_output_names(name, kind, compress, expected):
+    assert batch.output_name(f"/some/dir/{name}", kind, compress) == expected
+
+
+def test_manifest_errors_name_the_line(tmp_path):
+    manifest = tmp_path / "ranks.jsonl"
+    cases = [
+        ('{"trace": "a.json", "pid": 0}\nnot json\n', "line 2"),
+        ('{"trace": "a.json", "anchor_ofset": 3}\n', "anchor_ofset"),
+        ('{"pid": 0}\n', "trace"),
+        ('{"trace": "a.json", "num_layers": "8"}\n', "num_layers must be an integer"),
+        ('\n{"trace": "a.json", "num_layers": 0}\n', "line 2: --num-layers must be >= 1"),
+        ('{"trace": "a.json", "anchor_regex": "("}\n', "line 1: anchor_regex"),
+    ]
+    defaults = {"anchor_regex": ANCHOR, "num_layers": 8, "anchor_offset": 0,
+                "phase": "target-verify", "evidence": EVIDENCE}
+    for text, fragment in cases:
+        manifest.write_text(text)
+        with pytest.raises(TraceError, match=fragment):
+            batch.layers_tasks(str(manifest), str(tmp_path / "out"), defaults)
+    manifest.write_text('{"trace": "a.json"}\n')
+    with pytest.raises(TraceError, match="line 1: missing anchor_offset"):
+        batch.layers_tasks(str(manifest), str(tmp_path / "out"),
+                           {k: v for k, v in defaults.items() if k != "anchor_offset"})
+    manifest.write_text('{"trace": "a.json"}\n{"trace": "sub/../a.json"}\n')
+    with pytest.raises(TraceError, match="would both write"):
+        batch.layers_tasks(str(manifest), str(tmp_path / "out"), defaults)
+
+
+def test_manifest_line_wins_and_traces_are_relative_to_the_manifest(tmp_path):
+    (tmp_path / "m").mkdir()
+    manifest = tmp_path / "m" / "ranks.jsonl"
+    manifest.write_text('# nightly ranks\n{"trace": "TP-1.json", "pid": "1", "anchor_offset": 9,'
+                        ' "output": "x/TP-1.out.json"}\n{"trace": "/abs/TP-0.json"}\n')
+    tasks = batch.layers_tasks(str(manifest), "out", {
+        "anchor_regex": ANCHOR, "num_layers": 8, "anchor_offset": 0, "phase": "p",
+        "evidence": "e", "pid": "0", "max_gpu_lanes": 4})
+    first, second = tasks
+    assert first["trace"] == str(tmp_path / "m" / "TP-1.json")
+    assert first["output"] == os.path.abspath("out/x/TP-1.out.json")
+    assert first["layers"]["pid"] == 1 and first["layers"]["anchor_offset"] == 9
+    assert first["compact"] == {"max_lanes": 4, "pid": 1}
+    assert second["trace"] == "/abs/TP-0.json"
+    assert second["output"] == os.path.abspath("out/TP-0.layers.json")
+    assert second["report"] == second["output"] + ".layers.json"
+    assert second["layers"]["pid"] == 0 and second["layers"]["anchor_offset"] == 0
+
+
+# -- 1. a batch of five, one corrupt, on each engine --------------------------------------
+
+
+def test_local_engine_five_traces_one_corrupt(ranks, tmp_path):
+    paths, corrupt = ranks
+    out = tmp_path / "out"
+    done = run_cli("batch", "compact", "--engine", "local", "--jobs", "2", "--output-dir", out,
+                   "--verify", *paths, corrupt)
+    assert_batch_of_five(done, out, ranks)
+    assert all(r["verified"] for r in lines_of(done) if r["status"] == "ok")
+
+
+def test_dask_engine_five_traces_one_corrupt(ranks, tmp_path):
+    pytest.importorskip("distributed")
+    paths, corrupt = ranks
+    out = tmp_path / "out"
+    done = run_cli("batch", "compact", "--engine", "dask", "--jobs", "2", "--output-dir", out,
+                   *paths, corrupt)
+    assert_batch_of_five(done, out, ranks)
+
+
+# -- 2. per-rank layers from a manifest match single-file runs byte for byte ----------------
+
+
+def test_manifest_layers_match_single_file_runs(tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for i in range(2):
+        generate(folder / f"TP-{i}.json", TraceConfig(gpus=2, iterations=4, seed=10 + i))
+    manifest = folder / "ranks.jsonl"
+    manifest.write_text(
+        '{"trace": "TP-0.json", "pid": 0, "anchor_offset": 0}\n'
+        '{"trace": "TP-1.json", "pid": 1, "anchor_offset": 9, "passes": 2}\n')
+    out = tmp_path / "out"
+    # --anchor-offset 99 and --passes 3 are defaults: the manifest's values win where given
+    done = run_cli("batch", "layers", "--manifest", manifest, "--output-dir", out, "--jobs", "2",
+                   "--anchor-offset", "99", "--passes", "3", *LAYER_DEFAULTS)
+    assert done.returncode == 0, done.stderr.decode()
+    results = by_name(lines_of(done))
+    assert results["TP-0.json"]["guides"] == 8 * 3
+    assert results["TP-1.json"]["guides"] == 8 * 2
+    single = tmp_path / "single"
+    single.mkdir()
+    for i, (pid, offset, passes) in enumerate([(0, 0, 3), (1, 9, 2)]):
+        spec = LayerSpec(anchor_regex=ANCHOR, num_layers=8, anchor_offset=offset,
+                         phase="target-verify", evidence=EVIDENCE, passes=passes,
+                         extra_anchors_per_pass=1, pid=pid)
+        expected = api.add_layer_guides(folder / f"TP-{i}.json", single / f"TP-{i}.layers.json",
+                                        spec)
+        assert expected.data["pid"] == pid and expected.data["anchor_offset"] == offset
+        batch_output = out / f"TP-{i}.layers.json"
+        assert results[f"TP-{i}.json"]["output"] == str(batch_output)
+        assert batch_output.read_bytes() == (single / f"TP-{i}.layers.json").read_bytes()
+    # the ranks' guides really differ (different pid and offset)
+    assert (out / "TP-0.layers.json").read_bytes() != (out / "TP-1.layers.json").read_bytes()
+
+
+def test_manifest_error_exits_2_before_any_work(tmp_path):
+    manifest = tmp_path / "ranks.jsonl"
+    manifest.write_text('{"trace": "TP-0.json", "pid": 0}\n{"trace": "TP-1.json", "pid": [1]}\n')
+    done = run_cli("batch", "layers", "--manifest", manifest, "--output-dir", tmp_path / "out",
+                   "--anchor-offset", "0", *LAYER_DEFAULTS)
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    assert stderr.strip().count("\n") == 0 and "line 2" in stderr and "pid" in stderr
+    assert done.stdout == b"" and not (tmp_path / "out").exists()
+
+
+# -- 3. --skip-existing redoes only what is missing ------------------------------------------
+
+
+def test_skip_existing_reruns_only_the_missing_output(ranks, tmp_path):
+    paths, _ = ranks
+    out = tmp_path / "out"
+    first = run_cli("batch", "compact", "--jobs", "2", "--output-dir", out, *paths[:3])
+    assert first.returncode == 0, first.stderr.decode()
+    outputs = {r["trace"]: Path(r["output"]) for r in lines_of(first)}
+    before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
+    gone = outputs[str(paths[1])]
+    gone.unlink()
+    Path(str(gone) + ".compact.json").unlink()
+    again = run_cli("batch", "compact", "--jobs", "2", "--output-dir", out, "--skip-existing",
+                    *paths[:3])
+    assert again.returncode == 0, again.stderr.decode()
+    statuses = {Path(r["trace"]).name: r["status"] for r in lines_of(again)}
+    assert statuses == {paths[0].name: "skipped", paths[1].name: "ok", paths[2].name: "skipped"}
+    assert "1 ok, 2 skipped, 0 failed of 3 traces" in again.stderr.decode()
+    for path, mtime in before.items():
+        if path in (gone, Path(str(gone) + ".compact.json")):
+            assert path.exists()
+        else:
+            assert path.stat().st_mtime_ns == mtime, f"{path.name} was rewritten"
+    assert verify(paths[1], gone).ok
+    # without --skip-existing an existing output is a failed trace, never overwritten
+    third = run_cli("batch", "compact", "--jobs", "1", "--output-dir", out, paths[0])
+    assert third.returncode == 1
+    (line,) = lines_of(third)
+    assert line["status"] == "failed" and "already exists" in line["error"]
+
+
+# -- 4. --verify, a missing Dask, a worker that dies --------------------------------------------
+
+
+def _compact_task(trace: Path, out: Path, **extra) -> dict:
+    return batch.compact_tasks([str(trace)], str(out), **extra)[0]
+
+
+def test_verify_failure_removes_output_and_report(ranks, tmp_path, monkeypatch):
+    paths, _ = ranks
+    out = tmp_path / "out"
+    task = _compact_task(paths[0], out, verify=True)
+    import tracestream.verify as verify_module
+
+    failing = Verdict()
+    failing.add("restored events equal the source", ["event 7 differs"], "")
+    monkeypatch.setattr(verify_module, "verify", lambda *a, **k: failing)
+    result = batch.run_task(task)
+    assert result["status"] == "failed" and result["verified"] is False
+    assert "verify failed" in result["error"] and "event 7 differs" in result["error"]
+    assert list(out.iterdir()) == [], "a failed --verify must remove output and report"
+    monkeypatch.undo()
+    result = batch.run_task(task)
+    assert result["status"] == "ok" and result["verified"] is True
+    assert Path(task["output"]).exists() and Path(task["report"]).exists()
+
+
+def test_run_task_never_raises(tmp_path):
+    task = _compact_task(tmp_path / "missing.json", tmp_path / "out")
+    result = batch.run_task(task)
+    assert result["status"] == "failed" and result["error"]
+    assert batch.run_task({"kind": "nonsense"})["status"] == "failed"
+
+
+def test_dask_missing_exits_2_with_install_hint(ranks, tmp_path, monkeypatch):
+    from tracestream.cli import main
+
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    result = CliRunner().invoke(main, ["batch", "compact", "--engine", "dask", "--output-dir",
+                                       str(tmp_path / "out"), str(ranks[0][0])])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "pip install 'tracestream[dask]'" in lines[0], result.output
+    assert not (tmp_path / "out").exists()
+
+
+def crash_on_tp2(task: dict) -> dict:
+    """A task function whose worker dies (SIGKILL) on TP-2, as an out-of-memory kill would."""
+    if "TP-2" in task["trace"]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return batch.run_task(task)
+
+
+def test_local_worker_crash_becomes_a_failed_line(ranks, tmp_path):
+    paths, _ = ranks
+    out = tmp_path / "out"
+    tasks = batch.compact_tasks([str(p) for p in paths], str(out))
+    outcome = batch.run_batch(tasks, engine="local", jobs=2, task_fn=crash_on_tp2)
+    results = by_name(outcome.results)
+    assert len(outcome.results) == 4 and outcome.exit_code == 1
+    crashed = results["TP-2.trace.json.gz"]
+    assert crashed["status"] == "failed" and "worker process died" in crashed["error"]
+    assert {n: r["status"] for n, r in results.items() if n != "TP-2.trace.json.gz"} == {
+        "TP-0.trace.json.gz": "ok", "TP-1.trace.json.gz": "ok", "TP-3.trace.json.gz": "ok"}
+    assert sorted(p.name for p in out.iterdir() if "TP-2" in p.name) == []
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """One LocalCluster (2 worker processes) shared by the tests that bring their own scheduler."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    import dask
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None,
+                                     silence_logs=logging.ERROR) as cluster:
+        yield cluster
+
+
+def test_dask_existing_scheduler(ranks, tmp_path, dask_cluster):
+    paths, corrupt = ranks
+    out = tmp_path / "out"
+    done = run_cli("batch", "compact", "--engine", "dask", "--scheduler",
+                   dask_cluster.scheduler_address, "--output-dir", out, "--verify",
+                   *paths, corrupt)
+    assert_batch_of_five(done, out, ranks)
+
+
+def test_dask_worker_crash_becomes_a_failed_line(ranks, tmp_path, dask_cluster):
+    paths, _ = ranks
+    out = tmp_path / "out"
+    tasks = batch.compact_tasks([str(p) for p in paths[1:3]], str(out))
+    results = by_name(batch.run_dask(tasks, 2, dask_cluster.scheduler_address,
+                                     task_fn=crash_on_tp2))
+    assert results["TP-1.trace.json.gz"]["status"] == "ok"
+    crashed = results["TP-2.trace.json.gz"]
+    assert crashed["status"] == "failed" and crashed["error"].startswith("dask: ")
+    assert not [p for p in out.iterdir() if "TP-2" in p.name]

@@ -1,0 +1,315 @@
+"""`inspect` and `anchors`: evidence for layer guides, checked against generator ground truth
+and against counts computed independently from real traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
+from tracestream.cli import main
+from tracestream.inspect import (
+    cluster_matches,
+    cross_check_windows,
+    format_table,
+    outside_windows,
+    verdict_text,
+)
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
+SCRIPT = Path(sys.executable).with_name("tracestream")
+ANCHOR_RX = f"^{re.escape(ANCHOR)}$"
+TERMINAL_RX = re.escape(TERMINAL)
+
+
+def run(*args: str, ok: bool = True):
+    result = CliRunner().invoke(main, list(args))
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def run_json(*args: str) -> dict:
+    return json.loads(run(*args, "--json").stdout)
+
+
+@pytest.fixture(scope="module")
+def decode(tmp_path_factory):
+    """6 decode steps of 8 target layers + 1 extra anchor per pass, with draft passes."""
+    folder = tmp_path_factory.mktemp("decode")
+    path = folder / "decode.json"
+    truth = generate(path, TraceConfig(layers=8, iterations=6))
+    return path, truth
+
+
+# -- pure functions ------------------------------------------------------------
+
+
+def test_cluster_rule_splits_on_gaps_larger_than_factor_times_median():
+    times = [0, 10, 20, 30, 100, 110, 120, 130, 500, 510]
+    clusters, median = cluster_matches(times, factor=3)
+    assert median == 10
+    assert clusters == [(0, 4), (4, 4), (8, 2)]
+    assert cluster_matches([5]) == ([(0, 1)], None)
+    assert cluster_matches([]) == ([], None)
+
+
+def test_cross_check_counts_only_windows_inside_clusters():
+    anchors = [0, 10, 20, 100, 110]
+    cross = [5, 15, 16, 50, 105]  # 50 sits in the gap between the clusters
+    clusters = [(0, 3), (3, 2)]
+    windows = cross_check_windows(anchors, cross, clusters)
+    assert [(w["from_index"], w["count"]) for w in windows] == [(0, 1), (1, 2), (3, 1)]
+    assert outside_windows(anchors, cross, clusters) == 1
+
+
+def test_verdict_states_readings_and_never_an_offset():
+    text = verdict_text(54, [(i * 9, 9) for i in range(6)])
+    assert text.startswith("6 clusters of 9: consistent with 9 layers per pass, or 8 layers + 1")
+    assert "verify in the model config" in text
+    assert "--anchor-offset" not in text
+    uneven = verdict_text(23, [(0, 5), (5, 9), (14, 9)])
+    assert "unequal size" in uneven and "5 at index 0" in uneven
+
+
+def test_format_table_aligns_columns():
+    text = format_table(["n", "name"], [[1, "a"], [100, "bb"]], [True, False])
+    assert text.splitlines() == ["    n  name", "    1  a", "  100  bb"]
+
+
+# -- anchors --------------------------------------------------------------------
+
+
+def test_anchors_find_passes_as_clusters(decode):
+    path, truth = decode
+    report = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)
+    assert report["count"] == truth.anchors["0/0"] == 54
+    assert (report["pid"], report["device"]) == (0, 0)
+    assert [m["index"] for m in report["matches"]] == list(range(54))
+    assert [(c["start_index"], c["count"]) for c in report["clusters"]] == [
+        (i * 9, 9) for i in range(6)
+    ]
+    assert report["rule"].startswith("a gap > 3 x the median gap")
+    assert report["verdict"].startswith("6 clusters of 9")
+    ts = [float(m["ts_us"]) for m in report["matches"]]
+    assert ts == sorted(ts)
+    assert report["median_gap_us"] == pytest.approx(62.625)
+
+
+def test_anchors_exact_timestamps_in_json(decode):
+    path, _ = decode
+    out = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX, "--json").stdout
+    texts = re.findall(r'"ts_us": ([0-9.]+)', out)
+    raw = path.read_text()
+    assert len(texts) == 54
+    assert all(re.fullmatch(r"\d{16}\.\d{3}", t) for t in texts)
+    assert all(f'"ts": {t},' in raw for t in texts)
+
+
+def test_draft_anchor_reports_its_own_count(decode):
+    path, truth = decode
+    report = run_json("anchors", "--trace", str(path), "--anchor-regex", f"^{DRAFT_ANCHOR}$")
+    assert report["count"] == truth.draft_anchors["0/0"]
+
+
+def test_cross_check_with_terminal_flags_nothing(decode):
+    path, truth = decode
+    report = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
+                      "--cross-check", TERMINAL_RX)
+    cross = report["cross_check"]
+    assert cross["matches"] == truth.terminals["0/0"] == 48
+    assert cross["windows"] == 6 * 8
+    assert cross["flagged"] == []
+    assert cross["counts"] == {"1": 48}
+    assert cross["outside_windows"] == 0
+    text = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
+               "--cross-check", TERMINAL_RX).stdout
+    assert "inside a cluster" in text and "not a layer" in text
+
+
+def _without_terminal(source: Path, target: Path, k: int) -> None:
+    """Copy the trace without the k-th terminal kernel in time order (number text untouched)."""
+    text = source.read_text()
+    spans = []
+    for hit in re.finditer(re.escape(f'"name": "{TERMINAL}"'), text):
+        start = text.rfind("\n  {", 0, hit.start())
+        end = text.find("\n  }", hit.end()) + len("\n  }")
+        ts = re.search(r'"ts": ([0-9.]+)', text[start:end]).group(1)
+        spans.append((float(ts), start, end))
+    spans.sort()
+    _, start, end = spans[k]
+    if text[start - 1] == ",":  # drop the separator before the event
+        start -= 1
+    else:  # first event of the array: drop the separator after it
+        end += 1
+    target.write_text(text[:start] + text[end:])
+    json.loads(target.read_text())
+
+
+def test_cross_check_flags_exactly_the_window_missing_its_terminal(decode, tmp_path):
+    path, _ = decode
+    k = 19  # third pass (cluster 2), fourth layer
+    broken = tmp_path / "broken.json"
+    _without_terminal(path, broken, k)
+    report = run_json("anchors", "--trace", str(broken), "--anchor-regex", ANCHOR_RX,
+                      "--cross-check", TERMINAL_RX)
+    first = 9 * (k // 8) + k % 8
+    cross = report["cross_check"]
+    flagged = [(f["from_index"], f["to_index"], f["count"]) for f in cross["flagged"]]
+    assert flagged == [(first, first + 1, 0)]
+    assert report["count"] == 54
+
+
+# -- inspect --------------------------------------------------------------------
+
+
+def test_inspect_generated_trace(decode):
+    path, truth = decode
+    report = run_json("inspect", "--trace", str(path))
+    assert len(report["gpus"]) == 1
+    gpu = report["gpus"][0]
+    assert (gpu["pid"], gpu["device"]) == (0, 0)
+    assert gpu["streams"] == truth.streams["0/0"]
+    assert gpu["max_overlap"] == truth.peak_overlap == 3
+    assert gpu["kernels"] == truth.kernels["0/0"]
+    assert gpu["memcpy"] == truth.memcpy["0/0"]
+    assert gpu["memset"] == truth.memset["0/0"]
+    assert gpu["sync"] == truth.sync["0/0"]
+    top = {k["name"]: k["count"] for k in gpu["top_kernels"]}
+    assert top[ANCHOR] == truth.anchors["0/0"]
+    assert top[TERMINAL] == truth.terminals["0/0"]
+    assert report["events"] == truth.events
+    kinds = {p["pid"]: p["kind"] for p in report["processes"]}
+    assert kinds[0] == "GPU" and kinds[4242] == "CPU"
+    flows = 2 * sum(truth.gpu_flows.values())  # an s and an f event per launch
+    assert report["flow_categories"] == [{"category": "ac2g", "count": flows}]
+    assert report["guides"]["count"] == 0 and not report["compaction_provenance"]["present"]
+    text = run("inspect", "--trace", str(path), "--top", "3").stdout
+    assert "peak overlap" in text and ANCHOR in text
+
+
+_GPU_CATS = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+             "cuda_sync": "sync", "Kernel": "kernels", "Memcpy": "memcpy", "Memset": "memset"}
+
+
+def _independent_gpu_counts(path: Path) -> dict:
+    with gzip.open(path) as fh:
+        doc = json.load(fh)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    counts: dict = defaultdict(Counter)
+    tids: dict = defaultdict(set)
+    for ev in events:
+        kind = _GPU_CATS.get(ev.get("cat")) if ev.get("ph") == "X" else None
+        if kind is None:
+            continue
+        key = (ev["pid"], (ev.get("args") or {}).get("device"))
+        counts[key][kind] += 1
+        tids[key].add(ev["tid"])
+    return {key: {**{k: counts[key][k] for k in ("kernels", "memcpy", "memset", "sync")},
+                  "streams": len(tids[key])} for key in counts}
+
+
+def _real_traces() -> list[Path]:
+    return sorted(REAL.glob("*.json.gz")) if REAL.is_dir() else []
+
+
+@pytest.mark.parametrize("path", _real_traces() or [None], ids=lambda p: p.name if p else "none")
+def test_inspect_counts_match_real_traces(path):
+    if path is None:
+        pytest.skip(f"{REAL} is absent")
+    report = run_json("inspect", "--trace", str(path))
+    got = {(g["pid"], g["device"]): {k: g[k] for k in ("kernels", "memcpy", "memset", "sync",
+                                                      "streams")}
+           for g in report["gpus"]}
+    assert got == _independent_gpu_counts(path)
+    if "mtia" in path.name:
+        assert report["gpus"] == []
+        assert "none: no kernel" in run("inspect", "--trace", str(path)).stdout
+
+
+# -- refusals -------------------------------------------------------------------
+
+
+def _refused(args: list[str], message: str) -> None:
+    result = run(*args, ok=False)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracestream: error: "), result.stderr
+    assert message in lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+def test_refuses_several_pids_without_pid(tmp_path):
+    path = tmp_path / "two.json"
+    generate(path, TraceConfig(gpus=2, iterations=2, layers=2))
+    _refused(["anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX], "--pid")
+    report = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
+                      "--pid", "1")
+    assert (report["pid"], report["device"], report["count"]) == (1, 1, 2 * 3)
+
+
+def test_refuses_several_devices_without_device(tmp_path):
+    path = tmp_path / "devices.json"
+    generate(path, TraceConfig(devices_per_pid=2, iterations=2, layers=2))
+    _refused(["anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX], "--device")
+    report = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
+                      "--device", "1")
+    assert report["device"] == 1
+
+
+def test_refuses_invalid_regex_and_no_match(decode):
+    path, _ = decode
+    _refused(["anchors", "--trace", str(path), "--anchor-regex", "(_q"],
+             "not a valid regular expression")
+    _refused(["anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
+              "--cross-check", "[x"], "--cross-check")
+    _refused(["anchors", "--trace", str(path), "--anchor-regex", "^no_such_kernel$"],
+             "no kernel matches --anchor-regex")
+
+
+def test_refusal_through_console_script(decode):
+    path, _ = decode
+    done = subprocess.run([str(SCRIPT), "anchors", "--trace", str(path), "--anchor-regex", "(_q"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+# -- inputs ---------------------------------------------------------------------
+
+
+def test_gzip_zstd_and_stdin_give_the_same_json(tmp_path):
+    cfg = TraceConfig(layers=4, iterations=3)
+    paths = {}
+    for suffix in ("json", "json.gz", "json.zst"):
+        paths[suffix] = tmp_path / f"t.{suffix}"
+        generate(paths[suffix], cfg)
+    anchors_args = ["anchors", "--anchor-regex", ANCHOR_RX, "--cross-check", TERMINAL_RX, "--json"]
+    outputs = set()
+    for path in paths.values():
+        outputs.add(run(*anchors_args[:1], "--trace", str(path), *anchors_args[1:]).stdout)
+    for suffix in ("json.gz", "json.zst"):  # stdin through the real console script
+        with open(paths[suffix], "rb") as fh:
+            done = subprocess.run([str(SCRIPT), *anchors_args[:1], "--trace", "-",
+                                   *anchors_args[1:]], stdin=fh, capture_output=True, check=True)
+        outputs.add(done.stdout.decode())
+    assert len(outputs) == 1
+
+    def comparable(report: dict) -> dict:
+        return {k: v for k, v in report.items() if k not in ("trace", "compression", "bytes")}
+
+    inspected = [comparable(run_json("inspect", "--trace", str(p))) for p in paths.values()]
+    with open(paths["json.zst"], "rb") as fh:
+        result = CliRunner().invoke(main, ["inspect", "--trace", "-", "--json"], input=fh.read())
+    assert result.exit_code == 0, result.output
+    inspected.append(comparable(json.loads(result.stdout)))
+    assert all(r == inspected[0] for r in inspected)

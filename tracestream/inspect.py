@@ -1,0 +1,601 @@
+"""Evidence before labels: what a trace holds (`inspect`) and where an anchor runs (`anchors`).
+
+Both are read-only and stream the trace once through the index pass. They
+report counts, times and gaps so a user can verify an anchor, its layer count
+and its first complete pass; they never pick an offset or a layer count.
+"""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+from typing import Any
+
+from tracestream.api import compile_pattern
+from tracestream.errors import TraceError
+from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
+from tracestream.guides import on_gpu, select_gpu
+from tracestream.index import FLOW, SCOPES, IndexOptions, Match, TraceIndex, run_index
+from tracestream.jsontext import RawNumber
+from tracestream.lanes import GroupLanes
+from tracestream.progress import Progress
+from tracestream.source import TraceSource
+
+GAP_FACTOR = 3.0
+"""Default cluster split: a gap larger than this many median gaps starts a new cluster.
+
+3, not 5: in the shipped sample the gap between two target passes is only
+~3.6x the layer-to-layer gap (draft passes run in between), so 5x would merge
+every pass into one cluster. The output always shows the measured separation.
+"""
+
+INSIDE_VARIATION = 1.1
+"""Largest in-cluster gap (in median gaps) above which the verdict mentions sub-structure."""
+
+NAME_WIDTH = 110  # longest kernel/annotation name in human-readable tables
+
+
+# -- small pure helpers --------------------------------------------------------
+
+
+def gaps(times: Sequence[int]) -> list[int]:
+    """Start-to-start gaps between consecutive matches (ns)."""
+    return [b - a for a, b in pairwise(times)]
+
+
+def cluster_matches(times: Sequence[int], factor: float = GAP_FACTOR):
+    """Split time-ordered match times (ns) where a gap exceeds `factor` x the median gap.
+
+    Returns (clusters as (start_index, count), median gap in ns or None). Passes
+    of a phase show up as clusters because the host/other phases run between
+    them; the rule is deliberately simple so a user can check it by hand.
+    """
+    if not times:
+        return [], None
+    between = gaps(times)
+    if not between:
+        return [(0, 1)], None
+    median = statistics.median(between)
+    clusters = []
+    start = 0
+    for i, gap in enumerate(between, start=1):
+        if gap > factor * median:
+            clusters.append((start, i - start))
+            start = i
+    clusters.append((start, len(times) - start))
+    return clusters, median
+
+
+def rule_text(factor: float, median_ns: float | None) -> str:
+    """The clustering rule as printed, with the threshold it produced."""
+    if median_ns is None:
+        return "fewer than 2 matches: no gaps to cluster"
+    return (
+        f"a gap > {factor:g} x the median gap ({median_ns / 1000:.3f} us, threshold "
+        f"{factor * median_ns / 1000:.3f} us) starts a new cluster"
+    )
+
+
+def separation(times: Sequence[int], clusters: Sequence[tuple[int, int]],
+               median_ns: float | None) -> dict:
+    """Largest gap inside clusters and smallest gap between them, in median gaps.
+
+    This is the margin of the rule: a clean split has inside ~1 and between >> 1.
+    """
+    if median_ns is None or median_ns <= 0:
+        return {"max_inside_ratio": None, "min_between_ratio": None}
+    starts = {start for start, _ in clusters[1:]}
+    inside = [g for i, g in enumerate(gaps(times), start=1) if i not in starts]
+    between = [times[s] - times[s - 1] for s in sorted(starts)]
+    return {
+        "max_inside_ratio": round(max(inside) / median_ns, 2) if inside else None,
+        "min_between_ratio": round(min(between) / median_ns, 2) if between else None,
+    }
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(2, n) if n % d == 0]
+
+
+def readings(size: int) -> str:
+    """What a pass of `size` anchor matches is consistent with (never a choice)."""
+    options = [f"{size} layers per pass"]
+    if size > 1:
+        options.append(f"{size - 1} layers + 1 extra anchor per pass (--extra-anchors-per-pass 1)")
+    strides = _divisors(size)
+    if strides:
+        shown = ", ".join(f"{size // s} layers x stride {s}" for s in strides[:4])
+        options.append(f"an anchor that runs several times per layer ({shown}, --anchor-stride)")
+    return ", or ".join(options)
+
+
+def verdict_text(count: int, clusters: Sequence[tuple[int, int]],
+                 max_inside_ratio: float | None = None) -> str:
+    """One line: what the cluster sizes are consistent with. States facts, picks nothing."""
+    text = _sizes_text(count, clusters)
+    if max_inside_ratio is not None and max_inside_ratio > INSIDE_VARIATION:
+        text += (
+            f"; gaps inside clusters reach {max_inside_ratio:g} x the median: a cluster may "
+            "hold several short passes or layers of different kinds (see the gap column)"
+        )
+    return text
+
+
+def _sizes_text(count: int, clusters: Sequence[tuple[int, int]]) -> str:
+    sizes = Counter(n for _, n in clusters)
+    if len(clusters) == 1:
+        return (
+            f"{count} match(es) in 1 cluster: the gaps do not separate passes; "
+            f"{count} is consistent with {readings(count)}, or with several passes whose "
+            "gaps are not larger — verify in the model config and the timeline"
+        )
+    if len(sizes) == 1:
+        size = clusters[0][1]
+        return (
+            f"{len(clusters)} clusters of {size}: consistent with {readings(size)} — "
+            "verify in the model config"
+        )
+    common, times = sizes.most_common(1)[0]
+    odd = [(s, n) for s, n in clusters if n != common]
+    listing = ", ".join(f"{n} at index {s}" for s, n in odd[:6]) + (" …" if len(odd) > 6 else "")
+    return (
+        f"{len(clusters)} clusters of unequal size: {times} of {common} ({readings(common)}); "
+        f"others: {listing}. A short first or last cluster may be a pass cut by the capture "
+        "window; another size may be another phase — the offset must start a complete pass of "
+        "the verified phase; verify in the model config"
+    )
+
+
+def cross_check_windows(anchor_ts: Sequence, cross_ts: Sequence,
+                        clusters: Sequence[tuple[int, int]]) -> list[dict]:
+    """Count cross-check matches in [anchor i, anchor i+1) for consecutive anchors of a cluster.
+
+    Windows that span two clusters are not counted: the gap between passes is
+    not a layer. Both sequences must be sorted; times compare exactly.
+    """
+    windows = []
+    for start, n in clusters:
+        for i in range(start, start + n - 1):
+            lo = bisect_left(cross_ts, anchor_ts[i])
+            hi = bisect_left(cross_ts, anchor_ts[i + 1])
+            windows.append({"from_index": i, "to_index": i + 1, "count": hi - lo})
+    return windows
+
+
+def outside_windows(anchor_ts: Sequence, cross_ts: Sequence,
+                    clusters: Sequence[tuple[int, int]]) -> int:
+    """Cross-check matches that fall in no counted window (before, between or after clusters)."""
+    inside = 0
+    for start, n in clusters:
+        inside += bisect_left(cross_ts, anchor_ts[start + n - 1]) - bisect_left(
+            cross_ts, anchor_ts[start])
+    return len(cross_ts) - inside
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
+                 right: Sequence[bool] | None = None, indent: str = "  ") -> str:
+    """Aligned columns; `right[i]` right-aligns column i (numbers)."""
+    rows = [["-" if v is None else str(v) for v in row] for row in rows]
+    right = right or [False] * len(headers)
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(v)) for w, v in zip(widths, row, strict=True)]
+
+    def line(values):
+        columns = zip(values, widths, right, strict=True)
+        cells = [v.rjust(w) if r else v.ljust(w) for v, w, r in columns]
+        return (indent + "  ".join(cells)).rstrip()
+
+    return "\n".join([line(headers)] + [line(row) for row in rows])
+
+
+def short(name: Any, width: int = NAME_WIDTH) -> str | None:
+    """A name cut to `width` characters for tables (None stays None: printed as '-')."""
+    if name is None:
+        return None
+    text = str(name)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def ms(ns: int | None, origin_ns: int) -> float | None:
+    """Nanoseconds as milliseconds from the trace origin (µs precision)."""
+    return None if ns is None else round((ns - origin_ns) / 1e6, 6)
+
+
+def us_text(ns: int) -> str:
+    """Nanoseconds as exact microsecond text with three decimals."""
+    sign = "-" if ns < 0 else ""
+    q, r = divmod(abs(ns), 1000)
+    return f"{sign}{q}.{r:03d}"
+
+
+def pid_text(pid: Any) -> str:
+    """A pid for tables: string pids quoted, so `""` and `"Spans"` stand out from numbers."""
+    return f'"{pid}"' if isinstance(pid, str) else str(pid)
+
+
+def _pid_order(pid: Any):
+    return (0, pid, "") if isinstance(pid, int) else (1, 0, str(pid))
+
+
+def _top(counter: Counter, top: int) -> list[dict]:
+    return [{"name": name, "count": n} for name, n in counter.most_common(top)]
+
+
+# -- reading -----------------------------------------------------------------
+
+
+def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True) -> TraceIndex:
+    with TraceSource(str(trace), stdin=stdin) as source:
+        return run_index(source, options, progress=Progress.for_terminal(quiet))
+
+
+# -- inspect -----------------------------------------------------------------
+
+
+def peak_overlaps(index: TraceIndex, groups: set[int]) -> dict[int, GroupLanes]:
+    """The greedy lane allocator over each activity group: lanes = peak overlap (= what
+    compaction would need), and the time the last lane opened."""
+    states: dict[int, GroupLanes] = {g: GroupLanes() for g in groups}
+    for block in index.sweep.sorted_blocks():
+        keep = block["kind"] != FLOW
+        for g in groups:
+            mask = keep & (block["group"] == g)
+            if not mask.any():
+                continue
+            place = states[g].place
+            los, his = block["key"][mask].tolist(), block["hi"][mask].tolist()
+            for lo, hi in zip(los, his, strict=True):
+                place(lo, hi)
+    return states
+
+
+def process_kind(pid: Any, meta: dict, gpu: bool, host: bool) -> tuple[str, str]:
+    """(kind, evidence): GPU activity first, then Kineto's process labels, then host events."""
+    if gpu:
+        return "GPU", "GPU activity or scopes"
+    labels = meta.get("labels")
+    if isinstance(labels, str) and labels.strip():
+        if labels.strip().upper() == "CPU":
+            return "CPU", "process_labels"
+        if labels.strip().upper().startswith("GPU"):
+            return "GPU", "process_labels (no GPU activity)"
+        return "other", "process_labels"
+    if host and isinstance(pid, int):
+        return "CPU", "host events"
+    return "other", "no GPU activity, no labels"
+
+
+def _processes(index: TraceIndex, activity: Counter, scopes: Counter) -> list[dict]:
+    host = {index.tracks[t][0] for t in index.other_on_track}
+    rows = []
+    for pid in sorted(index.pids | set(activity) | set(scopes), key=_pid_order):
+        meta = index.process_meta.get(pid, {})
+        kind, why = process_kind(pid, meta, bool(activity[pid] or scopes[pid]), pid in host)
+        rows.append({
+            "pid": pid, "kind": kind, "kind_evidence": why, "name": meta.get("name"),
+            "labels": meta.get("labels"), "sort_index": meta.get("sort_index"),
+            "gpu_activity": activity[pid], "gpu_scopes": scopes[pid],
+        })
+    return rows
+
+
+def _gpu_row(index: TraceIndex, g: int, lanes: GroupLanes, origin_ns: int, top: int) -> dict:
+    pid, device = index.groups[g]
+    stats = index.group_stats[g]
+    names = index.kernel_names.get(g, Counter())
+    at = lanes.peak_at_ns
+    return {
+        "pid": pid,
+        "device": device,
+        "streams": len(stats.tracks),
+        "kernel_streams": len(stats.kernel_tracks),
+        "kernels": stats.kinds.get(KERNEL, 0),
+        "memcpy": stats.kinds.get(MEMCPY, 0),
+        "memset": stats.kinds.get(MEMSET, 0),
+        "sync": stats.kinds.get(SYNC, 0),
+        "activity": sum(stats.kinds.values()),
+        "max_overlap": lanes.lanes,
+        "max_overlap_at_ms": ms(at, origin_ns),
+        "max_overlap_at_us": RawNumber(us_text(at)) if at is not None else None,
+        "first_ms": ms(stats.first_ns, origin_ns),
+        "last_ms": ms(stats.last_ns, origin_ns),
+        "span_ms": ms(stats.last_ns, stats.first_ns) if stats.first_ns is not None else None,
+        "distinct_kernels": len(names),
+        "top_kernels": _top(names, top),
+    }
+
+
+def inspect_index(index: TraceIndex, *, top: int = 30) -> dict:
+    """The inspect report of an index built with count_names and sweep records."""
+    origin_ns = index.origin.floor_ns() if index.origin is not None else 0
+    gpu_groups = [g for g, (_, device) in enumerate(index.groups)
+                  if device != SCOPES and index.group_stats[g].kinds]
+    scope_groups = [g for g, (_, device) in enumerate(index.groups) if device == SCOPES]
+    lanes = peak_overlaps(index, set(gpu_groups))
+    gpu_groups.sort(key=lambda g: (_pid_order(index.groups[g][0]),
+                                   _pid_order(index.groups[g][1])))
+    activity: Counter = Counter()
+    for g in gpu_groups:
+        activity[index.groups[g][0]] += sum(index.group_stats[g].kinds.values())
+    scopes: Counter = Counter()
+    for g in scope_groups:
+        scopes[index.groups[g][0]] += index.group_stats[g].kinds.get(GPU_SCOPE, 0)
+    return {
+        "trace": index.source_name,
+        "compression": index.compression,
+        "bytes": index.stats.raw_bytes,
+        "decompressed_bytes": index.stats.data_bytes,
+        "events": index.event_count,
+        "shape": index.layout.shape,
+        "origin_us": RawNumber(index.origin_text) if index.origin_text else None,
+        "phases": dict(index.phase_counts.most_common()),
+        "processes": _processes(index, activity, scopes),
+        "gpus": [_gpu_row(index, g, lanes[g], origin_ns, top) for g in gpu_groups],
+        "gpu_scopes": [
+            {"pid": index.groups[g][0], "count": index.group_stats[g].kinds.get(GPU_SCOPE, 0),
+             "streams": len(index.group_stats[g].tracks)}
+            for g in scope_groups
+        ],
+        "cpu_annotations": {
+            "total": sum(index.cpu_annotations.values()),
+            "distinct": len(index.cpu_annotations),
+            "top": _top(index.cpu_annotations, top),
+        },
+        "flow_categories": [{"category": c, "count": n}
+                            for c, n in index.flow_categories.most_common()],
+        "guides": {
+            "count": len(index.guides),
+            "pids": sorted({g.pid for g in index.guides}, key=_pid_order),
+        },
+        "compaction_provenance": {
+            "present": index.provenance_ordinal is not None,
+            "first_event": index.provenance_ordinal,
+        },
+    }
+
+
+def inspect_trace(trace, *, top: int = 30, stdin=None, quiet: bool = True) -> dict:
+    """One streamed pass: processes, GPUs (counts, streams, peak overlap), names, flows."""
+    if top < 0:
+        raise TraceError(f"--top must be >= 0, got {top}")
+    options = IndexOptions(count_names=True, records=False, sweep=True)
+    index = _index(trace, options, stdin, quiet)
+    try:
+        return inspect_index(index, top=top)
+    finally:
+        index.close()
+
+
+def format_inspect(report: dict) -> str:
+    """Human-readable tables of an inspect report (times in ms from the trace origin)."""
+    out = [
+        f"trace: {report['trace']} ({report['compression']}, "
+        f"{report['decompressed_bytes'] / 1e6:,.1f} MB JSON, {report['events']:,} events)",
+        f"origin: ts {report['origin_us']} us (times below are ms from here)",
+        "",
+        "processes:",
+    ]
+    procs = report["processes"]
+    idle = [p for p in procs if p["kind"] == "GPU" and not p["gpu_activity"]
+            and not p["gpu_scopes"]]
+    shown = [p for p in procs if p not in idle]
+    out.append(format_table(
+        ["pid", "kind", "name", "labels", "GPU activity", "GPU scopes", "kind from"],
+        [[pid_text(p["pid"]), p["kind"], short(p["name"], 40), short(p["labels"], 30),
+          p["gpu_activity"], p["gpu_scopes"], p["kind_evidence"]] for p in shown],
+        [True, False, False, False, True, True, False]))
+    if idle:
+        pids = ", ".join(pid_text(p["pid"]) for p in idle)
+        out.append(f"  + {len(idle)} GPU process(es) with metadata only (no activity): {pids}")
+    out += ["", "GPUs (pid, args.device):"]
+    gpus = report["gpus"]
+    if not gpus:
+        out.append("  none: no kernel, gpu_memcpy, gpu_memset or cuda_sync events")
+    else:
+        out.append(format_table(
+            ["pid", "device", "streams", "kernels", "memcpy", "memset", "sync", "peak overlap",
+             "peak at ms", "first ms", "span ms"],
+            [[pid_text(g["pid"]), g["device"], g["streams"], g["kernels"], g["memcpy"], g["memset"],
+              g["sync"], g["max_overlap"], _f3(g["max_overlap_at_ms"]), _f3(g["first_ms"]),
+              _f3(g["span_ms"])] for g in gpus],
+            [True] * 11))
+        out.append("  streams = stream rows with activity; peak overlap = lanes compaction "
+                   "would need")
+    for s in report["gpu_scopes"]:
+        out.append(f"  GPU user scopes of pid {s['pid']}: {s['count']:,} on {s['streams']} row(s)")
+    for g in gpus:
+        out += ["", f"top kernels of pid {g['pid']} device {g['device']} "
+                    f"({g['distinct_kernels']:,} distinct):"]
+        out.append(format_table(["count", "name"],
+                                [[k["count"], short(k["name"])] for k in g["top_kernels"]],
+                                [True, False]))
+    cpu = report["cpu_annotations"]
+    out += ["", f"CPU user annotations ({cpu['total']:,} in all, {cpu['distinct']:,} distinct; "
+                "they mark host launches, not GPU boundaries):"]
+    if cpu["top"]:
+        out.append(format_table(["count", "name"],
+                                [[a["count"], short(a["name"])] for a in cpu["top"]],
+                                [True, False]))
+    else:
+        out.append("  none")
+    out += ["", "flow categories:"]
+    flows = report["flow_categories"]
+    out.append(format_table(["count", "category"], [[f["count"], f["category"]] for f in flows],
+                            [True, False]) if flows else "  none")
+    guides = report["guides"]
+    prov = report["compaction_provenance"]
+    out += ["", "layer guides: " + (
+        f"{guides['count']} (pid {', '.join(map(str, guides['pids']))}): already annotated"
+        if guides["count"] else "none"),
+        "compaction provenance: " + (
+        f"yes (first at event {prov['first_event']}): compacted by tracestream"
+        if prov["present"] else "none")]
+    return "\n".join(out)
+
+
+def _f3(value: float | None) -> str | None:
+    return None if value is None else f"{value:,.3f}"
+
+
+# -- anchors -----------------------------------------------------------------
+
+
+def _match_rows(anchors: list[Match], times: list[int], clusters, origin_ns: int) -> list[dict]:
+    cluster_of = {}
+    for c, (start, n) in enumerate(clusters):
+        for i in range(start, start + n):
+            cluster_of[i] = c
+    rows = []
+    for i, m in enumerate(anchors):
+        rows.append({
+            "index": i,
+            "ts_us": RawNumber(m.ts_text),
+            "dur_us": RawNumber(m.dur_text),
+            "rel_ms": ms(times[i], origin_ns),
+            "gap_us": round((times[i] - times[i - 1]) / 1000, 3) if i else None,
+            "stream": m.stream,
+            "tid": m.tid,
+            "cluster": cluster_of[i],
+            "event": m.ordinal,
+        })
+    return rows
+
+
+def _cluster_rows(anchors: list[Match], clusters, origin_ns: int) -> list[dict]:
+    rows = []
+    for start, n in clusters:
+        first, last = anchors[start], anchors[start + n - 1]
+        rows.append({
+            "start_index": start,
+            "count": n,
+            "start_us": RawNumber(first.ts_text),
+            "end_us": RawNumber(last.end.to_text()),
+            "start_ms": ms(first.ts.floor_ns(), origin_ns),
+            "span_ms": round((last.end.ceil_ns() - first.ts.floor_ns()) / 1e6, 6),
+        })
+    return rows
+
+
+def _cross_check(index: TraceIndex, regex: str, anchors: list[Match], clusters,
+                 pid, device) -> dict:
+    cross = on_gpu(index.matches.get("cross", []), pid, device)
+    cross_ts = [m.ts for m in cross]
+    anchor_ts = [m.ts for m in anchors]
+    windows = cross_check_windows(anchor_ts, cross_ts, clusters)
+    flagged = []
+    for w in windows:
+        if w["count"] != 1:
+            a, b = anchors[w["from_index"]], anchors[w["to_index"]]
+            flagged.append({**w, "start_us": RawNumber(a.ts_text), "end_us": RawNumber(b.ts_text)})
+    return {
+        "regex": regex,
+        "matches": len(cross),
+        "windows": len(windows),
+        "counts": {str(k): v for k, v in sorted(Counter(w["count"] for w in windows).items())},
+        "flagged": flagged,
+        "outside_windows": outside_windows(anchor_ts, cross_ts, clusters),
+        "rule": "counts matches in [anchor i, anchor i+1) for consecutive anchors inside a "
+                "cluster only (the gap between clusters is not a layer); flags counts != 1",
+    }
+
+
+def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
+                 cross_check: str | None = None, factor: float = GAP_FACTOR,
+                 stdin=None, quiet: bool = True) -> dict:
+    """Every match of the anchor on one GPU in time order, its clusters, and a verdict."""
+    if not factor > 1:
+        raise TraceError(f"--gap-factor must be > 1, got {factor}")
+    patterns = {"anchor": compile_pattern(anchor_regex, "--anchor-regex")}
+    if cross_check is not None:
+        patterns["cross"] = compile_pattern(cross_check, "--cross-check")
+    options = IndexOptions(patterns=patterns, records=False, sweep=False)
+    index = _index(trace, options, stdin, quiet)
+    try:
+        found = index.matches["anchor"]
+        if not found:
+            raise TraceError(f"no kernel matches --anchor-regex {anchor_regex!r}")
+        pid, device = select_gpu(found, pid, device, "--anchor-regex")
+        anchors = on_gpu(found, pid, device)
+        times = [m.ts.floor_ns() for m in anchors]
+        clusters, median = cluster_matches(times, factor)
+        origin_ns = index.origin.floor_ns() if index.origin is not None else 0
+        spread = separation(times, clusters, median)
+        report = {
+            "anchor_regex": anchor_regex,
+            "pid": pid,
+            "device": device,
+            "count": len(anchors),
+            "names": dict(Counter(m.name for m in anchors).most_common()),
+            "matches": _match_rows(anchors, times, clusters, origin_ns),
+            "clusters": _cluster_rows(anchors, clusters, origin_ns),
+            "median_gap_us": None if median is None else round(median / 1000, 3),
+            "gap_factor": factor,
+            "rule": rule_text(factor, median),
+            "separation": spread,
+            "verdict": verdict_text(len(anchors), clusters, spread["max_inside_ratio"]),
+            "origin_us": RawNumber(index.origin_text) if index.origin_text else None,
+        }
+        if cross_check is not None:
+            report["cross_check"] = _cross_check(index, cross_check, anchors, clusters,
+                                                 pid, device)
+        return report
+    finally:
+        index.close()
+
+
+def format_anchors(report: dict) -> str:
+    """Human-readable anchors report: matches, clusters, rule, cross-check, verdict."""
+    names = ", ".join(f"{short(n, 60)} ({c})" for n, c in report["names"].items())
+    out = [
+        f"anchor {report['anchor_regex']!r} on pid {report['pid']} device {report['device']}: "
+        f"{report['count']} matches ({names})",
+        f"times: ms from the trace origin (ts {report['origin_us']} us); index = the number "
+        "--anchor-offset refers to",
+        "",
+        format_table(
+            ["index", "t ms", "stream", "dur us", "gap us", "cluster"],
+            [[m["index"], f"{m['rel_ms']:,.3f}", m["stream"], m["dur_us"],
+              None if m["gap_us"] is None else f"{m['gap_us']:,.3f}", m["cluster"]]
+             for m in report["matches"]],
+            [True, True, True, True, True, True]),
+        "",
+        f"clusters: {report['rule']}",
+    ]
+    sep = report["separation"]
+    if sep["max_inside_ratio"] is not None:
+        between = sep["min_between_ratio"]
+        out.append(
+            f"  largest gap inside a cluster: {sep['max_inside_ratio']:g} x median; smallest gap "
+            "between clusters: " + (f"{between:g} x median" if between is not None else "-"))
+    out.append(format_table(
+        ["cluster", "first index", "count", "start ms", "span ms"],
+        [[c, r["start_index"], r["count"], f"{r['start_ms']:,.3f}", f"{r['span_ms']:,.3f}"]
+         for c, r in enumerate(report["clusters"])],
+        [True] * 5))
+    cross = report.get("cross_check")
+    if cross is not None:
+        counts = ", ".join(f"{n} window(s) with {k}" for k, n in cross["counts"].items())
+        out += [
+            "",
+            f"cross-check {cross['regex']!r}: {cross['matches']} matches on this GPU; "
+            f"{cross['windows']} windows between consecutive anchors inside a cluster "
+            "(the gap between clusters is not a layer and is not counted)",
+            f"  {counts or 'no windows'}; {cross['outside_windows']} match(es) outside the "
+            "counted windows",
+        ]
+        if cross["flagged"]:
+            out.append(format_table(
+                ["from index", "to index", "count", "window start us", "window end us"],
+                [[f["from_index"], f["to_index"], f["count"], f["start_us"], f["end_us"]]
+                 for f in cross["flagged"]],
+                [True] * 5))
+        else:
+            out.append("  every counted window holds exactly one match")
+    out += ["", f"verdict: {report['verdict']}",
+            "(no offset or layer count is chosen for you: pass --anchor-offset, --num-layers "
+            "and --extra-anchors-per-pass to `layers` yourself)"]
+    return "\n".join(out)
