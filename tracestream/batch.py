@@ -42,10 +42,7 @@ DASK_INSTALL_HINT = (
     "--engine dask needs dask.distributed, which is not installed; "
     "install it with: pip install 'tracestream[dask]'"
 )
-WORKER_DIED = (
-    "the worker process died while processing this trace (killed, or out of memory?), "
-    "also when re-run alone"
-)
+WORKER_DIED = "the worker process died while processing this trace (killed, or out of memory?)"
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _SUFFIX_FOR = {"gzip": ".gz", "zstd": ".zst", "none": ""}
 _MAX_ERROR = 600
@@ -496,64 +493,48 @@ def _executor(workers: int):
 
 
 def run_local(tasks: Iterable[dict], jobs: int, *, task_fn: TaskFn | None = None) -> Iterator[dict]:
-    """Results as tasks complete, from a pool of `jobs` worker processes.
+    """Results as tasks complete, `jobs` at a time, each task in a worker process of its own.
 
-    At most `jobs` tasks are in flight, so when a worker dies (killed, out of
-    memory) the pool breaks only for those. Each of them is re-run once in a
-    process of its own: a task whose lone worker dies again is the culprit and
-    gets a `failed` result; the bystanders finish normally.
+    A one-worker ProcessPoolExecutor per task: when a worker dies (killed, out of
+    memory) only its own pool breaks, so that trace gets a `failed` result and no
+    other task is disturbed or loses its result. A fresh process per trace also
+    gives every multi-GB trace a clean heap.
     """
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
     fn = task_fn or run_task
     jobs = max(1, int(jobs))
     queue = deque(tasks)
-    suspects: deque = deque()
-    pool: ProcessPoolExecutor | None = None
-    inflight: dict = {}  # future -> (task, executor, alone)
+    inflight: dict = {}  # future -> (task, executor)
     try:
-        while queue or suspects or inflight:
-            while len(inflight) < jobs and (queue or suspects):
-                if suspects:
-                    task = suspects.popleft()
-                    alone = _executor(1)
-                    inflight[alone.submit(_call, fn, {**task, "attempt": 2})] = (task, alone, True)
-                    continue
-                if pool is None:
-                    pool = _executor(min(jobs, len(queue)))
+        while queue or inflight:
+            while queue and len(inflight) < jobs:
                 task = queue.popleft()
+                executor = _executor(1)
                 try:
-                    inflight[pool.submit(_call, fn, task)] = (task, pool, False)
-                except BrokenProcessPool:
-                    queue.appendleft(task)
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    pool = None
+                    inflight[executor.submit(_call, fn, task)] = (task, executor)
+                except Exception as exc:  # no process could be started
+                    executor.shutdown(wait=False, cancel_futures=True)
+                    yield failed_result(task, exc)
+            if not inflight:
+                continue
             done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
             for future in done:
-                task, executor, alone = inflight.pop(future)
+                task, executor = inflight.pop(future)
                 try:
                     result = future.result()
                 except BrokenProcessPool:
-                    if not alone:
-                        suspects.append(task)
-                        if executor is pool:
-                            pool.shutdown(wait=False, cancel_futures=True)
-                            pool = None
-                        continue
                     result = failed_result(task, WORKER_DIED)
                 except Exception as exc:  # e.g. a task or result that cannot be pickled
                     result = failed_result(task, exc)
-                if alone:
-                    executor.shutdown(wait=True)
+                executor.shutdown(wait=True)
                 if not isinstance(result, dict):
                     result = failed_result(task, f"the task returned {type(result).__name__}")
                 yield result
     finally:
-        for _, executor, _alone in inflight.values():
+        for _task, executor in inflight.values():
             executor.shutdown(wait=False, cancel_futures=True)
-        if pool is not None:
-            pool.shutdown(wait=not inflight, cancel_futures=True)
 
 
 def require_distributed():
@@ -601,9 +582,9 @@ def run_dask(tasks: Iterable[dict], jobs: int, scheduler: str | None = None, *,
     once (its scheduler places them, an adaptive cluster can scale), whose workers
     need tracestream installed and the traces' paths on shared storage. Without it
     a LocalCluster of `jobs` single-threaded worker processes runs for this call
-    only, fed at most `jobs` tasks at a time. A task whose worker dies is retried by
-    Dask (once on the LocalCluster; as the scheduler's `allowed-failures` says on a
-    cluster, default 3), then becomes `failed`.
+    only, fed at most `jobs` tasks at a time. A task whose worker dies becomes
+    `failed` (on a cluster, after the retries its scheduler's `allowed-failures`
+    grants, default 3; a retry takes over the output an earlier attempt completed).
     """
     distributed = require_distributed()
     import logging
@@ -629,7 +610,7 @@ def run_dask(tasks: Iterable[dict], jobs: int, scheduler: str | None = None, *,
             limit = None
         else:
             limit = max(1, int(jobs))
-            with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=limit, threads_per_worker=1, processes=True,
                     dashboard_address=None, silence_logs=logging.CRITICAL,

@@ -61,8 +61,9 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
                     raw, index = unrelocate(raw)
                     if index != restored:
                         raise TraceError(
-                            f"event {position} of {trace} says it is source event {index}, but "
-                            f"it is at source position {restored}: the file was edited"
+                            f"{trace} does not match its report: event {position} says it is "
+                            f"source event {index} but sits at source position {restored} "
+                            "(was the file edited?)"
                         )
                     relocated += 1
                 emit(raw)

@@ -1,0 +1,225 @@
+"""`verify` and `restore`: lossless by proof, and tampering caught by name."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    REAL_WITH_GPU,
+    TERMINAL,
+    assert_refused,
+    assert_verified,
+    events_of,
+    layers_args,
+    load_exact,
+    read_bytes,
+    real_trace,
+    run,
+)
+from test_layers import raw_events
+
+
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory):
+    """A layers + compaction output of a generated trace (plain JSON), and its source."""
+    from samples.generate import TraceConfig, generate
+
+    folder = tmp_path_factory.mktemp("verify")
+    source = folder / "source.json"
+    generate(source, TraceConfig(iterations=3))
+    out = folder / "annotated.json"
+    result = run(*layers_args(source, out, "--max-gpu-lanes", "10", "--end-anchor-regex",
+                              TERMINAL, passes=3))
+    assert result.returncode == 0, result.stderr.decode()
+    return source, out
+
+
+@pytest.mark.parametrize("command", ["layers", "compact", "layers+lanes"])
+@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".json.zst"])
+def test_outputs_verify_and_restore_exactly(traces, tmp_path, command, suffix):
+    trace, _ = traces(f"v{suffix}", iterations=2)
+    out = tmp_path / f"out{suffix}"
+    if command == "compact":
+        args = ["compact", "--trace", trace, "--output", out]
+    else:
+        extra = ["--max-gpu-lanes", "10"] if command == "layers+lanes" else []
+        args = layers_args(trace, out, *extra, passes=2)
+    assert run(*args).returncode == 0
+    result = run("verify", "--trace", trace, "--output", out)
+    assert result.returncode == 0, result.stdout.decode()
+    assert result.stdout.decode().startswith("verified: all checks hold")
+    restored = tmp_path / "restored.json"
+    result = run("restore", "--trace", out, "--output", restored)
+    assert result.returncode == 0, result.stderr.decode()
+    assert raw_events(restored) == raw_events(trace)  # every event byte for byte
+    assert load_exact(restored) == load_exact(trace)  # and the top-level keys
+
+
+@pytest.mark.parametrize("name", REAL_WITH_GPU)
+def test_real_traces_verify_and_restore(name, tmp_path):
+    trace = real_trace(name)
+    out = tmp_path / "out.json.gz"
+    assert run("compact", "--trace", trace, "--output", out).returncode == 0
+    assert_verified(trace, out)
+    restored = tmp_path / "restored.json"
+    assert run("restore", "--trace", out, "--output", restored).returncode == 0
+    assert raw_events(restored) == raw_events(trace)
+
+
+def test_json_verdict(compacted):
+    source, out = compacted
+    result = run("verify", "--trace", source, "--output", out, "--json")
+    verdict = json.loads(result.stdout)
+    assert verdict["verdict"] == "ok" and result.returncode == 0
+    names = {c["name"] for c in verdict["checks"]}
+    assert {"source sha256", "restored events equal the source", "depth zero on synthetic tracks",
+            "flows on their activity's lane", "guides", "kernel and stream counts"} <= names
+
+
+# -- tampering ------------------------------------------------------------------------------
+
+
+def tamper(compacted, tmp_path, edit) -> tuple[Path, Path]:
+    """A copy of the annotated trace (and its report) with `edit` applied to its text."""
+    source, out = compacted
+    copy = tmp_path / "tampered.json"
+    text = out.read_text()
+    changed = edit(text)
+    assert changed != text, "the tampering must change something"
+    copy.write_text(changed)
+    shutil.copy(f"{out}.layers.json", f"{copy}.layers.json")
+    return source, copy
+
+
+def failed_checks(source, output, report=None) -> dict[str, str]:
+    args = ["verify", "--trace", source, "--output", output, "--json"]
+    if report:
+        args += ["--report", report]
+    result = run(*args)
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    verdict = json.loads(result.stdout)
+    return {c["name"]: c["detail"] for c in verdict["checks"] if not c["ok"]}
+
+
+def _first_kernel(text: str, name: str = "flash_fwd") -> re.Match:
+    return re.search(r'"name": "' + name + r'[^"]*", "pid": 0, "tid": (\d+),\n\s*"ts": (\d+)\.(\d{3})', text)
+
+
+def test_kernel_shifted_by_one_ns(compacted, tmp_path):
+    def edit(text):
+        m = _first_kernel(text)
+        ns = int(m.group(3)) + 1
+        return text[: m.start(3)] + f"{ns:03d}" + text[m.end(3):]
+
+    failures = failed_checks(*tamper(compacted, tmp_path, edit))
+    detail = failures["restored events equal the source"]
+    assert "field ts" in detail and re.search(r"\.\d{3} vs \d+\.\d{3}", detail)
+
+
+def test_dropped_event(compacted, tmp_path):
+    def edit(text):
+        start = text.index('  {\n    "ph": "X", "cat": "cpu_op"')
+        end = text.index("  },\n", start) + len("  },\n")
+        return text[:start] + text[end:]
+
+    failures = failed_checks(*tamper(compacted, tmp_path, edit))
+    assert "restored events equal the source" in failures
+
+
+def test_kernel_moved_to_another_lane(compacted, tmp_path):
+    source, out = compacted
+    report = json.loads(Path(f"{out}.layers.json").read_text())
+    lanes = report["compaction"]["groups"][0]["lane_tids"]
+
+    def edit(text):
+        m = re.search(r'"name": "lm_head_gemm_kernel", "pid": 0, "tid": (\d+)', text)
+        other = next(t for t in lanes if t != int(m.group(1)))
+        return text[: m.start(1)] + str(other) + text[m.end(1):]
+
+    failures = failed_checks(*tamper(compacted, tmp_path, edit))
+    assert "the plan puts it at pid 0 tid" in failures["output equals the plan"]
+
+
+def test_renamed_kernel(compacted, tmp_path):
+    failures = failed_checks(*tamper(compacted, tmp_path,
+                                     lambda t: t.replace('"lm_head_gemm_kernel"', '"lm_head"', 1)))
+    assert 'field name: "lm_head_gemm_kernel" vs "lm_head"' in failures[
+        "restored events equal the source"]
+
+
+def test_changed_stream(compacted, tmp_path):
+    def edit(text):
+        m = re.search(r'"stream": (\d+)', text[text.index('"_compact_gpu_track"') - 600:])
+        base = text.index('"_compact_gpu_track"') - 600
+        return text[: base + m.start(1)] + "99999" + text[base + m.end(1):]
+
+    failures = failed_checks(*tamper(compacted, tmp_path, edit))
+    assert "field args.stream" in failures["restored events equal the source"]
+
+
+def test_report_from_another_source(compacted, traces, tmp_path):
+    source, out = compacted
+    other, _ = traces("other_source.json", iterations=3, seed=7)
+    other_out = tmp_path / "other.json"
+    assert run(*layers_args(other, other_out, "--max-gpu-lanes", "10", passes=3)).returncode == 0
+    failures = failed_checks(source, out, f"{other_out}.layers.json")
+    assert "a report from another source" in failures["source sha256"]
+
+
+def test_two_slices_overlapping_on_a_lane(compacted, tmp_path):
+    """Stretch one kernel so it overlaps the next slice on its lane."""
+    def edit(text):
+        m = re.search(r'"name": "lm_head_gemm_kernel", "pid": 0, "tid": \d+,\n\s*"ts": [0-9.]+, '
+                      r'"dur": ([0-9.]+)', text)
+        return text[: m.start(1)] + "900.000" + text[m.end(1):]
+
+    failures = failed_checks(*tamper(compacted, tmp_path, edit))
+    assert "depth 1" in failures["depth zero on synthetic tracks"]
+    assert "restored events equal the source" in failures
+
+
+def test_unreadable_inputs_exit_2(compacted, tmp_path):
+    source, out = compacted
+    broken = tmp_path / "broken.json"
+    broken.write_bytes(out.read_bytes()[:1000])
+    shutil.copy(f"{out}.layers.json", f"{broken}.layers.json")
+    assert_refused(run("verify", "--trace", source, "--output", broken), "truncated")
+    missing = tmp_path / "missing.json"
+    assert_refused(run("verify", "--trace", missing, "--output", out), "not found")
+    lonely = tmp_path / "lonely.json"
+    shutil.copy(out, lonely)
+    assert_refused(run("verify", "--trace", source, "--output", lonely), "no report")
+
+
+def test_restore_refuses_existing_output_and_edited_input(compacted, tmp_path):
+    source, out = compacted
+    existing = tmp_path / "exists.json"
+    existing.write_text("x")
+    assert_refused(run("restore", "--trace", out, "--output", existing), "already exists")
+    assert existing.read_text() == "x"
+
+    def edit(text):
+        start = text.index('  {\n    "ph": "X", "cat": "cpu_op"')
+        end = text.index("  },\n", start) + len("  },\n")
+        return text[:start] + text[end:]
+
+    _, tampered = tamper(compacted, tmp_path, edit)
+    restored = tmp_path / "restored.json"
+    assert_refused(run("restore", "--trace", tampered, "--output", restored),
+                   "does not match its report", restored)
+
+
+def test_restore_of_a_layers_only_output_is_the_prefix(decode_trace, tmp_path):
+    trace, _ = decode_trace
+    out = tmp_path / "out.json.gz"
+    assert run(*layers_args(trace, out, passes=1)).returncode == 0
+    restored = tmp_path / "restored.json"
+    assert run("restore", "--trace", out, "--output", restored).returncode == 0
+    assert raw_events(restored) == raw_events(trace)
+    assert events_of(load_exact(restored)) == events_of(load_exact(trace))
+    assert b'"tracestream":' not in read_bytes(restored)
