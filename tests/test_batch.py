@@ -10,7 +10,9 @@ import gzip
 import json
 import os
 import signal
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -51,21 +53,40 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-def run_cli(*args, timeout: float = 120):
-    """Run `tracestream` in a new process; assert it left no process behind."""
-    import subprocess
-
+def _marked_env() -> tuple[dict, str]:
     marker = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACESTREAM_TEST_MARKER": marker}
-    done = subprocess.run(TRACESTREAM + [str(a) for a in args], capture_output=True, env=env,
-                          timeout=timeout)
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TRACESTREAM_TEST_MARKER": marker}, marker
+
+
+def assert_none_left(marker: str) -> None:
     deadline = time.monotonic() + 10
     while (left := _processes_with(marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in left:  # clean up before failing, so one failure does not leak into others
         os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left behind by {args[:2]}: {left}"
+    assert not left, f"processes left behind: {left}"
+
+
+def run_cli(*args, timeout: float = 120):
+    """Run `tracestream` in a new process; assert it left no process behind."""
+    env, marker = _marked_env()
+    done = subprocess.run(TRACESTREAM + [str(a) for a in args], capture_output=True, env=env,
+                          timeout=timeout)
+    assert_none_left(marker)
     return done
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
 
 
 def lines_of(done) -> list[dict]:
@@ -307,11 +328,61 @@ def test_verify_failure_removes_output_and_report(ranks, tmp_path, monkeypatch):
     assert Path(task["output"]).exists() and Path(task["report"]).exists()
 
 
+def test_a_retry_takes_over_the_output_its_earlier_attempt_completed(ranks, tmp_path):
+    """An engine re-runs a task whose result was lost; the output it wrote is its own."""
+    paths, _ = ranks
+    out = tmp_path / "out"
+    task = _compact_task(paths[0], out, verify=True)
+    first = batch.run_task(task)
+    assert first["status"] == "ok"
+    again = batch.run_task({**task, "attempt": 2})
+    assert again["status"] == "ok" and again["verified"] is True
+    assert {k: again[k] for k in ("events", "lanes")} == {k: first[k] for k in ("events", "lanes")}
+    # not the same task (other options, or another trace): never taken over, never overwritten
+    other = _compact_task(paths[0], out, spec=batch.CompactSpec(max_lanes=9))
+    assert "already exists" in batch.run_task({**other, "attempt": 2})["error"]
+    renamed = {**task, "trace": str(paths[1]), "attempt": 2}
+    assert "already exists" in batch.run_task(renamed)["error"]
+    assert batch.run_task(task)["status"] == "failed"  # a first attempt never takes over
+
+
 def test_run_task_never_raises(tmp_path):
     task = _compact_task(tmp_path / "missing.json", tmp_path / "out")
     result = batch.run_task(task)
     assert result["status"] == "failed" and result["error"]
     assert batch.run_task({"kind": "nonsense"})["status"] == "failed"
+
+
+def test_killed_worker_process_becomes_a_failed_line(ranks, tmp_path):
+    """A worker blocked reading a FIFO is killed from outside: a failed line, no hang."""
+    paths, _ = ranks
+    fifo = tmp_path / "stuck.trace.json"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    env, marker = _marked_env()
+    proc = subprocess.Popen(
+        TRACESTREAM + ["batch", "compact", "--jobs", "2", "--output-dir", str(out), str(fifo),
+                       str(paths[0])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["status"] == "ok" and first["trace"] == str(paths[0])
+        deadline = time.monotonic() + 10
+        while len(workers := _children(proc.pid)) != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(workers) == 1, workers  # only the task waiting on the FIFO is left
+        os.kill(workers[0], signal.SIGKILL)
+        rest, stderr = proc.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert proc.returncode == 1, stderr.decode()
+    (stuck,) = [json.loads(line) for line in rest.decode().splitlines()]
+    assert stuck["status"] == "failed" and stuck["trace"] == str(fifo)
+    assert "worker process died" in stuck["error"]
+    assert not [p for p in out.iterdir() if "stuck" in p.name]
+    assert_none_left(marker)
 
 
 def test_dask_missing_exits_2_with_install_hint(ranks, tmp_path, monkeypatch):
@@ -345,6 +416,9 @@ def test_local_worker_crash_becomes_a_failed_line(ranks, tmp_path):
     assert {n: r["status"] for n, r in results.items() if n != "TP-2.trace.json.gz"} == {
         "TP-0.trace.json.gz": "ok", "TP-1.trace.json.gz": "ok", "TP-3.trace.json.gz": "ok"}
     assert sorted(p.name for p in out.iterdir() if "TP-2" in p.name) == []
+    import multiprocessing
+
+    assert multiprocessing.active_children() == []
 
 
 @pytest.fixture(scope="module")
@@ -358,8 +432,14 @@ def dask_cluster():
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
             distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                      dashboard_address=None,
-                                     silence_logs=logging.ERROR) as cluster:
+                                     silence_logs=logging.CRITICAL) as cluster:
         yield cluster
+    import multiprocessing
+
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert multiprocessing.active_children() == []
 
 
 def test_dask_existing_scheduler(ranks, tmp_path, dask_cluster):
@@ -379,5 +459,6 @@ def test_dask_worker_crash_becomes_a_failed_line(ranks, tmp_path, dask_cluster):
                                      task_fn=crash_on_tp2))
     assert results["TP-1.trace.json.gz"]["status"] == "ok"
     crashed = results["TP-2.trace.json.gz"]
-    assert crashed["status"] == "failed" and crashed["error"].startswith("dask: ")
+    assert crashed["status"] == "failed" and "worker process died" in crashed["error"]
+    assert "KilledWorker" in crashed["error"]
     assert not [p for p in out.iterdir() if "TP-2" in p.name]

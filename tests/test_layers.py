@@ -47,7 +47,8 @@ def test_guides_label_every_pass_and_verify(decode_trace, tmp_path):
     out = tmp_path / "out.json"
     result = run(*layers_args(trace, out, "--end-anchor-regex", TERMINAL))
     assert result.returncode == 0, result.stderr.decode()
-    summary = result.stdout.decode()
+    summary = result.stderr.decode()
+    assert not result.stdout
     assert "L0 … L7" in summary and "6 pass(es)" in summary and "54 matches" in summary
     report = report_of(out)
     assert report["matching_anchor_count"] == truth.anchors["0/0"] == 54

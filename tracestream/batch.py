@@ -220,6 +220,8 @@ def merge_layer_options(defaults: dict, line: dict,
 def _task(kind: str, trace: str, output: str, *, layers: LayerSpec | None,
           compact: CompactSpec | None, compress: str | None, compress_level: int | None,
           verify: bool, skip_existing: bool) -> dict:
+    if trace == "-":
+        raise TraceError("batch reads trace files; stdin (-) is for the single-trace commands")
     compression = compress or input_compression(trace)
     return {
         "kind": kind,
@@ -532,9 +534,22 @@ def run_local(tasks: Iterable[dict], jobs: int, *, task_fn: TaskFn | None = None
                 if not isinstance(result, dict):
                     result = failed_result(task, f"the task returned {type(result).__name__}")
                 yield result
-    finally:
+    finally:  # only left with tasks in flight on an interrupt or an error of the caller
         for _task, executor in inflight.values():
+            _terminate(executor)
             executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _terminate(executor) -> None:
+    """SIGTERM the executor's workers: their tasks unwind (temporary files go) and exit."""
+    terminate = getattr(executor, "terminate_workers", None)  # Python 3.14+
+    if terminate is not None:
+        with contextlib.suppress(Exception):
+            terminate()
+        return
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            process.terminate()
 
 
 def require_distributed():
@@ -636,7 +651,10 @@ def run_dask(tasks: Iterable[dict], jobs: int, scheduler: str | None = None, *,
                 try:
                     result = future.result()
                 except Exception as exc:  # KilledWorker, a lost connection, …
-                    result = failed_result(task, f"dask: {one_line(exc)}")
+                    if type(exc).__name__ == "KilledWorker":
+                        result = failed_result(task, f"{WORKER_DIED} (dask KilledWorker)")
+                    else:
+                        result = failed_result(task, f"dask: {one_line(exc)}")
                 future.release()
                 if not isinstance(result, dict):
                     result = failed_result(task, f"the task returned {type(result).__name__}")

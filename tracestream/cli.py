@@ -19,6 +19,8 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            raise
         except TraceError as exc:
             click.echo(f"tracestream: error: {exc}", err=True)
             sys.exit(2)
@@ -75,15 +77,13 @@ def _pid_value(value: str | None):
 
 
 def _emit_summary(report, json_summary: bool, quiet: bool) -> None:
+    """The human summary goes to stderr; stdout carries only the trace or the JSON line."""
     from tracestream.jsontext import dumps
 
-    if json_summary:
-        if report.output == "-":
-            click.echo(report.summary(), err=True)
-            return
+    if json_summary and report.output != "-":
         click.echo(dumps(report.data).decode())
     if not quiet:
-        click.echo(report.summary(), err=report.output == "-" or json_summary)
+        click.echo(report.summary(), err=True)
 
 
 _trace_option = click.option(
@@ -107,7 +107,8 @@ _level_option = click.option(
     "--compress-level", type=int, default=None, metavar="N",
     help="gzip level (default 1) or zstd level (default 3).",
 )
-_quiet_option = click.option("--quiet", is_flag=True, help="No progress and no summary on stderr.")
+_quiet_option = click.option(
+    "--quiet", is_flag=True, help="No progress and no summary on stderr (errors still appear).")
 _json_summary_option = click.option(
     "--json-summary", is_flag=True,
     help="Print the report summary as one JSON line on stdout (not when stdout is the trace).",

@@ -48,6 +48,22 @@ def _engine_options(f):
         f = option(f)
     return f
 
+_LAYER_DEFAULTS = [
+    ("--anchor-regex", str, "REGEX"), ("--num-layers", int, "N"), ("--anchor-offset", int, "K"),
+    ("--passes", int, "P"), ("--anchor-stride", int, "S"), ("--extra-anchors-per-pass", int, "E"),
+    ("--first-layer", int, "F"), ("--end-anchor-regex", str, "REGEX"), ("--phase", str, "TEXT"),
+    ("--evidence", str, "TEXT"), ("--pid", str, "PID"), ("--device", str, "D"),
+]
+
+
+def _layer_default_options(f):
+    """The `layers` options, all optional here: defaults for every manifest line."""
+    for flag, kind, metavar in reversed(_LAYER_DEFAULTS):
+        key = flag[2:].replace("-", "_")
+        f = click.option(flag, type=kind, default=None, metavar=metavar,
+                         help=f"Default {key} for lines that do not set it.")(f)
+    return f
+
 
 def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None) -> None:
     from tracestream.batch import (
@@ -112,18 +128,7 @@ def register(main) -> None:
                   help="JSON lines: {\"trace\": ..., \"output\": ... (optional), and layers "
                        "options with underscores, e.g. \"pid\": 1, \"anchor_offset\": 9}. "
                        "Relative traces are relative to the manifest's folder.")
-    @click.option("--anchor-regex", default=None, metavar="REGEX")
-    @click.option("--num-layers", type=int, default=None, metavar="N")
-    @click.option("--anchor-offset", type=int, default=None, metavar="K")
-    @click.option("--passes", type=int, default=None, metavar="P")
-    @click.option("--anchor-stride", type=int, default=None, metavar="S")
-    @click.option("--extra-anchors-per-pass", type=int, default=None, metavar="E")
-    @click.option("--first-layer", type=int, default=None, metavar="F")
-    @click.option("--end-anchor-regex", default=None, metavar="REGEX")
-    @click.option("--phase", default=None)
-    @click.option("--evidence", default=None)
-    @click.option("--pid", default=None, metavar="PID")
-    @click.option("--device", default=None, metavar="D")
+    @_layer_default_options
     @click.option("--max-gpu-lanes", type=int, default=None, metavar="N",
                   help="Also compact GPU activity into at most N (1-10) display lanes.")
     @_engine_options

@@ -7,10 +7,8 @@ refusals (TraceError) become one stderr line and exit 2 in the main group.
 import click
 
 
-def _print_json(report: dict) -> None:
-    from tracestream.jsontext import dumps
-
-    click.echo(dumps(report).decode())
+def _print_json(data: bytes) -> None:
+    click.echo(data.decode())
 
 
 _json_option = click.option("--json", "as_json", is_flag=True,
@@ -30,10 +28,11 @@ def register(main) -> None:
     def inspect_command(trace, as_json, top):
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
         from tracestream.inspect import format_inspect, inspect_trace
+        from tracestream.jsontext import dumps
 
         report = inspect_trace(trace, top=top, quiet=as_json)
         if as_json:
-            _print_json(report)
+            _print_json(dumps(report))
         else:
             click.echo(format_inspect(report))
 
@@ -56,7 +55,7 @@ def register(main) -> None:
         """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
         for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
         from tracestream.cli import _pid_value
-        from tracestream.inspect import GAP_FACTOR, find_anchors, format_anchors
+        from tracestream.inspect import GAP_FACTOR, anchors_json, find_anchors, format_anchors
 
         report = find_anchors(
             trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
@@ -64,6 +63,6 @@ def register(main) -> None:
             quiet=as_json,
         )
         if as_json:
-            _print_json(report)
+            _print_json(anchors_json(report))
         else:
             click.echo(format_anchors(report))
