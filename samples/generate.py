@@ -38,6 +38,14 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsiz
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 NORM = "void vllm::rms_norm_kernel<c10::BFloat16, 8, 4>(c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, float, int, int)"
 MEMCPY_DTOD = "Memcpy DtoD (Device -> Device)"
+# Kernel names as long as real ones (CUTLASS/Triton/vLLM templates), so event sizes
+# match real Kineto traces (~700 bytes per kernel event).
+DRAFT_ATTENTION = "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 64, 128, 4, cutlass::bfloat16_t> >, false, false, false, false, true, true, false, false>(flash::Flash_fwd_params)"
+DRAFT_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+DRAFT_NORM = "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int)"
+DRAFT_SAMPLE = "triton_poi_fused__to_copy_add_argmax_clamp_eq_index_put_mul_rsub_sub_where_0"
+LM_HEAD = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x256x64_cluster1x2x1_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
+SAMPLING = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)"
 EPOCH_US = 1764400000000000
 CPU_PID = 4242
 DEFAULT_STREAM = 7
@@ -258,7 +266,7 @@ class _Gen:
             self.cpu(cpu, "cudaLaunchKernel", "cuda_runtime", t_launch, 4_500,
                      extra=f', "correlation": {self.correlation + 1}')
             self.flow(cpu, gpu, t_launch, pid, tid, t)
-            self.kernel(gpu, pid, dev, tid, "sampling_kernel", t, 7_375)
+            self.kernel(gpu, pid, dev, tid, SAMPLING, t, 7_375)
             self.kernel(gpu, pid, dev, tid, "Memcpy DtoH (Device -> Pinned)", t + 7_375, 2_250,
                         cat="gpu_memcpy")
             self.kernel(gpu, pid, dev, tid, "Memset (Device)", t + 9_625, 1_125, cat="gpu_memset")
@@ -291,8 +299,8 @@ class _Gen:
 
         if kind == "draft":
             # sequential kernels, round-robin over every stream of the graph
-            names = [(DRAFT_ANCHOR, 2_125), ("draft_attention_kernel", 9_500),
-                     ("draft_mlp_gemm", 11_000), ("draft_norm_kernel", 1_500)]
+            names = [(DRAFT_ANCHOR, 2_125), (DRAFT_ATTENTION, 9_500),
+                     (DRAFT_GEMM, 11_000), (DRAFT_NORM, 1_500)]
             j = 0
             for _ in range(cfg.draft_layers):
                 for name, dur in names:
@@ -300,7 +308,7 @@ class _Gen:
                     t += dur + 250
                     j += 1
             while j < len(streams):
-                k_(streams[j], "draft_sample_kernel", t, 1_250)
+                k_(streams[j], DRAFT_SAMPLE, t, 1_250)
                 t += 1_250 + 250
                 j += 1
             return t
@@ -321,7 +329,7 @@ class _Gen:
         if cfg.extra_anchor:
             k_(s0, ANCHOR, t, 3_125)
             t += 3_125 + 500
-        k_(s0, "lm_head_gemm_kernel", t, 25_000)
+        k_(s0, LM_HEAD, t, 25_000)
         t += 25_000
         return t
 

@@ -21,6 +21,7 @@ from conftest import (
     real_trace,
     run,
 )
+from samples.generate import LM_HEAD
 from test_layers import raw_events
 
 
@@ -137,7 +138,7 @@ def test_kernel_moved_to_another_lane(compacted, tmp_path):
     lanes = report["compaction"]["groups"][0]["lane_tids"]
 
     def edit(text):
-        m = re.search(r'"name": "lm_head_gemm_kernel", "pid": 0, "tid": (\d+)', text)
+        m = re.search(r'"name": "' + re.escape(LM_HEAD) + r'", "pid": 0, "tid": (\d+)', text)
         other = next(t for t in lanes if t != int(m.group(1)))
         return text[: m.start(1)] + str(other) + text[m.end(1):]
 
@@ -147,9 +148,8 @@ def test_kernel_moved_to_another_lane(compacted, tmp_path):
 
 def test_renamed_kernel(compacted, tmp_path):
     failures = failed_checks(*tamper(compacted, tmp_path,
-                                     lambda t: t.replace('"lm_head_gemm_kernel"', '"lm_head"', 1)))
-    assert 'field name: "lm_head_gemm_kernel" vs "lm_head"' in failures[
-        "restored events equal the source"]
+                                     lambda t: t.replace(f'"{LM_HEAD}"', '"lm_head"', 1)))
+    assert f'field name: "{LM_HEAD}" vs "lm_head"' in failures["restored events equal the source"]
 
 
 def test_changed_stream(compacted, tmp_path):
@@ -174,7 +174,7 @@ def test_report_from_another_source(compacted, traces, tmp_path):
 def test_two_slices_overlapping_on_a_lane(compacted, tmp_path):
     """Stretch one kernel so it overlaps the next slice on its lane."""
     def edit(text):
-        m = re.search(r'"name": "lm_head_gemm_kernel", "pid": 0, "tid": \d+,\n\s*"ts": [0-9.]+, '
+        m = re.search(r'"name": "' + re.escape(LM_HEAD) + r'", "pid": 0, "tid": \d+,\n\s*"ts": [0-9.]+, '
                       r'"dur": ([0-9.]+)', text)
         return text[: m.start(1)] + "900.000" + text[m.end(1):]
 
