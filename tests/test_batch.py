@@ -186,16 +186,17 @@ def test_manifest_errors_name_the_line(tmp_path):
 def test_manifest_line_wins_and_traces_are_relative_to_the_manifest(tmp_path):
     (tmp_path / "m").mkdir()
     manifest = tmp_path / "m" / "ranks.jsonl"
-    manifest.write_text('# nightly ranks\n{"trace": "TP-1.json", "pid": "1", "anchor_offset": 9,'
+    manifest.write_text('# nightly ranks\n{"trace": "TP-1.json.gz", "pid": "1", "anchor_offset": 9,'
                         ' "output": "x/TP-1.out.json"}\n{"trace": "/abs/TP-0.json"}\n')
     tasks = batch.layers_tasks(str(manifest), "out", {
         "anchor_regex": ANCHOR, "num_layers": 8, "anchor_offset": 0, "phase": "p",
         "evidence": "e", "pid": "0", "max_gpu_lanes": 4})
     first, second = tasks
-    assert first["trace"] == str(tmp_path / "m" / "TP-1.json")
+    assert first["trace"] == str(tmp_path / "m" / "TP-1.json.gz")
     assert first["output"] == os.path.abspath("out/x/TP-1.out.json")
     assert first["layers"]["pid"] == 1 and first["layers"]["anchor_offset"] == 9
     assert first["compact"] == {"max_lanes": 4, "pid": 1}
+    assert first["compress"] == "none"  # an explicit output's compression follows its name
     assert second["trace"] == "/abs/TP-0.json"
     assert second["output"] == os.path.abspath("out/TP-0.layers.json")
     assert second["report"] == second["output"] + ".layers.json"
@@ -462,3 +463,39 @@ def test_dask_worker_crash_becomes_a_failed_line(ranks, tmp_path, dask_cluster):
     assert crashed["status"] == "failed" and "worker process died" in crashed["error"]
     assert "KilledWorker" in crashed["error"]
     assert not [p for p in out.iterdir() if "TP-2" in p.name]
+
+
+def test_usage_errors_exit_2_before_any_work(ranks, tmp_path):
+    from tracestream.cli import main
+
+    trace = str(ranks[0][0])
+    out = str(tmp_path / "out")
+    for args, fragment in [
+        (["--scheduler", "tcp://127.0.0.1:1", trace], "--scheduler needs --engine dask"),
+        (["--max-gpu-lanes", "11", trace], "between 1 and 10"),
+        (["--jobs", "0", trace], "--jobs must be >= 1"),
+        ([trace, trace], "would both write"),
+    ]:
+        result = CliRunner().invoke(main, ["batch", "compact", "--output-dir", out, *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert fragment in result.output and result.output.count("\n") == 1, result.output
+    assert not Path(out).exists()
+
+
+def test_progress_and_summary_text():
+    outcome = batch.BatchOutcome(total=4, seconds=2.0, results=[
+        {"trace": "/t/TP-0.json", "status": "ok", "error": None, "seconds": 1.5,
+         "events": 1234, "lanes": 5, "input_bytes": 3_000_000},
+        {"trace": "/t/TP-1.json", "status": "failed", "error": "gzip data is truncated",
+         "seconds": 0.1, "events": None, "lanes": None, "input_bytes": 1_000_000},
+        {"trace": "/t/TP-2.json", "status": "skipped", "error": None, "seconds": 0.0,
+         "events": None, "lanes": None, "input_bytes": 9_000_000},
+    ])
+    assert batch.progress_text(outcome, width=8) == (
+        "[######--] 3/4 done, 1 failed, 2.0 MB/s, 0:02")
+    assert batch.final_line(outcome, "compact") == (
+        "batch compact: 1 ok, 1 skipped, 1 failed of 4 traces in 2.0 s (2.0 MB/s of input)")
+    table = batch.summary_table(outcome).splitlines()
+    assert table[0].split() == ["status", "seconds", "MB", "events", "lanes", "trace"]
+    assert table[1].split() == ["ok", "1.50", "3.0", "1,234", "5", "TP-0.json"]
+    assert table[2].startswith("failed") and table[2].endswith("TP-1.json: gzip data is truncated")

@@ -149,7 +149,8 @@ def test_kernel_moved_to_another_lane(compacted, tmp_path):
 def test_renamed_kernel(compacted, tmp_path):
     failures = failed_checks(*tamper(compacted, tmp_path,
                                      lambda t: t.replace(f'"{LM_HEAD}"', '"lm_head"', 1)))
-    assert f'field name: "{LM_HEAD}" vs "lm_head"' in failures["restored events equal the source"]
+    detail = failures["restored events equal the source"]
+    assert f'field name: "{LM_HEAD[:40]}' in detail and 'vs "lm_head"' in detail
 
 
 def test_changed_stream(compacted, tmp_path):

@@ -35,6 +35,7 @@ from tracestream.api import compile_pattern, default_report_path
 from tracestream.errors import TraceError
 from tracestream.guides import LayerSpec
 from tracestream.plan import CompactSpec
+from tracestream.sink import compression_for
 
 KINDS = ("compact", "layers")
 ENGINES = ("local", "dask")
@@ -238,6 +239,11 @@ def _task(kind: str, trace: str, output: str, *, layers: LayerSpec | None,
 
 
 def _refuse_duplicates(tasks: list[dict]) -> None:
+    inputs = {task["trace"] for task in tasks}
+    for task in tasks:
+        for path in (task["output"], task["report"]):
+            if path in inputs:
+                raise TraceError(f"{task['trace']} would write {path}, which is an input trace")
     seen: dict[str, str] = {}
     for task in tasks:
         for path in (task["output"], task["report"]):
@@ -278,12 +284,14 @@ def layers_tasks(manifest: str, output_dir: str, defaults: dict | None = None, *
     for entry in parse_manifest(manifest):
         where = f"manifest {manifest} line {entry.line}"
         spec, compact_spec = merge_layer_options(defaults, entry.options, where)
-        if entry.output is not None:
+        if entry.output is not None:  # its compression: --compress, else its own suffix
             output = os.path.join(os.path.abspath(output_dir), entry.output)
+            compression = compress or compression_for(output, None)
         else:
             output = output_path(entry.trace, output_dir, "layers", compress)
+            compression = compress
         tasks.append(_task("layers", entry.trace, output, layers=spec, compact=compact_spec,
-                           compress=compress, compress_level=compress_level, verify=verify,
+                           compress=compression, compress_level=compress_level, verify=verify,
                            skip_existing=skip_existing))
     _refuse_duplicates(tasks)
     return tasks
