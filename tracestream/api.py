@@ -24,7 +24,7 @@ from tracestream.jsontext import dumps_pretty
 from tracestream.plan import CompactSpec, Planner
 from tracestream.progress import Progress
 from tracestream.rewrite import rewrite
-from tracestream.sink import OutputFile, check_new_path, compression_for, remove_committed
+from tracestream.sink import OutputFile, check_new_path, commit_together, compression_for
 from tracestream.source import TraceSource
 from tracestream.spill import temp_dir_for
 
@@ -124,13 +124,7 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
                 rewrite(source, index, plan, out, progress=progress)
                 rep.write(dumps_pretty(plan.report))
                 rep.close_stream()
-                out.commit()
-                try:
-                    rep.commit()
-                except BaseException:
-                    if output != "-":
-                        remove_committed(Path(output))
-                    raise
+                commit_together([out, rep])
         finally:
             index.close()
     return Report(plan.report, output, report_path)

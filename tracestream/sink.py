@@ -9,12 +9,15 @@ nothing behind. stdout is streamed directly (it cannot be made atomic).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import queue
+import signal
 import sys
 import threading
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import zstandard
@@ -284,3 +287,51 @@ def remove_committed(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         pass
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT/SIGTERM while files are linked into place; report what arrived."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in wanted}
+
+    def hold(signum, frame):
+        received.append(signum)
+
+    for signum in wanted:
+        signal.signal(signum, hold)
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def commit_together(files: Sequence[OutputFile]) -> None:
+    """Commit several files as one: all appear, or none (also when interrupted meanwhile).
+
+    An interrupt that arrives during the commits is held until they finish, then
+    the committed files are removed again and the interrupt is delivered.
+    """
+    done: list[OutputFile] = []
+    with _signals_held() as received:
+        try:
+            for f in files:
+                f.commit()
+                done.append(f)
+        except BaseException:
+            for f in done:
+                if f.path is not None:
+                    remove_committed(f.path)
+            raise
+        if received:
+            for f in done:
+                if f.path is not None:
+                    remove_committed(f.path)
+    if received:
+        os.kill(os.getpid(), received[0])
+        raise KeyboardInterrupt  # if the handler returned without raising
