@@ -17,8 +17,10 @@ from click.testing import CliRunner
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
 from tracestream.cli import main
 from tracestream.inspect import (
+    after_last_anchor,
     cluster_matches,
     cross_check_windows,
+    cross_verdict,
     format_table,
     outside_windows,
     verdict_text,
@@ -69,6 +71,14 @@ def test_cross_check_counts_only_windows_inside_clusters():
     windows = cross_check_windows(anchors, cross, clusters)
     assert [(w["from_index"], w["count"]) for w in windows] == [(0, 1), (1, 2), (3, 1)]
     assert outside_windows(anchors, cross, clusters) == 1
+    assert after_last_anchor(anchors, cross, clusters) == [1, 0]
+
+
+def test_cross_verdict_reads_the_match_after_the_last_anchor():
+    clusters = [(0, 3), (3, 3)]
+    assert "2 layers + 1 extra" in cross_verdict([1] * 4, [0, 0], clusters)
+    assert "3 layers per pass" in cross_verdict([1] * 4, [1, 1], clusters)
+    assert cross_verdict([1, 0, 1, 1], [0, 0], clusters).startswith("1 window(s)")
 
 
 def test_verdict_states_readings_and_never_an_offset():
@@ -130,6 +140,8 @@ def test_cross_check_with_terminal_flags_nothing(decode):
     assert cross["flagged"] == []
     assert cross["counts"] == {"1": 48}
     assert cross["outside_windows"] == 0
+    assert cross["after_last_anchor"] == {"0": 6}
+    assert "8 layers + 1 extra anchor per pass" in cross["verdict"]
     text = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
                "--cross-check", TERMINAL_RX).stdout
     assert "inside a cluster" in text and "not a layer" in text

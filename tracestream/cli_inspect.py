@@ -6,11 +6,6 @@ refusals (TraceError) become one stderr line and exit 2 in the main group.
 
 import click
 
-
-def _print_json(data: bytes) -> None:
-    click.echo(data.decode())
-
-
 _json_option = click.option("--json", "as_json", is_flag=True,
                             help="Print one JSON object instead of tables.")
 
@@ -27,14 +22,12 @@ def register(main) -> None:
                   help="Most frequent kernel names per GPU and CPU user annotations to show.")
     def inspect_command(trace, as_json, top):
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
-        from tracestream.inspect import format_inspect, inspect_trace
+        from tracestream.inspect import format_inspect, inspect_trace, paused_gc
         from tracestream.jsontext import dumps
 
-        report = inspect_trace(trace, top=top, quiet=as_json)
-        if as_json:
-            _print_json(dumps(report))
-        else:
-            click.echo(format_inspect(report))
+        with paused_gc():
+            report = inspect_trace(trace, top=top, quiet=as_json)
+            click.echo(dumps(report).decode() if as_json else format_inspect(report))
 
     @main.command("anchors")
     @click.option("--trace", "trace", required=True, metavar="PATH",
@@ -55,14 +48,18 @@ def register(main) -> None:
         """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
         for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
         from tracestream.cli import _pid_value
-        from tracestream.inspect import GAP_FACTOR, anchors_json, find_anchors, format_anchors
-
-        report = find_anchors(
-            trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
-            cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
-            quiet=as_json,
+        from tracestream.inspect import (
+            GAP_FACTOR,
+            anchors_json,
+            find_anchors,
+            format_anchors,
+            paused_gc,
         )
-        if as_json:
-            _print_json(anchors_json(report))
-        else:
-            click.echo(format_anchors(report))
+
+        with paused_gc():  # thousands of match rows: full collections would walk them all
+            report = find_anchors(
+                trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
+                cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
+                quiet=as_json,
+            )
+            click.echo(anchors_json(report).decode() if as_json else format_anchors(report))
