@@ -291,8 +291,7 @@ class Planner:
                 raise TraceError(
                     f"event {other.ordinal} ({what} event {other.name!r}, ts {other.ts}) sits on "
                     f"GPU stream pid {pid} tid {tid}, which compaction would empty; tracestream "
-                    f"does not move or drop such events ({other.count} on that track). "
-                    "Omit compaction or remove them first"
+                    "does not move or drop such events. Omit compaction or remove them first"
                 )
 
     def _check_lanes(self, groups: dict[int, GroupLanes], max_lanes: int) -> None:
@@ -314,7 +313,7 @@ class Planner:
         problem = min(sweep.flow_problems, key=lambda p: p.cand)
         index = self.index
         span = _span_row(index, problem.cand)
-        flow_id = index.flow_ids.get(problem.cand)
+        flow_id = index.flow_id(problem.cand)
         raise TraceError(
             f"flow event {int(span['ordinal'])} (id {flow_id}, ts {us_text(problem.ts_ns)} µs) on "
             f"a GPU stream {problem.reason}; cannot place it on a lane "
