@@ -25,11 +25,52 @@ from tracestream.events import PROVENANCE_KEY
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]', re.S)
 _SCALAR_VALUE = re.compile(rb'[ \t\r\n]*:[ \t\r\n]*(-?[0-9]+|"[^"]*")')
 _OBJECT_VALUE = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\{[ \t\r\n]*(\}?)")
+_MEMBER_WITH_ARGS = (
+    b'"' + PROVENANCE_KEY.encode()
+    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": true}'
+)
+_MEMBER_WITHOUT_ARGS = (
+    b', "args": {"' + PROVENANCE_KEY.encode()
+    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": false}}'
+)
 _PROVENANCE_MEMBER = re.compile(
     rb'"' + PROVENANCE_KEY.encode() + rb'": \{"pid": (?P<pid>.*?), "tid": (?P<tid>.*?), '
     rb'"source_event_index": (?P<index>[0-9]+), "had_args": (?P<had>true|false)\}(?P<trail>, )?',
     re.S,
 )
+
+
+_W = rb"[ \t\r\n]*"
+_SCALAR = rb'(-?[0-9]+|"[^"\\]*")'
+_MEMBER = rb'"[a-z]+"' + _W + rb":" + _W + rb'(?:"[^"\\]*"|-?[0-9][0-9.eE+-]*)' + _W + rb"," + _W
+_KINETO_HEAD = re.compile(
+    rb"\{" + _W + rb'"ph"' + _W + rb":" + _W + rb'"[^"\\]*"' + _W + rb"," + _W
+    + rb"(?:" + rb'"(?:cat|name|id)"' + _W + rb":" + _W + rb'(?:"[^"\\]*"|-?[0-9]+)' + _W + rb","
+    + _W + rb")*"
+    + rb'"pid"' + _W + rb":" + _W + _SCALAR + _W + rb"," + _W
+    + rb'"tid"' + _W + rb":" + _W + _SCALAR
+    # simple members up to "args": {, in one go (absent: the search below decides)
+    + rb"(?:(?:" + _W + rb"," + _W + rb'"(?:ts|dur|cat|name|bp|s|id)"' + _W + rb":" + _W
+    + rb'(?:"[^"\\]*"|-?[0-9][0-9.eE+-]*))*'
+    + _W + rb"," + _W + rb'"args"' + _W + rb":" + _W + rb"(\{)" + _W + rb"(\}?))?"
+)
+_ARGS_OPEN = re.compile(rb'"args"' + _W + rb":" + _W + rb"(\{)" + _W + rb"(\}?)")
+_MOVED_KEYS = re.compile(rb'"(?:pid|tid|args)"' + _W + rb":")
+
+
+def _kineto_positions(raw: bytes):
+    """Positions for events in Kineto's key order (ph, cat/name/id, pid, tid, ...), or None.
+
+    The match walks the event's first members from its `{` in JSON grammar, so
+    the pid and tid it finds are top-level; the one search after them proves no
+    other "pid", "tid" or "args" key follows except one `args` object.
+    """
+    m = _KINETO_HEAD.match(raw)
+    if m is None or _MOVED_KEYS.search(raw, m.end()) is not None:
+        return None
+    if m.group(3) is None:
+        return m.span(1), m.span(2), -1, False
+    return m.span(1), m.span(2), m.start(3), bool(m.group(4))
 
 
 def _fast_positions(raw: bytes):
@@ -125,22 +166,24 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
     `positions` (pid span, tid span, args brace, args empty), when the index pass
     found them, saves searching the event again.
     """
-    found = positions or _fast_positions(raw) or _exact_positions(raw)
+    found = positions or _kineto_positions(raw) or _fast_positions(raw) or _exact_positions(raw)
     if found == "args":
         raise TraceError(f"event {ordinal}: `args` is not an object; cannot add provenance")
     if found is None:
         raise TraceError(f"event {ordinal}: cannot locate its pid/tid to relocate it")
     (p0, p1), (t0, t1), brace, empty = found
-    member = b"".join((
-        b'"', PROVENANCE_KEY.encode(), b'": {"pid": ', raw[p0:p1], b', "tid": ', raw[t0:t1],
-        b', "source_event_index": ', str(ordinal).encode(),
-        b', "had_args": ', b"true" if brace >= 0 else b"false", b"}",
-    ))
     if brace >= 0:
-        insert, text = brace + 1, (member if empty else member + b", ")
+        member = _MEMBER_WITH_ARGS % (raw[p0:p1], raw[t0:t1], ordinal)
+        if not empty:
+            member += b", "
+        if brace > t1:  # Kineto's order: pid, tid, ..., args
+            head = raw[:p0] + new_pid + raw[p1:t0] if new_pid is not None else raw[:t0]
+            return b"".join((head, new_tid, raw[t1 : brace + 1], member, raw[brace + 1 :]))
+        edits = [(t0, t1, new_tid), (brace + 1, brace + 1, member)]
     else:
-        insert, text = len(raw) - 1, b', "args": {' + member + b"}"
-    edits = [(t0, t1, new_tid), (insert, insert, text)]
+        edits = [(t0, t1, new_tid),
+                 (len(raw) - 1, len(raw) - 1, _MEMBER_WITHOUT_ARGS % (raw[p0:p1], raw[t0:t1],
+                                                                       ordinal))]
     if new_pid is not None:
         edits.append((p0, p1, new_pid))
     edits.sort()

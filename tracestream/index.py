@@ -25,6 +25,7 @@ from tracestream.events import KERNEL
 from tracestream.observe import (
     FLOW,
     META,
+    NO_ID,
     SCOPES,
     BadCut,
     ChunkError,
@@ -35,23 +36,20 @@ from tracestream.observe import (
     MetaEvent,
     OtherOnTrack,
     observe_chunk,
+    observe_file_chunk,
 )
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import InlinePool
+from tracestream.workers import InlinePool, collector_paused
 
 __all__ = [
     "FLOW", "META", "SCOPES", "GuideEvent", "IndexOptions", "Match", "MetaEvent",
     "OtherOnTrack", "TraceIndex", "run_index",
 ]
 
-SPAN_DTYPE = np.dtype([
-    ("ordinal", "<i8"), ("offset", "<i8"), ("length", "<i4"), ("kind", "i1"),
-    ("pid_at", "<i4"), ("pid_len", "<i4"), ("tid_at", "<i4"), ("tid_len", "<i4"),
-    ("args_at", "<i4"), ("args_empty", "i1"),
-])
+SPAN_DTYPE = np.dtype([("ordinal", "<i8"), ("offset", "<i8"), ("length", "<i4"), ("kind", "i1")])
 """Every event the rewrite may touch, in file order: GPU activity, scopes, flows, thread
-metadata; with the splice positions the rewrite needs (`pid_at` -1: find them then)."""
+metadata."""
 
 SWEEP_DTYPE = np.dtype([
     ("key", "<i8"),  # lo bound for slices, exact ns for flows: the sweep's time order
@@ -68,7 +66,7 @@ SWEEP_DTYPE = np.dtype([
 
 _FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
-_NO_ID = np.iinfo(np.int64).min
+_NO_ID = NO_ID
 _WINDOW_PER_WORKER = 3
 
 
@@ -122,6 +120,7 @@ class TraceIndex:
     sweep: RecordStore
     flow_id_store: RecordStore
     flow_text_ids: dict[int, Any]
+    flow_tracks: set[int]
     chunks: list[ChunkSpan]
     thread_meta: list[MetaEvent]
     process_meta: dict[Any, dict[str, Any]]
@@ -170,6 +169,7 @@ class IndexBuilder:
         self.sweep = RecordStore(SWEEP_DTYPE, sort_keys=("key", "tie"), tmpdir=options.tmpdir)
         self.flow_id_store = RecordStore(_FLOW_ID_DTYPE, tmpdir=options.tmpdir)
         self.flow_text_ids: dict[int, Any] = {}
+        self.flow_tracks: set[int] = set()
         self.chunks: list[ChunkSpan] = []
         self.thread_meta: list[MetaEvent] = []
         self.process_meta: dict[Any, dict[str, Any]] = {}
@@ -186,8 +186,7 @@ class IndexBuilder:
 
     @property
     def context(self) -> Context:
-        return Context(patterns=self.options.patterns, count_names=self.options.count_names,
-                       positions=self.options.records)
+        return Context(patterns=self.options.patterns, count_names=self.options.count_names)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)
@@ -246,11 +245,11 @@ class IndexBuilder:
         self.flow_categories.update(facts.flow_categories)
         self.phase_counts.update(facts.phase_counts)
         if facts.origin is not None:
-            ts, text = facts.origin
-            if self._origin is None or ts <= self._origin[0]:
+            ns, text = facts.origin
+            if self._origin is None or ns <= self._origin[0]:
                 value = timebase.parse_decimal(text)
                 if self._origin is None or value < self._origin[1]:
-                    self._origin = (ts, value, text)
+                    self._origin = (ns, value, text)
         self.event_count += facts.count
 
     def _slices(self, rows: np.ndarray, tracks, groups, cand_base: int) -> None:
@@ -293,6 +292,7 @@ class IndexBuilder:
         batch["end"] = rows["ts"]
         batch["hi"] = rows["ts"]
         batch["track"] = tracks[rows["track"]]
+        self.flow_tracks.update(np.unique(batch["track"]).tolist())
         batch["group"] = -1
         batch["kind"] = FLOW
         batch["cand"] = cand
@@ -327,6 +327,7 @@ class IndexBuilder:
             sweep=self.sweep,
             flow_id_store=self.flow_id_store,
             flow_text_ids=self.flow_text_ids,
+            flow_tracks=self.flow_tracks,
             chunks=self.chunks,
             thread_meta=self.thread_meta,
             process_meta=self.process_meta,
@@ -353,6 +354,11 @@ def run_index(source: TraceSource, options: IndexOptions, *, progress=None,
     stats = ReadStats()
     builder = IndexBuilder(options)
     context = builder.context
+    with collector_paused():
+        return _run_index(source, options, stats, builder, context, progress, pool)
+
+
+def _run_index(source, options, stats, builder, context, progress, pool) -> TraceIndex:
     try:
         blocks: Iterable[bytes] = source.read(stats)
         if progress is not None:
@@ -378,10 +384,16 @@ def run_index(source: TraceSource, options: IndexOptions, *, progress=None,
             scanner.confirm(chunk)
             return True
 
+        by_path = str(source.path) if (pool.workers and source.compression == "none"
+                                        and not source.is_stdin) else None
         for chunk in scanner.chunks():
             if chunk.events is None:
-                inflight.append((chunk, pool.submit(observe_chunk, chunk.data, chunk.offset,
-                                                    context)))
+                if by_path is not None:
+                    task = pool.submit(observe_file_chunk, by_path, chunk.offset,
+                                       len(chunk.data), context)
+                else:
+                    task = pool.submit(observe_chunk, chunk.data, chunk.offset, context)
+                inflight.append((chunk, task))
                 while len(inflight) > window:
                     settle(*inflight.popleft())
                 continue

@@ -257,14 +257,10 @@ class Planner:
             relocated |= index.group_stats[g].tracks
         self._check_other_events(relocated)
 
-        actions = self.actions
-
-        def on_slice(cand: int, group: int, lane: int) -> None:
-            actions[cand] = slot[group] * _LANE_SLOTS + min(lane, _LANE_SLOTS - 2) + 1
-
-        on_flow = on_slice
         sweep = Sweep(relocated, set(compacted))
-        sweep.run(index.sweep.sorted_blocks(), on_slice, on_flow)
+        base_code = {group: s * _LANE_SLOTS + 1 for group, s in slot.items()}
+        sweep.run(index.sweep.sorted_blocks(), self.actions, base_code,
+                  index.flow_tracks & relocated)
         self._check_lanes(sweep.groups, spec.max_lanes)
         self._check_flows(sweep)
         retired = self._retire_metadata(relocated)
