@@ -14,11 +14,10 @@ from tracestream.guides import (
     select_gpu,
 )
 from tracestream.index import Match
-from tracestream.timebase import parse_decimal
 
 
 def match(ts: str, dur: str = "1", *, pid=0, device=0, ordinal=0, name="a") -> Match:
-    return Match(ordinal, pid, 7, device, name, parse_decimal(ts), parse_decimal(dur), ts, dur, 7)
+    return Match(ordinal, pid, 7, device, name, ts, dur, 7)
 
 
 def spec(**kw) -> LayerSpec:

@@ -27,6 +27,7 @@ from tracestream.rewrite import rewrite
 from tracestream.sink import OutputFile, check_new_path, commit_together, compression_for
 from tracestream.source import TraceSource
 from tracestream.spill import temp_dir_for
+from tracestream.workers import pool_for
 
 
 @dataclass
@@ -77,14 +78,15 @@ def _prepare_paths(trace: str, output: str, report: str | None, kind: str) -> st
 
 def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
                compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
-               command: str, tmpdir: str | None = None, progress=None):
+               command: str, tmpdir: str | None = None, progress=None, pool=None):
     """Index pass and plan: (index, plan). Every refusal happens here; nothing is written."""
     patterns = {}
     if layer_spec is not None:
         patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
         if layer_spec.end_anchor_regex is not None:
             patterns["terminal"] = compile_pattern(layer_spec.end_anchor_regex, "--end-anchor-regex")
-    index = run_index(source, IndexOptions(patterns=patterns, tmpdir=tmpdir), progress=progress)
+    index = run_index(source, IndexOptions(patterns=patterns, tmpdir=tmpdir), progress=progress,
+                      pool=pool)
     try:
         planner = Planner(index, output_name=output_name, report_name=report_name)
         layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
@@ -98,7 +100,7 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
 
 
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
-         compress=None, compress_level=None, quiet=True, stdin=None) -> Report:
+         compress=None, compress_level=None, quiet=True, stdin=None, workers=None) -> Report:
     if layer_spec is not None:
         layer_spec.validate()
         compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
@@ -109,19 +111,21 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
     trace, output = str(trace), str(output)
     report_path = _prepare_paths(trace, output, report, kind)
     progress = Progress.for_terminal(quiet)
-    with TraceSource(trace, stdin=stdin) as source:
+    # workers fork before the reader and writer threads start
+    with pool_for(trace, workers) as pool, TraceSource(trace, stdin=stdin) as source:
         index, plan = build_plan(
             source, layer_spec, compact_spec,
             output_name=os.path.basename(output) if output != "-" else "-",
             report_name=os.path.basename(report_path), command=command,
             tmpdir=temp_dir_for(None if output == "-" else output), progress=progress,
+            pool=pool,
         )
         try:
             compression = compression_for(output, compress)
             plan.report["output_compression"] = compression
             with OutputFile(output, compression=compression, level=compress_level) as out, \
                     OutputFile(report_path, what="report") as rep:
-                rewrite(source, index, plan, out, progress=progress)
+                rewrite(source, index, plan, out, progress=progress, pool=pool)
                 rep.write(dumps_pretty(plan.report))
                 rep.close_stream()
                 commit_together([out, rep])
@@ -133,20 +137,23 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
 def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
                      compact: CompactSpec | None = None, compress: str | None = None,
                      compress_level: int | None = None, quiet: bool = True,
-                     stdin=None) -> Report:
-    """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`)."""
+                     stdin=None, workers: int | None = None) -> Report:
+    """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`).
+
+    `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    """
     return _run(trace, output, report, "layers", "layers", layer_spec=spec,
                 compact_spec=compact, compress=compress, compress_level=compress_level,
-                quiet=quiet, stdin=stdin)
+                quiet=quiet, stdin=stdin, workers=workers)
 
 
 def compact(trace, output, spec: CompactSpec | None = None, *, report: str | None = None,
             compress: str | None = None, compress_level: int | None = None,
-            quiet: bool = True, stdin=None) -> Report:
+            quiet: bool = True, stdin=None, workers: int | None = None) -> Report:
     """Write `output`: the trace with GPU activity packed into at most N display lanes."""
     return _run(trace, output, report, "compact", "compact",
                 compact_spec=spec or CompactSpec(), compress=compress,
-                compress_level=compress_level, quiet=quiet, stdin=stdin)
+                compress_level=compress_level, quiet=quiet, stdin=stdin, workers=workers)
 
 
 def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> dict:

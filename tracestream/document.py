@@ -12,6 +12,7 @@ index.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -134,12 +135,24 @@ def _describe(token: bytes) -> str:
 
 
 class DocumentScanner:
-    """Yields validated event chunks of one trace; `layout` describes the rest."""
+    """Yields validated event chunks of one trace; `layout` describes the rest.
 
-    def __init__(self, blocks: Iterable[bytes], *, chunk_bytes: int = CHUNK_BYTES):
+    With `speculative=True` most chunks come back undecoded (`events is None`,
+    `first_ordinal == -1`): the caller validates them (in parallel) and calls
+    `confirm(chunk)`, or `rewind(chunk)` when a cut turned out to lie inside a
+    string or nested value; the scanner then re-cuts from that chunk exactly.
+    The chunk before the end of the event array is always decoded here.
+    """
+
+    def __init__(self, blocks: Iterable[bytes], *, chunk_bytes: int = CHUNK_BYTES,
+                 speculative: bool = False):
         self._buf = _Buffer(blocks)
         self._chunk_bytes = chunk_bytes
         self.layout = Layout()
+        self.speculative = speculative
+        self._history: deque = deque()
+        self._rewind_to: EventChunk | None = None
+        self._exact_next = False
 
     def chunks(self) -> Iterator[EventChunk]:
         buf = self._buf
@@ -294,18 +307,76 @@ class DocumentScanner:
         layout.first_event_offset = buf.base + pos
         while True:
             # data[pos] is the first byte of the next event
+            if self._rewind_to is not None:
+                pos = self._apply_rewind(pos)
             if pos > (len(buf.data) >> 1):
                 pos = buf.discard(pos)
+            if self.speculative and not self._exact_next:
+                cut = self._speculative_cut(pos)
+                if cut is not None:
+                    chunk, end = cut
+                    self._history.append((chunk, buf.data[pos : end - 1]))
+                    yield chunk
+                    pos = end - 1
+                    continue
+            self._exact_next = False
             chunk, end, closed = self._next_chunk(pos)
             chunk.first_ordinal = ordinal
             ordinal += len(chunk.events)
             yield chunk
+            if self._rewind_to is not None:  # an earlier speculative chunk was cut wrongly
+                continue
             layout.last_event_end = chunk.offset + len(chunk.data)
             if closed:
                 layout.events_close = buf.base + end - 1
                 layout.event_count = ordinal
                 return
             pos = end - 1  # the '{' of the next event
+
+    # -- speculative chunks (validated elsewhere, e.g. in worker processes) -----
+
+    def _speculative_cut(self, start: int):
+        """(chunk, end) cut at a `}` `,` `{` candidate, not decoded; None near the array end.
+
+        A cut before `]` is always decoded here instead, so the top level after the
+        event array is only ever parsed from a validated position.
+        """
+        buf = self._buf
+        target = self._chunk_bytes
+        buf.ensure(start, 2 * target + 64)
+        if buf.eof and len(buf.data) - start <= 2 * target:
+            return None
+        cut = _last_cut(buf.data, start, start + target)
+        if cut is None or cut[2]:
+            return None
+        close_brace, after, _ = cut
+        data = buf.data[start : close_brace + 1]
+        return EventChunk(buf.base + start, data, -1, None), after
+
+    def confirm(self, chunk: EventChunk) -> None:
+        """A speculative chunk decoded fine: forget the bytes kept for a rewind."""
+        while self._history and self._history[0][0] is not chunk:
+            self._history.popleft()
+        if self._history:
+            self._history.popleft()
+        self.layout.last_event_end = chunk.offset + len(chunk.data)
+
+    def rewind(self, chunk: EventChunk) -> None:
+        """A speculative chunk was cut wrongly: continue from its start, decoding exactly."""
+        self._rewind_to = chunk
+
+    def _apply_rewind(self, pos: int) -> int:
+        buf = self._buf
+        chunk = self._rewind_to
+        self._rewind_to = None
+        kept = list(self._history)
+        self._history.clear()
+        index = next(i for i, (c, _) in enumerate(kept) if c is chunk)
+        before = b"".join(part for _, part in kept[index:])
+        buf.data = before + buf.data[pos:]
+        buf.base = chunk.offset
+        self._exact_next = True
+        return 0
 
     def _next_chunk(self, start: int) -> tuple[EventChunk, int, bool]:
         """Cut, validate and return the chunk starting at data[start]."""

@@ -1,13 +1,14 @@
 """Byte-level edits of one event: relocate it to a lane, and undo that exactly.
 
 A relocated event is its original bytes with two splices: the `tid` value (and,
-for GPU scopes, the `pid` value) replaced, and a provenance member inserted at
-the end of `args` (or an `args` member appended when the event had none).
+for GPU scopes, the `pid` value) replaced, and a provenance member inserted as
+the first member of `args` (or an `args` member appended when the event had
+none).
 Nothing else moves, so every number keeps its text, and `unrelocate` gives back
 the original bytes exactly.
 
 Positions come from a fast path (no backslash in the event, each key spelled
-once) verified against msgspec's view of the event, else from a small
+once, so the only `"tid"` token is the top-level key), else from a small
 tokenizer that walks the top-level members.
 """
 
@@ -21,36 +22,93 @@ from tracestream.errors import TraceError
 from tracestream.events import PROVENANCE_KEY
 
 
-class _Members(msgspec.Struct):
-    pid: msgspec.Raw = msgspec.Raw()
-    tid: msgspec.Raw = msgspec.Raw()
-    args: msgspec.Raw = msgspec.Raw()
-
-
-_MEMBERS = msgspec.json.Decoder(_Members)
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]', re.S)
-_WS_COLON_WS = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*")
+_SCALAR_VALUE = re.compile(rb'[ \t\r\n]*:[ \t\r\n]*(-?[0-9]+|"[^"]*")')
+_OBJECT_VALUE = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\{[ \t\r\n]*(\}?)")
+_MEMBER_WITH_ARGS = (
+    b'"' + PROVENANCE_KEY.encode()
+    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": true}'
+)
+_MEMBER_WITHOUT_ARGS = (
+    b', "args": {"' + PROVENANCE_KEY.encode()
+    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": false}}'
+)
 _PROVENANCE_MEMBER = re.compile(
-    rb'(?P<lead>, )?"' + PROVENANCE_KEY.encode() + rb'": \{"pid": (?P<pid>.*?), "tid": (?P<tid>.*?), '
-    rb'"source_event_index": (?P<index>[0-9]+), "had_args": (?P<had>true|false)\}',
+    rb'"' + PROVENANCE_KEY.encode() + rb'": \{"pid": (?P<pid>.*?), "tid": (?P<tid>.*?), '
+    rb'"source_event_index": (?P<index>[0-9]+), "had_args": (?P<had>true|false)\}(?P<trail>, )?',
     re.S,
 )
 
 
-def _fast_value_span(raw: bytes, key: bytes, value: bytes) -> tuple[int, int] | None:
-    """Span of the only `"key"` member's value, checked against its parsed bytes."""
-    quoted = b'"' + key + b'"'
-    if raw.count(quoted) != 1:
+_W = rb"[ \t\r\n]*"
+_SCALAR = rb'(-?[0-9]+|"[^"\\]*")'
+_MEMBER = rb'"[a-z]+"' + _W + rb":" + _W + rb'(?:"[^"\\]*"|-?[0-9][0-9.eE+-]*)' + _W + rb"," + _W
+_KINETO_HEAD = re.compile(
+    rb"\{" + _W + rb'"ph"' + _W + rb":" + _W + rb'"[^"\\]*"' + _W + rb"," + _W
+    + rb"(?:" + rb'"(?:cat|name|id)"' + _W + rb":" + _W + rb'(?:"[^"\\]*"|-?[0-9]+)' + _W + rb","
+    + _W + rb")*"
+    + rb'"pid"' + _W + rb":" + _W + _SCALAR + _W + rb"," + _W
+    + rb'"tid"' + _W + rb":" + _W + _SCALAR
+    # simple members up to "args": {, in one go (absent: the search below decides)
+    + rb"(?:(?:" + _W + rb"," + _W + rb'"(?:ts|dur|cat|name|bp|s|id)"' + _W + rb":" + _W
+    + rb'(?:"[^"\\]*"|-?[0-9][0-9.eE+-]*))*'
+    + _W + rb"," + _W + rb'"args"' + _W + rb":" + _W + rb"(\{)" + _W + rb"(\}?))?"
+)
+_ARGS_OPEN = re.compile(rb'"args"' + _W + rb":" + _W + rb"(\{)" + _W + rb"(\}?)")
+_MOVED_KEYS = re.compile(rb'"(?:pid|tid|args)"' + _W + rb":")
+
+
+def _kineto_positions(raw: bytes):
+    """Positions for events in Kineto's key order (ph, cat/name/id, pid, tid, ...), or None.
+
+    The match walks the event's first members from its `{` in JSON grammar, so
+    the pid and tid it finds are top-level; the one search after them proves no
+    other "pid", "tid" or "args" key follows except one `args` object.
+    """
+    m = _KINETO_HEAD.match(raw)
+    if m is None or _MOVED_KEYS.search(raw, m.end()) is not None:
         return None
-    k = raw.find(quoted) + len(quoted)
-    m = _WS_COLON_WS.match(raw, k)
-    if m is None:
+    if m.group(3) is None:
+        return m.span(1), m.span(2), -1, False
+    return m.span(1), m.span(2), m.start(3), bool(m.group(4))
+
+
+def _fast_positions(raw: bytes):
+    """(pid span, tid span, args '{' position or -1, args empty) the quick way, or None.
+
+    Valid when the event has no backslash and each of "pid", "tid", "args" occurs
+    at most once: every `"` is then a string delimiter, so the only `"tid"` token
+    is the top-level key.
+    """
+    if b"\\" in raw or raw.count(b'"pid"') != 1 or raw.count(b'"tid"') != 1:
         return None
-    start = m.end()
-    end = start + len(value)
-    if raw[start:end] != value:
+    pid = _SCALAR_VALUE.match(raw, raw.find(b'"pid"') + 5)
+    tid = _SCALAR_VALUE.match(raw, raw.find(b'"tid"') + 5)
+    if pid is None or tid is None:
         return None
-    return start, end
+    args_count = raw.count(b'"args"')
+    if args_count == 0:
+        return pid.span(1), tid.span(1), -1, False
+    if args_count != 1:
+        return None
+    args = _OBJECT_VALUE.match(raw, raw.find(b'"args"') + 6)
+    if args is None:
+        return None
+    brace = raw.rindex(b"{", args.start(), args.start(1))
+    return pid.span(1), tid.span(1), brace, bool(args.group(1))
+
+
+def _exact_positions(raw: bytes):
+    spans = member_spans(raw)
+    if "pid" not in spans or "tid" not in spans:
+        return None
+    args = spans.get("args")
+    if args is None:
+        return spans["pid"], spans["tid"], -1, False
+    if raw[args[0] : args[0] + 1] != b"{":
+        return "args"
+    empty = raw[args[0] + 1 : args[1] - 1].strip() == b""
+    return spans["pid"], spans["tid"], args[0], empty
 
 
 def member_spans(raw: bytes) -> dict[str, tuple[int, int]]:
@@ -101,57 +159,39 @@ def _rstrip_end(raw: bytes, pos: int) -> int:
     return pos
 
 
-def _spans(raw: bytes) -> tuple[_Members, dict[str, tuple[int, int] | None]]:
-    parsed = _MEMBERS.decode(raw)
-    wanted = {"pid": bytes(parsed.pid), "tid": bytes(parsed.tid), "args": bytes(parsed.args)}
-    spans: dict[str, tuple[int, int] | None] = {}
-    if b"\\" not in raw:
-        for key, value in wanted.items():
-            spans[key] = _fast_value_span(raw, key.encode(), value) if value else None
-        if all(spans[k] is not None or not wanted[k] for k in wanted):
-            return parsed, spans
-    exact = member_spans(raw)
-    for key, value in wanted.items():
-        span = exact.get(key)
-        spans[key] = span if value and span is not None else None
-    return parsed, spans
+def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = None,
+             positions: tuple | None = None) -> bytes:
+    """The event moved to (`new_pid`, `new_tid`), with its provenance first in `args`.
 
-
-def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = None) -> bytes:
-    """The event moved to (`new_pid`, `new_tid`), with its provenance in `args`."""
-    parsed, spans = _spans(raw)
-    pid_text = bytes(parsed.pid)
-    tid_text = bytes(parsed.tid)
-    if not tid_text or not pid_text or spans["tid"] is None or spans["pid"] is None:
-        raise TraceError(f"event {ordinal}: cannot locate its pid/tid to relocate it")
-    args_text = bytes(parsed.args)
-    has_args = spans["args"] is not None and args_text[:1] == b"{"
-    if args_text and not has_args:
+    `positions` (pid span, tid span, args brace, args empty), when the index pass
+    found them, saves searching the event again.
+    """
+    found = positions or _kineto_positions(raw) or _fast_positions(raw) or _exact_positions(raw)
+    if found == "args":
         raise TraceError(f"event {ordinal}: `args` is not an object; cannot add provenance")
-    member = (
-        b'"' + PROVENANCE_KEY.encode() + b'": {"pid": ' + pid_text + b', "tid": ' + tid_text
-        + b', "source_event_index": ' + str(ordinal).encode()
-        + b', "had_args": ' + (b"true" if has_args else b"false") + b"}"
-    )
-    edits = [(spans["tid"], new_tid)]
-    if new_pid is not None:
-        edits.append((spans["pid"], new_pid))
-    if has_args:
-        close = spans["args"][1] - 1
-        empty = args_text[1:-1].strip() == b""
-        edits.append(((close, close), member if empty else b", " + member))
+    if found is None:
+        raise TraceError(f"event {ordinal}: cannot locate its pid/tid to relocate it")
+    (p0, p1), (t0, t1), brace, empty = found
+    if brace >= 0:
+        member = _MEMBER_WITH_ARGS % (raw[p0:p1], raw[t0:t1], ordinal)
+        if not empty:
+            member += b", "
+        if brace > t1:  # Kineto's order: pid, tid, ..., args
+            head = raw[:p0] + new_pid + raw[p1:t0] if new_pid is not None else raw[:t0]
+            return b"".join((head, new_tid, raw[t1 : brace + 1], member, raw[brace + 1 :]))
+        edits = [(t0, t1, new_tid), (brace + 1, brace + 1, member)]
     else:
-        close = len(raw) - 1
-        edits.append(((close, close), b', "args": {' + member + b"}"))
-    return _apply(raw, edits)
-
-
-def _apply(raw: bytes, edits) -> bytes:
+        edits = [(t0, t1, new_tid),
+                 (len(raw) - 1, len(raw) - 1, _MEMBER_WITHOUT_ARGS % (raw[p0:p1], raw[t0:t1],
+                                                                       ordinal))]
+    if new_pid is not None:
+        edits.append((p0, p1, new_pid))
+    edits.sort()
     out = []
     pos = 0
-    for (start, end), text in sorted(edits, key=lambda e: e[0]):
+    for start, end, piece in edits:
         out.append(raw[pos:start])
-        out.append(text)
+        out.append(piece)
         pos = end
     out.append(raw[pos:])
     return b"".join(out)
@@ -177,14 +217,23 @@ def unrelocate(raw: bytes) -> tuple[bytes, int]:
     else:
         prefix = b', "args": {'
         cut_start = m.start() - len(prefix)
-        if m.group("lead") or raw[cut_start : m.start()] != prefix or raw[m.end() : m.end() + 1] != b"}":
+        if m.group("trail") or raw[cut_start : m.start()] != prefix or raw[m.end() : m.end() + 1] != b"}":
             raise TraceError(f"event {index}: provenance is not where tracestream puts it")
         cut_end = m.end() + 1
     stripped = raw[:cut_start] + raw[cut_end:]
-    parsed, spans = _spans(stripped)
-    if spans["tid"] is None or spans["pid"] is None:
+    found = _fast_positions(stripped) or _exact_positions(stripped)
+    if not isinstance(found, tuple):
         raise TraceError(f"event {index}: cannot locate its pid/tid to restore it")
-    edits = [(spans["tid"], tid_text)]
-    if bytes(parsed.pid) != pid_text:
-        edits.append((spans["pid"], pid_text))
-    return _apply(stripped, edits), index
+    (p0, p1), (t0, t1), _, _ = found
+    edits = [(t0, t1, tid_text)]
+    if stripped[p0:p1] != pid_text:
+        edits.append((p0, p1, pid_text))
+    edits.sort()
+    out = []
+    pos = 0
+    for start, end, piece in edits:
+        out.append(stripped[pos:start])
+        out.append(piece)
+        pos = end
+    out.append(stripped[pos:])
+    return b"".join(out), index

@@ -1,104 +1,55 @@
 """The index pass: stream the events once and keep only what decisions need.
 
-Per GPU activity event a handful of packed numbers (ordinal, byte span, track,
-group, exact and conservative nanosecond bounds); per flow and per thread
-metadata event likewise; for everything else O(1) state (the trace origin, the
-tids in use, counters). Nothing here decides anything: the plan does.
+Chunks of events are observed (validated and reduced to packed facts) by
+`observe.observe_chunk`, in worker processes when a pool is given; this module
+merges the facts in file order into a `TraceIndex`: per GPU slice and flow a
+few packed numbers (spillable to disk), per thread metadata event its bytes,
+and O(1) state for everything else (the trace origin, tracks in use,
+counters). Nothing here decides anything: the plan does.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import numpy as np
-import orjson
 
 from tracestream import timebase
 from tracestream.document import DocumentScanner, EventChunk, Layout
 from tracestream.errors import TraceError
-from tracestream.events import (
-    CPU_ANNOTATION,
-    FLOW_PHASES,
-    GPU_SCOPE,
-    HEAD,
-    KERNEL,
-    LAYER_GUIDE,
-    PROVENANCE_KEY,
-    TIMING,
-    CategoryKinds,
-    describe_validation_error,
-    duplicate_key,
+from tracestream.events import KERNEL
+from tracestream.observe import (
+    FLOW,
+    META,
+    NO_ID,
+    SCOPES,
+    BadCut,
+    ChunkError,
+    ChunkFacts,
+    Context,
+    GuideEvent,
+    Match,
+    MetaEvent,
+    OtherOnTrack,
+    observe_chunk,
+    observe_file_chunk,
 )
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.timebase import is_integer_text
+from tracestream.workers import InlinePool, collector_paused
 
-_PROVENANCE_BYTES = b'"' + PROVENANCE_KEY.encode() + b'"'
-SCOPES = "scopes"
-"""Device slot of a scope group: GPU scopes are grouped per pid (they carry no device)."""
-_SCOPES = SCOPES
-
-
-@dataclass
-class Match:
-    """A kernel whose name matched one of the user's patterns."""
-
-    ordinal: int
-    pid: Any
-    tid: Any
-    device: Any
-    name: str
-    ts: timebase.Decimal10
-    dur: timebase.Decimal10
-    ts_text: str
-    dur_text: str
-    stream: Any
-
-    @property
-    def end(self) -> timebase.Decimal10:
-        return self.ts + self.dur
-
-
-@dataclass
-class MetaEvent:
-    """A `ph: M` event about a thread (name, sort index), with its byte span."""
-
-    ordinal: int
-    offset: int
-    length: int
-    pid: Any
-    tid: Any
-    name: str
-    value: Any
-    raw: bytes
-
-
-@dataclass
-class OtherOnTrack:
-    """First event on a track that is neither activity, scope, flow nor metadata."""
-
-    ordinal: int
-    ph: Any
-    name: Any
-    ts: Any
-    count: int = 1
-
-
-@dataclass
-class GuideEvent:
-    ordinal: int
-    pid: Any
-    tid: Any
-    args: dict
-
+__all__ = [
+    "FLOW", "META", "SCOPES", "GuideEvent", "IndexOptions", "Match", "MetaEvent",
+    "OtherOnTrack", "TraceIndex", "run_index",
+]
 
 SPAN_DTYPE = np.dtype([("ordinal", "<i8"), ("offset", "<i8"), ("length", "<i4"), ("kind", "i1")])
-"""Every event the rewrite may touch, in file order: GPU activity, scopes, flows, thread metadata."""
+"""Every event the rewrite may touch, in file order: GPU activity, scopes, flows, thread
+metadata."""
 
 SWEEP_DTYPE = np.dtype([
     ("key", "<i8"),  # lo bound for slices, exact ns for flows: the sweep's time order
@@ -113,9 +64,10 @@ SWEEP_DTYPE = np.dtype([
 ])
 """Slices and flows for the plan's time sweep (lane allocation and flow binding)."""
 
-FLOW = 8  # span kind for flow events
-META = 9  # span kind for thread metadata events
+_FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
+_NO_ID = NO_ID
+_WINDOW_PER_WORKER = 3
 
 
 @dataclass
@@ -141,6 +93,16 @@ class IndexOptions:
 
 
 @dataclass
+class ChunkSpan:
+    """Where a validated chunk of events is, so the rewrite pass can cut the same way."""
+
+    offset: int
+    length: int
+    first_ordinal: int
+    count: int
+
+
+@dataclass
 class TraceIndex:
     """Everything the plan needs to know about one trace, in compact form."""
 
@@ -156,7 +118,10 @@ class TraceIndex:
     group_stats: dict[int, GroupStats]
     spans: RecordStore
     sweep: RecordStore
-    flow_ids: dict[int, Any]
+    flow_id_store: RecordStore
+    flow_text_ids: dict[int, Any]
+    flow_tracks: set[int]
+    chunks: list[ChunkSpan]
     thread_meta: list[MetaEvent]
     process_meta: dict[Any, dict[str, Any]]
     other_on_track: dict[int, OtherOnTrack]
@@ -175,28 +140,41 @@ class TraceIndex:
     def tids_of(self, pid) -> set:
         return {tid for p, tid in self.tracks if p == pid}
 
+    def flow_id(self, cand: int) -> Any:
+        """The `id` of the flow event at span candidate `cand` (for messages)."""
+        if cand in self.flow_text_ids:
+            return self.flow_text_ids[cand]
+        for block in self.flow_id_store.batches():
+            hit = block[block["cand"] == cand]
+            if len(hit):
+                value = int(hit["id"][0])
+                return None if value == _NO_ID else value
+        return None
+
     def close(self) -> None:
         self.spans.close()
         self.sweep.close()
+        self.flow_id_store.close()
 
 
 class IndexBuilder:
-    """Consumes event chunks in order; `finish()` returns the TraceIndex."""
+    """Merges ChunkFacts in file order; `finish()` returns the TraceIndex."""
 
     def __init__(self, options: IndexOptions):
         self.options = options
-        self._kinds = CategoryKinds()
         self._track_ids: dict[tuple, int] = {}
         self._group_ids: dict[tuple, int] = {}
         self.group_stats: dict[int, GroupStats] = {}
         self.spans = RecordStore(SPAN_DTYPE, tmpdir=options.tmpdir)
         self.sweep = RecordStore(SWEEP_DTYPE, sort_keys=("key", "tie"), tmpdir=options.tmpdir)
-        self.flow_ids: dict[int, Any] = {}
+        self.flow_id_store = RecordStore(_FLOW_ID_DTYPE, tmpdir=options.tmpdir)
+        self.flow_text_ids: dict[int, Any] = {}
+        self.flow_tracks: set[int] = set()
+        self.chunks: list[ChunkSpan] = []
         self.thread_meta: list[MetaEvent] = []
         self.process_meta: dict[Any, dict[str, Any]] = {}
         self.other_on_track: dict[int, OtherOnTrack] = {}
         self.matches: dict[str, list[Match]] = {name: [] for name in options.patterns}
-        self._name_hits: dict[Any, list[str]] = {}
         self.guides: list[GuideEvent] = []
         self.provenance_ordinal: int | None = None
         self.kernel_names: dict[int, Counter] = {}
@@ -204,11 +182,11 @@ class IndexBuilder:
         self.flow_categories: Counter = Counter()
         self.phase_counts: Counter = Counter()
         self.event_count = 0
-        self._min_ts = float("inf")
-        self._origin: timebase.Decimal10 | None = None
-        self._origin_text: str | None = None
+        self._origin: tuple[float, timebase.Decimal10, str] | None = None
 
-    # -- helpers -----------------------------------------------------------
+    @property
+    def context(self) -> Context:
+        return Context(patterns=self.options.patterns, count_names=self.options.count_names)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)
@@ -225,261 +203,132 @@ class IndexBuilder:
             self.group_stats[group] = GroupStats()
         return group
 
-    def _pattern_hits(self, name) -> list[str]:
-        hits = self._name_hits.get(name)
-        if hits is None:
-            text = name if isinstance(name, str) else str(name)
-            hits = [key for key, rx in self.options.patterns.items() if rx.search(text)]
-            self._name_hits[name] = hits
-        return hits
+    def add(self, facts: ChunkFacts, chunk: EventChunk) -> None:
+        """Merge one chunk's facts (chunk-local numbering) into the global index."""
+        base = self.event_count
+        self.chunks.append(ChunkSpan(chunk.offset, len(chunk.data), base, facts.count))
+        tracks = np.array([self._track(*t) for t in facts.tracks] or [0], dtype=np.int32)
+        groups = np.array([self._group(*g) for g in facts.groups] or [0], dtype=np.int32)
+        cand_base = len(self.spans)
+        if self.options.records and len(facts.candidates):
+            rows = np.empty(len(facts.candidates), SPAN_DTYPE)
+            for name in SPAN_DTYPE.names:
+                rows[name] = facts.candidates["index" if name == "ordinal" else name]
+            rows["ordinal"] += base
+            self.spans.append(rows)
+        if len(facts.slices):
+            self._slices(facts.slices, tracks, groups, cand_base)
+        if len(facts.flows) and self.options.records:
+            self._flows(facts, tracks, cand_base)
+        for meta in facts.thread_meta:
+            meta.ordinal += base
+            self.thread_meta.append(meta)
+        for pid, key, value in facts.process_meta:
+            self.process_meta.setdefault(pid, {})[key] = value
+        for local, other in facts.other_on_track.items():
+            track = int(tracks[local])
+            if track not in self.other_on_track:
+                other.ordinal += base
+                self.other_on_track[track] = other
+        for name, found in facts.matches.items():
+            for match in found:
+                match.ordinal += base
+            self.matches[name].extend(found)
+        for guide in facts.guides:
+            guide.ordinal += base
+            self.guides.append(guide)
+        if facts.provenance is not None and self.provenance_ordinal is None:
+            self.provenance_ordinal = facts.provenance + base
+        for local, names in facts.kernel_names.items():
+            self.kernel_names.setdefault(int(groups[local]), Counter()).update(names)
+        self.cpu_annotations.update(facts.cpu_annotations)
+        self.flow_categories.update(facts.flow_categories)
+        self.phase_counts.update(facts.phase_counts)
+        if facts.origin is not None:
+            ns, text = facts.origin
+            if self._origin is None or ns <= self._origin[0]:
+                value = timebase.parse_decimal(text)
+                if self._origin is None or value < self._origin[1]:
+                    self._origin = (ns, value, text)
+        self.event_count += facts.count
 
-    # -- the per-chunk loop -------------------------------------------------
-
-    def observe(self, chunk: EventChunk) -> None:
-        data = chunk.data
-        base = chunk.offset
-        find = data.find
-        head_decode = HEAD.decode
-        kinds = self._kinds
-        track_of = self._track
-        other = self._other
-        phase_counts = self.phase_counts
-        count_names = self.options.count_names
-        candidates: list = []  # (ordinal, offset, length, kind) in file order
-        slices: list = []  # (candidate index, ordinal, offset, raw, head, kind)
-        flows: list = []  # (candidate index, ordinal, offset, raw, head)
-        pos = 0
-        ordinal = chunk.first_ordinal
-        min_ts = self._min_ts
-        has_provenance = self.provenance_ordinal is None and _PROVENANCE_BYTES in data
-        for raw in chunk.events:
-            if data[pos] != 123:  # '{'
-                pos = find(b"{", pos)
-            offset = base + pos
-            try:
-                ev = head_decode(raw)
-            except msgspec.ValidationError as exc:
-                raise _bad_event(ordinal, offset, describe_validation_error(exc)) from None
-            ph = ev.ph
-            phase_counts[ph] += 1
-            ts = ev.ts
-            if ts is not None:
-                if not -timebase.MAX_ABS_US < ts < timebase.MAX_ABS_US:
-                    raise _bad_event(ordinal, offset, f"ts {_number_text(raw, 'ts')} is out of range")
-                if ts <= min_ts:
-                    min_ts = self._consider_origin(raw, ts, min_ts)
-            dur = ev.dur
-            if dur is not None and not 0 <= dur < timebase.MAX_ABS_US:
-                word = "negative" if dur < 0 else "out of range"
-                raise _bad_event(ordinal, offset, f"dur {_number_text(raw, 'dur')} is {word}")
-            if ph == "X":
-                kind = kinds[ev.cat]
-                if KERNEL <= kind <= GPU_SCOPE:
-                    slices.append((len(candidates), ordinal, offset, raw, ev, kind))
-                    candidates.append((ordinal, offset, len(raw), kind))
-                else:
-                    if kind == LAYER_GUIDE:
-                        self._guide(ordinal, raw, ev)
-                    elif kind == CPU_ANNOTATION and count_names:
-                        self.cpu_annotations[ev.name] += 1
-                    other(track_of(ev.pid, ev.tid), ordinal, ev)
-            elif ph in FLOW_PHASES:
-                if ev.pid is not None and ev.tid is not None and ts is not None:
-                    flows.append((len(candidates), ordinal, offset, raw, ev))
-                    candidates.append((ordinal, offset, len(raw), FLOW))
-                    self.flow_categories[ev.cat] += 1
-            elif ph == "M":
-                if self._meta(ordinal, offset, raw, ev):
-                    candidates.append((ordinal, offset, len(raw), META))
-            else:
-                other(track_of(ev.pid, ev.tid), ordinal, ev)
-            if has_provenance and _PROVENANCE_BYTES in bytes(raw) and _carries_provenance(raw):
-                self.provenance_ordinal = ordinal
-                has_provenance = False
-            pos += len(raw)
-            ordinal += 1
-        self._min_ts = min_ts
-        self.event_count = ordinal
-        if not candidates:
-            return
-        first_cand = len(self.spans)
-        if self.options.records:
-            self.spans.append(np.array(candidates, dtype=SPAN_DTYPE))
-        if slices:
-            self._slices(slices, first_cand)
-        if flows and self.options.records:
-            self._flows(flows, first_cand)
-
-    def _other(self, track: int, ordinal: int, ev) -> None:
-        seen = self.other_on_track.get(track)
-        if seen is None:
-            self.other_on_track[track] = OtherOnTrack(ordinal, ev.ph, ev.name, ev.ts)
-        else:
-            seen.count += 1
-
-    def _consider_origin(self, raw, ts: float, min_ts: float) -> float:
-        """Keep the exact text of the smallest ts (float first, digits on ties)."""
-        text = bytes(TIMING.decode(raw).ts)
-        value = timebase.parse_decimal(text)
-        if self._origin is None or value < self._origin:
-            self._origin = value
-            self._origin_text = text.decode()
-        return min(ts, min_ts)
-
-    def _slices(self, rows: list, first_cand: int) -> None:
-        """Pack the chunk's GPU activity and scopes (exact ns from the number text)."""
-        n = len(rows)
-        ts_f = np.empty(n)
-        dur_f = np.empty(n)
-        exact_ts = np.zeros(n, dtype=bool)
-        exact_dur = np.zeros(n, dtype=bool)
-        int_dur = np.zeros(n, dtype=np.int64)
-        starts: list[int] = []
-        ends: list[int] = []
-        tracks: list[int] = []
-        groups: list[int] = []
-        patterns = self.options.patterns
-        count_names = self.options.count_names
-        for i, (_, ordinal, offset, raw, ev, kind) in enumerate(rows):
-            pid, tid = ev.pid, ev.tid
-            for key, value in (("pid", pid), ("tid", tid), ("ts", ev.ts), ("dur", ev.dur)):
-                if value is None:
-                    raise _bad_event(ordinal, offset, f"GPU {_kind_word(kind)} has no `{key}`")
-            dup = duplicate_key(raw)
-            if dup is not None:
-                raise _bad_event(ordinal, offset, f"duplicate key `{dup}` in a GPU event")
-            timing = TIMING.decode(raw)
-            ts_text = bytes(timing.ts)
-            dur_text = bytes(timing.dur)
-            start, end = _exact_span(ts_text, dur_text)
-            starts.append(start)
-            ends.append(end)
-            ts_f[i] = ev.ts
-            dur_f[i] = ev.dur
-            exact_ts[i] = is_integer_text(ts_text)
-            if is_integer_text(dur_text):
-                exact_dur[i] = True
-                int_dur[i] = int(dur_text) * 1000
-            args = ev.args
-            device = args.device if args is not None and kind != GPU_SCOPE else None
-            group = self._group(pid, device) if kind != GPU_SCOPE else self._group(pid, _SCOPES)
-            track = self._track(pid, tid)
-            groups.append(group)
-            tracks.append(track)
-            stats = self.group_stats[group]
-            stats.kinds[kind] += 1
-            stats.tracks.add(track)
-            if kind == KERNEL:
-                stats.kernel_tracks.add(track)
-                if count_names:
-                    names = self.kernel_names.get(group)
-                    if names is None:
-                        names = self.kernel_names[group] = Counter()
-                    names[ev.name] += 1
-                if patterns:
-                    for key in self._pattern_hits(ev.name):
-                        self.matches[key].append(Match(
-                            ordinal, pid, tid, device, ev.name,
-                            timebase.parse_decimal(ts_text), timebase.parse_decimal(dur_text),
-                            ts_text.decode(), dur_text.decode(),
-                            args.stream if args is not None else None,
-                        ))
-        start_a = np.array(starts, dtype=np.int64)
-        end_a = np.array(ends, dtype=np.int64)
-        lo, hi = importer_bounds(start_a, end_a, ts_f, dur_f, exact_ts, exact_dur, int_dur)
-        self._group_spans(groups, lo, hi)
+    def _slices(self, rows: np.ndarray, tracks, groups, cand_base: int) -> None:
+        track = tracks[rows["track"]]
+        group = groups[rows["group"]]
+        kind = rows["kind"]
+        for g in np.unique(group).tolist():
+            mask = group == g
+            stats = self.group_stats[g]
+            k, counts = np.unique(kind[mask], return_counts=True)
+            for kk, cc in zip(k.tolist(), counts.tolist()):
+                stats.kinds[kk] += cc
+            stats.tracks.update(np.unique(track[mask]).tolist())
+            stats.kernel_tracks.update(np.unique(track[mask & (kind == KERNEL)]).tolist())
+            first, last = int(rows["lo"][mask].min()), int(rows["hi"][mask].max())
+            stats.first_ns = first if stats.first_ns is None else min(stats.first_ns, first)
+            stats.last_ns = last if stats.last_ns is None else max(stats.last_ns, last)
         if not (self.options.records or self.options.sweep):
             return
-        cand = np.fromiter((row[0] for row in rows), dtype=np.int64, count=n) + first_cand
-        batch = np.empty(n, dtype=SWEEP_DTYPE)
-        batch["key"] = lo
+        batch = np.empty(len(rows), SWEEP_DTYPE)
+        cand = rows["cand"].astype(np.int64) + cand_base
+        batch["key"] = rows["lo"]
         batch["tie"] = cand
-        batch["hi"] = hi
-        batch["start"] = start_a
-        batch["end"] = end_a
-        batch["track"] = tracks
-        batch["group"] = groups
-        batch["kind"] = [row[5] for row in rows]
+        batch["hi"] = rows["hi"]
+        batch["start"] = rows["start"]
+        batch["end"] = rows["end"]
+        batch["track"] = track
+        batch["group"] = group
+        batch["kind"] = kind
         batch["cand"] = cand
         self.sweep.append(batch)
 
-    def _group_spans(self, groups: list[int], lo: np.ndarray, hi: np.ndarray) -> None:
-        """Extend each group's time span (first start, last end) with this chunk's slices."""
-        group_a = np.array(groups)
-        for group in set(groups):
-            mask = group_a == group
-            stats = self.group_stats[group]
-            first, last = int(lo[mask].min()), int(hi[mask].max())
-            stats.first_ns = first if stats.first_ns is None else min(stats.first_ns, first)
-            stats.last_ns = last if stats.last_ns is None else max(stats.last_ns, last)
-
-    def _flows(self, rows: list, first_cand: int) -> None:
-        n = len(rows)
-        batch = np.zeros(n, dtype=SWEEP_DTYPE)
-        times = []
-        tracks = []
-        for i, (cand, _, _, raw, ev) in enumerate(rows):
-            times.append(timebase.parse_decimal(bytes(TIMING.decode(raw).ts)).floor_ns())
-            tracks.append(self._track(ev.pid, ev.tid))
-            if ev.id is not None:
-                self.flow_ids[first_cand + cand] = ev.id
-            del i
-        cand = np.fromiter((row[0] for row in rows), dtype=np.int64, count=n) + first_cand
-        batch["key"] = times
+    def _flows(self, facts: ChunkFacts, tracks, cand_base: int) -> None:
+        rows = facts.flows
+        cand = rows["cand"].astype(np.int64) + cand_base
+        batch = np.zeros(len(rows), SWEEP_DTYPE)
+        batch["key"] = rows["ts"]
         batch["tie"] = cand + _FLOW_TIE
-        batch["start"] = times
-        batch["end"] = times
-        batch["hi"] = times
-        batch["track"] = tracks
+        batch["start"] = rows["ts"]
+        batch["end"] = rows["ts"]
+        batch["hi"] = rows["ts"]
+        batch["track"] = tracks[rows["track"]]
+        self.flow_tracks.update(np.unique(batch["track"]).tolist())
         batch["group"] = -1
         batch["kind"] = FLOW
         batch["cand"] = cand
         self.sweep.append(batch)
+        ids = np.empty(len(rows), _FLOW_ID_DTYPE)
+        ids["cand"] = cand
+        ids["id"] = rows["id"]
+        self.flow_id_store.append(ids)
+        for local, value in facts.flow_ids.items():
+            self.flow_text_ids[local + cand_base] = value
 
-    def _meta(self, ordinal: int, offset: int, raw, ev) -> bool:
-        """Record metadata; True for thread metadata (a rewrite candidate)."""
-        name = ev.name
-        if not isinstance(name, str):
-            return False
-        args = orjson.loads(bytes(raw)).get("args")
-        args = args if isinstance(args, dict) else {}
-        if name.startswith("thread_"):
-            value = args.get("name", args.get("sort_index"))
-            self.thread_meta.append(
-                MetaEvent(ordinal, offset, len(raw), ev.pid, ev.tid, name, value, bytes(raw))
-            )
-            self._track(ev.pid, ev.tid)
-            return True
-        info = self.process_meta.setdefault(ev.pid, {})
-        if name == "process_name":
-            info["name"] = args.get("name")
-        elif name == "process_labels":
-            info["labels"] = args.get("labels")
-        elif name == "process_sort_index":
-            info["sort_index"] = args.get("sort_index")
-        return False
-
-    def _guide(self, ordinal: int, raw, ev) -> None:
-        args = orjson.loads(bytes(raw)).get("args")
-        self.guides.append(
-            GuideEvent(ordinal, ev.pid, ev.tid, args if isinstance(args, dict) else {})
-        )
+    def close(self) -> None:
+        self.spans.close()
+        self.sweep.close()
+        self.flow_id_store.close()
 
     def finish(self, source_name: str, compression: str, stats: ReadStats, layout: Layout):
+        layout.event_count = self.event_count
+        origin = self._origin
         return TraceIndex(
             source_name=source_name,
             compression=compression,
             stats=stats,
             layout=layout,
             event_count=self.event_count,
-            origin=self._origin,
-            origin_text=self._origin_text,
+            origin=origin[1] if origin else None,
+            origin_text=origin[2] if origin else None,
             tracks=list(self._track_ids),
             groups=list(self._group_ids),
             group_stats=self.group_stats,
             spans=self.spans,
             sweep=self.sweep,
-            flow_ids=self.flow_ids,
+            flow_id_store=self.flow_id_store,
+            flow_text_ids=self.flow_text_ids,
+            flow_tracks=self.flow_tracks,
+            chunks=self.chunks,
             thread_meta=self.thread_meta,
             process_meta=self.process_meta,
             other_on_track=self.other_on_track,
@@ -493,80 +342,76 @@ class IndexBuilder:
         )
 
 
-def importer_bounds(start, end, ts_f, dur_f, exact_ts, exact_dur, int_dur):
-    """Conservative [lo, hi] ns bounds: exact span plus both Perfetto importer variants.
-
-    `exact_ts`/`exact_dur` mark integer literals, which Perfetto converts exactly
-    (`int_dur` holds those durations in ns).
-    """
-    ts_x = ts_f * 1000.0
-    dur_x = dur_f * 1000.0
-    ts_round = np.where(exact_ts, start, _llround(ts_x))
-    ts_trunc = np.where(exact_ts, start, np.trunc(ts_x).astype(np.int64))
-    dur_round = np.where(exact_dur, int_dur, _llround(dur_x))
-    dur_trunc = np.where(exact_dur, int_dur, np.trunc(dur_x).astype(np.int64))
-    lo = np.minimum(np.minimum(start, ts_round), ts_trunc)
-    hi = np.maximum(np.maximum(end, ts_round + dur_round), ts_trunc + dur_trunc)
-    return lo, hi
+def _chunk_error(exc: ChunkError, base: int) -> TraceError:
+    where = f"event {base + exc.local} (byte {exc.offset})" if exc.local is not None else (
+        f"byte {exc.offset} (in or after event {base})")
+    return TraceError(f"{where}: {exc.message}")
 
 
-def _llround(x: np.ndarray) -> np.ndarray:
-    f = np.floor(x)
-    diff = x - f
-    up = np.where(x >= 0, diff >= 0.5, diff > 0.5)
-    return f.astype(np.int64) + up
-
-
-def _exact_span(ts_text: bytes, dur_text: bytes) -> tuple[int, int]:
-    """(floor ns of ts, ceil ns of ts+dur), fast for Kineto's three-decimal text."""
-    if ts_text[-4:-3] == b"." and dur_text[-4:-3] == b".":
-        try:
-            start = int(ts_text.replace(b".", b""))
-            return start, start + int(dur_text.replace(b".", b""))
-        except ValueError:
-            pass
-    elif b"." not in ts_text and b"." not in dur_text:
-        try:
-            start = int(ts_text) * 1000
-            return start, start + int(dur_text) * 1000
-        except ValueError:
-            pass
-    ts = timebase.parse_decimal(ts_text)
-    return ts.floor_ns(), (ts + timebase.parse_decimal(dur_text)).ceil_ns()
-
-
-def _kind_word(kind: int) -> str:
-    return "scope" if kind == GPU_SCOPE else "activity event"
-
-
-def _number_text(raw, key: str) -> str:
-    match = re.search(rb'"' + key.encode() + rb'"[ \t\r\n]*:[ \t\r\n]*([^,}\s]+)', raw)
-    return match.group(1).decode(errors="replace") if match else "?"
-
-
-def _carries_provenance(raw) -> bool:
-    args = orjson.loads(bytes(raw)).get("args")
-    return isinstance(args, dict) and PROVENANCE_KEY in args
-
-
-def _bad_event(ordinal: int, offset: int, what: str) -> TraceError:
-    return TraceError(f"event {ordinal} (byte {offset}): {what}")
-
-
-def run_index(source: TraceSource, options: IndexOptions, *, progress=None) -> TraceIndex:
-    """Stream the source once and build its index."""
+def run_index(source: TraceSource, options: IndexOptions, *, progress=None,
+              pool=None) -> TraceIndex:
+    """Stream the source once and build its index (chunks observed in `pool` if given)."""
     stats = ReadStats()
     builder = IndexBuilder(options)
+    context = builder.context
+    with collector_paused():
+        return _run_index(source, options, stats, builder, context, progress, pool)
+
+
+def _run_index(source, options, stats, builder, context, progress, pool) -> TraceIndex:
     try:
         blocks: Iterable[bytes] = source.read(stats)
         if progress is not None:
             blocks = progress.wrap(blocks, "index")
-        scanner = DocumentScanner(blocks)
+        pool = pool if pool is not None else InlinePool()
+        scanner = DocumentScanner(blocks, speculative=True)
+        inflight: deque = deque()
+        window = _WINDOW_PER_WORKER * pool.workers
+
+        def settle(chunk: EventChunk, result) -> bool:
+            """Merge one speculative result; False when the scanner had to rewind."""
+            try:
+                facts = result.result()
+            except BadCut:
+                scanner.rewind(chunk)
+                for _, later in inflight:
+                    later.cancel()
+                inflight.clear()
+                return False
+            except ChunkError as exc:
+                raise _chunk_error(exc, builder.event_count) from None
+            builder.add(facts, chunk)
+            scanner.confirm(chunk)
+            return True
+
+        by_path = str(source.path) if (pool.workers and source.compression == "none"
+                                        and not source.is_stdin) else None
         for chunk in scanner.chunks():
-            builder.observe(chunk)
+            if chunk.events is None:
+                if by_path is not None:
+                    task = pool.submit(observe_file_chunk, by_path, chunk.offset,
+                                       len(chunk.data), context)
+                else:
+                    task = pool.submit(observe_chunk, chunk.data, chunk.offset, context)
+                inflight.append((chunk, task))
+                while len(inflight) > window:
+                    settle(*inflight.popleft())
+                continue
+            rewound = False
+            while inflight and not rewound:
+                rewound = not settle(*inflight.popleft())
+            if rewound:
+                continue
+            try:
+                facts = observe_chunk(chunk.data, chunk.offset, context)
+            except ChunkError as exc:
+                raise _chunk_error(exc, builder.event_count) from None
+            builder.add(facts, chunk)
+        while inflight:
+            if not settle(*inflight.popleft()):  # pragma: no cover - needs a final decode
+                raise TraceError("internal error: rewind after the last chunk")
         source.finish_read(stats)
     except BaseException:
-        builder.spans.close()
-        builder.sweep.close()
+        builder.close()
         raise
     return builder.finish(source.name, source.compression, stats, scanner.layout)

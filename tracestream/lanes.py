@@ -21,6 +21,7 @@ import numpy as np
 
 FLOW_KIND = 8  # same code as index.FLOW; kept here so this module stays standalone
 SCOPE_KIND = 5  # events.GPU_SCOPE: scopes get lanes but never bind flows
+LANE_CAP = 62  # lanes beyond this share a code; more than 10 lanes is refused anyway
 
 
 @dataclass
@@ -86,75 +87,88 @@ class SweepResult:
 class Sweep:
     """Walks sorted sweep blocks once: allocates lanes and binds flows.
 
-    `relocated` says which tracks move; flows elsewhere are skipped. Results go
-    into `actions` (one uint16 per span candidate): lane codes from `lane_code`.
+    `relocated` says which tracks move; flows elsewhere are skipped. For every
+    slice of a compacted group and every bound flow, `lane_code(group, lane)` is
+    written to `actions[cand]`.
     """
 
     def __init__(self, relocated_tracks: set[int], compacted_groups: set[int]):
         self.relocated = relocated_tracks
         self.compacted = compacted_groups
         self.groups: dict[int, GroupLanes] = {}
-        self.open_by_track: dict[int, list] = {}  # track -> [start, end, group, lane]
+        self.open_by_track: dict[int, list] = {}  # track -> [(start, end, group, lane)]
         self.flow_problems: list[FlowProblem] = []
-        self.bindings: list[tuple[int, int, int]] = []  # (flow cand, group, lane)
 
-    def run(self, blocks: Iterable[np.ndarray], on_slice, on_flow) -> None:
+    def run(self, blocks: Iterable[np.ndarray], actions: np.ndarray, base_code: dict[int, int],
+            flow_tracks: set[int]) -> None:
+        """Lane of each slice and bound flow into `actions[cand]` as base_code[group] + lane.
+
+        `flow_tracks`: relocated tracks that have flows (only those need binding state).
+        """
+        self._base_code = base_code
         groups = self.groups
-        compacted = self.compacted
-        relocated = self.relocated
+        compacted = np.array(sorted(self.compacted), np.int64)
         open_by_track = self.open_by_track
         for block in blocks:
-            keys = block["key"].tolist()
-            his = block["hi"].tolist()
-            starts = block["start"].tolist()
-            ends = block["end"].tolist()
-            tracks = block["track"].tolist()
-            grps = block["group"].tolist()
-            kinds = block["kind"].tolist()
+            is_flow = block["kind"] == FLOW_KIND
+            keep = (~is_flow & np.isin(block["group"], compacted)) | (
+                is_flow & np.isin(block["track"], np.array(sorted(flow_tracks), np.int64)))
+            if not keep.any():
+                continue
+            block = block[keep]
             cands = block["cand"].tolist()
-            for i, kind in enumerate(kinds):
-                track = tracks[i]
-                if kind != FLOW_KIND:
-                    group = grps[i]
-                    if group not in compacted:
-                        continue
-                    state = groups.get(group)
-                    if state is None:
-                        state = groups[group] = GroupLanes()
-                    lane = state.place(keys[i], his[i], starts[i])
-                    on_slice(cands[i], group, lane)
-                    if track in relocated and kind != SCOPE_KIND:
-                        entries = open_by_track.get(track)
-                        if entries is None:
-                            entries = open_by_track[track] = []
-                        elif len(entries) > 16:
-                            now = keys[i]
-                            entries[:] = [e for e in entries if e[1] >= now]
-                        entries.append((starts[i], ends[i], group, lane))
-                elif track in relocated:
-                    self._bind(cands[i], track, keys[i], on_flow)
+            codes = []
+            for key, hi, start, end, track, group, kind in zip(
+                    block["key"].tolist(), block["hi"].tolist(), block["start"].tolist(),
+                    block["end"].tolist(), block["track"].tolist(), block["group"].tolist(),
+                    block["kind"].tolist()):
+                if kind == FLOW_KIND:
+                    codes.append(self._bind(track, key))
+                    continue
+                state = groups.get(group)
+                if state is None:
+                    state = groups[group] = GroupLanes()
+                heap = state.heap
+                state.count += 1
+                if heap and heap[0][0] <= key:
+                    lane = heap[0][1]
+                    heapq.heapreplace(heap, (hi, lane))
+                else:
+                    lane = state.lanes
+                    state.lanes += 1
+                    state.peak_at_ns = start
+                    heapq.heappush(heap, (hi, lane))
+                codes.append(base_code[group] + (lane if lane < LANE_CAP else LANE_CAP))
+                if track in flow_tracks and kind != SCOPE_KIND:
+                    entries = open_by_track.get(track)
+                    if entries is None:
+                        entries = open_by_track[track] = []
+                    elif len(entries) > 16:
+                        entries[:] = [e for e in entries if e[1] >= key]
+                    entries.append((start, end, group, lane))
+            for cand, code, row in zip(cands, codes, block.tolist()):
+                if code is None:
+                    self.flow_problems.append(FlowProblem(cand, row[0], self._reason))
+                else:
+                    actions[cand] = code
 
-    def _bind(self, cand: int, track: int, t: int, on_flow) -> None:
+    def _bind(self, track: int, t: int):
+        """The lane code of the activity a flow at `t` binds to, or None (reason kept)."""
         entries = self.open_by_track.get(track)
         if entries:
             entries[:] = [e for e in entries if e[1] >= t]
         if not entries:
-            self.flow_problems.append(FlowProblem(cand, t, "binds to no GPU activity"))
-            return
+            self._reason = "binds to no GPU activity"
+            return None
         exact = [e for e in entries if e[0] == t]
         if len(exact) > 1:
-            self.flow_problems.append(
-                FlowProblem(cand, t, f"starts exactly at {len(exact)} activities")
-            )
-            return
+            self._reason = f"starts exactly at {len(exact)} activities"
+            return None
         if not exact:
             exact = [e for e in entries if e[0] <= t <= e[1]]
             if len(exact) != 1:
-                reason = (
-                    "binds to no GPU activity" if not exact
-                    else f"lies inside {len(exact)} activities"
-                )
-                self.flow_problems.append(FlowProblem(cand, t, reason))
-                return
+                self._reason = ("binds to no GPU activity" if not exact
+                                else f"lies inside {len(exact)} activities")
+                return None
         _, _, group, lane = exact[0]
-        on_flow(cand, group, lane)
+        return self._base_code[group] + min(lane, LANE_CAP)

@@ -257,14 +257,10 @@ class Planner:
             relocated |= index.group_stats[g].tracks
         self._check_other_events(relocated)
 
-        actions = self.actions
-
-        def on_slice(cand: int, group: int, lane: int) -> None:
-            actions[cand] = slot[group] * _LANE_SLOTS + min(lane, _LANE_SLOTS - 2) + 1
-
-        on_flow = on_slice
         sweep = Sweep(relocated, set(compacted))
-        sweep.run(index.sweep.sorted_blocks(), on_slice, on_flow)
+        base_code = {group: s * _LANE_SLOTS + 1 for group, s in slot.items()}
+        sweep.run(index.sweep.sorted_blocks(), self.actions, base_code,
+                  index.flow_tracks & relocated)
         self._check_lanes(sweep.groups, spec.max_lanes)
         self._check_flows(sweep)
         retired = self._retire_metadata(relocated)
@@ -291,8 +287,7 @@ class Planner:
                 raise TraceError(
                     f"event {other.ordinal} ({what} event {other.name!r}, ts {other.ts}) sits on "
                     f"GPU stream pid {pid} tid {tid}, which compaction would empty; tracestream "
-                    f"does not move or drop such events ({other.count} on that track). "
-                    "Omit compaction or remove them first"
+                    "does not move or drop such events. Omit compaction or remove them first"
                 )
 
     def _check_lanes(self, groups: dict[int, GroupLanes], max_lanes: int) -> None:
@@ -314,7 +309,7 @@ class Planner:
         problem = min(sweep.flow_problems, key=lambda p: p.cand)
         index = self.index
         span = _span_row(index, problem.cand)
-        flow_id = index.flow_ids.get(problem.cand)
+        flow_id = index.flow_id(problem.cand)
         raise TraceError(
             f"flow event {int(span['ordinal'])} (id {flow_id}, ts {us_text(problem.ts_ns)} µs) on "
             f"a GPU stream {problem.reason}; cannot place it on a lane "

@@ -1,26 +1,32 @@
 """The rewrite pass: stream the source again and apply the plan's edits in order.
 
-Bytes between edited events are copied as they are (whole ranges, never
-re-encoded); a relocated event is its own bytes with two splices; a retired
-metadata event is dropped with one neighbouring separator; new events go just
+The stream is cut exactly where the index pass cut it. Chunks without edits are
+copied as they are; chunks with edits go to a worker (`rewrite_chunk`), which
+copies every unchanged byte and splices the relocated events. A retired
+metadata event is dropped with its following separator; new events go just
 after the last original event and the `tracestream` member just after the last
-top-level value.
+top-level value (or in place of an older one).
 """
 
 from __future__ import annotations
 
+import re
+from collections import deque
+from itertools import repeat
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from tracestream.edit import relocate
+from tracestream.edit import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
 from tracestream.errors import TraceError
 from tracestream.index import TraceIndex
+from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
 from tracestream.source import ReadStats, TraceSource
+from tracestream.workers import InlinePool, collector_paused
 
-_WS = b" \t\r\n"
+_WINDOW_PER_WORKER = 3
 
 
 class StreamCursor:
@@ -32,6 +38,14 @@ class StreamCursor:
         self._base = 0  # absolute offset of _data[0]
         self.pos = 0  # absolute offset of the next byte not yet consumed
 
+    def _next_block(self) -> None:
+        block = next(self._blocks, None)
+        if block is None:
+            raise TraceError(
+                "input ended early in the rewrite pass (it changed since the index pass)")
+        self._base += len(self._data)
+        self._data = block
+
     def copy_to(self, out: OutputFile, offset: int) -> None:
         """Write [pos, offset) to `out` and advance."""
         while self.pos < offset:
@@ -42,13 +56,6 @@ class StreamCursor:
             end = min(len(self._data), offset - self._base)
             out.write(self._data[rel:end])
             self.pos = self._base + end
-
-    def _next_block(self) -> None:
-        block = next(self._blocks, None)
-        if block is None:
-            raise TraceError("input ended early in the rewrite pass (it changed since the index pass)")
-        self._base += len(self._data)
-        self._data = block
 
     def take(self, length: int) -> bytes:
         """The next `length` bytes."""
@@ -65,29 +72,15 @@ class StreamCursor:
             self.pos += len(piece)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def peek_byte(self) -> bytes:
-        while True:
+    def skip(self, length: int) -> None:
+        """Advance past the next `length` bytes without copying them."""
+        target = self.pos + length
+        while self.pos < target:
             rel = self.pos - self._base
-            if rel < len(self._data):
-                return self._data[rel : rel + 1]
-            block = next(self._blocks, None)
-            if block is None:
-                return b""
-            self._base += len(self._data)
-            self._data = block
-
-    def skip_separator(self) -> bool:
-        """Skip whitespace and one comma after an event; True if a comma was skipped."""
-        comma = False
-        while True:
-            c = self.peek_byte()
-            if c and c in _WS:
-                self.pos += 1
-            elif c == b"," and not comma:
-                comma = True
-                self.pos += 1
-            else:
-                return comma
+            if rel >= len(self._data):
+                self._next_block()
+                continue
+            self.pos = min(self._base + len(self._data), target)
 
     def drain(self, out: OutputFile) -> None:
         """Copy everything that is left."""
@@ -102,6 +95,149 @@ class StreamCursor:
                 self._data = b""
                 return
             self._data = block
+
+
+_PID = b'"pid": '
+_TID = b'"tid": '
+_ARGS = b'"args": {'
+
+
+def _occurrences(data: bytes, literal: bytes) -> tuple[np.ndarray, list[bytes]]:
+    """Start offsets of every occurrence of `literal`, and the bytes after each one.
+
+    bytes.split and itertools.accumulate do the scanning in C: no match objects.
+    """
+    pieces = data.split(literal)
+    lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    positions = np.cumsum(lengths[:-1] + len(literal)) - len(literal)
+    return positions, pieces[1:]
+
+
+def _only(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per event [start, end): the index of its only occurrence, or -1 (none or several)."""
+    first = np.searchsorted(positions, starts)
+    last = np.searchsorted(positions, ends)
+    return np.where(last - first == 1, first, -1)
+
+
+_NUMBERS = re.compile(rb"-?[0-9]+(?:,-?[0-9]+)*")
+_EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
+
+
+def _value_spans(data: bytes, literal: bytes, starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Per event: the span of the integer value after its only `"key": `, or (-1, -1).
+
+    Kineto writes `"pid": 0, "tid": 7,`: the value runs to the next comma, and one
+    regex over all values at once confirms they are integers (else the events go
+    the careful way).
+    """
+    positions, after = _occurrences(data, literal)
+    which = _only(positions, starts, ends)
+    value_start = np.full(len(starts), -1, np.int64)
+    value_end = np.full(len(starts), -1, np.int64)
+    found = which >= 0
+    if not found.any():
+        return value_start, value_end
+    tails = [after[k] for k in which[found].tolist()]
+    commas = list(map(bytes.find, tails, repeat(b",", len(tails))))
+    values = list(map(bytes.__getitem__, tails, map(slice, commas)))
+    if min(commas) < 1 or _NUMBERS.fullmatch(b",".join(values)) is None:
+        return value_start, value_end
+    begin = positions[which[found]] + len(literal)
+    value_start[found] = begin
+    value_end[found] = begin + np.array(commas, np.int64)
+    return value_start, value_end
+
+
+def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
+                  targets: dict) -> tuple[bytes, bool]:
+    """A chunk (starting at absolute `offset`) with its edits applied.
+
+    `rows` are the span records of the chunk's changed events (ascending), `actions`
+    the plan's action for each. A dropped event takes its following separator with
+    it; True comes back when that was the chunk's last event (the caller then skips
+    the separator after the chunk).
+
+    Where "pid", "tid" and "args" occur once in an event of a chunk without
+    backslashes, they are its top-level keys; their positions come from one scan
+    of the chunk per key, and the event is spliced directly. Anything else goes
+    through `relocate`.
+    """
+    starts = rows["offset"] - offset
+    ends = starts + rows["length"]
+    if b"\\" in data:
+        pid = tid = args = None
+    else:
+        pid = _value_spans(data, _PID, starts, ends)
+        tid = _value_spans(data, _TID, starts, ends)
+        positions, _ = _occurrences(data, _ARGS)
+        which = _only(positions, starts, ends)
+        args = (np.where(which >= 0, positions[np.maximum(which, 0)] + len(_ARGS)
+                         if len(positions) else -1, -1),)
+    out = []
+    append = out.append
+    extend = out.extend
+    pos = 0
+    dropped_last = False
+    size = len(data)
+    with_args = _MEMBER_WITH_ARGS
+    without_args = _MEMBER_WITHOUT_ARGS
+    codes = actions.tolist()
+    new_tids = [targets[c][0] if c != DELETE else b"" for c in codes]
+    new_pids = [targets[c][1] if c != DELETE else None for c in codes]
+    empty_args = {m.start() for m in _EMPTY_ARGS.finditer(data)} if pid is not None else set()
+    columns = [starts.tolist(), ends.tolist(), rows["ordinal"].tolist(), codes, new_tids,
+               new_pids]
+    if pid is not None:
+        columns += [pid[0].tolist(), pid[1].tolist(), tid[0].tolist(), tid[1].tolist(),
+                    args[0].tolist()]
+    else:
+        columns += [[-1] * len(starts)] * 5
+    for start, end, ordinal, action, new_tid, new_pid, p0, p1, t0, t1, brace in zip(*columns):
+        if action == DELETE:
+            append(data[pos:start])
+            pos = _after_separator(data, end)
+            dropped_last = pos >= size
+            continue
+        dropped_last = False
+        if p0 >= 0 and t0 > p1 and (brace > t1 or (brace < 0 and data[end - 1] == 0x7D)):
+            # Kineto's order (pid, tid, ..., args): splice in place
+            if new_pid is None:
+                extend((data[pos:t0], new_tid))
+            else:
+                extend((data[pos:p0], new_pid, data[p1:t0], new_tid))
+            if brace > t1:
+                member = with_args % (data[p0:p1], data[t0:t1], ordinal)
+                extend((data[t1:brace],
+                        member if brace - len(_ARGS) in empty_args else member + b", "))
+                pos = brace
+            else:  # no args: add one holding the provenance
+                extend((data[t1 : end - 1], without_args % (data[p0:p1], data[t0:t1], ordinal)))
+                pos = end - 1
+            continue
+        append(data[pos:start])
+        append(relocate(data[start:end], new_tid, ordinal, new_pid))
+        pos = end
+    append(data[pos:])
+    return b"".join(out), dropped_last
+
+
+def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
+                       actions: np.ndarray, targets: dict) -> tuple[bytes, bool]:
+    """`rewrite_chunk` of a span of a plain file, read by the worker itself."""
+    return rewrite_chunk(read_span(path, offset, length), offset, rows, actions, targets)
+
+
+def _after_separator(data: bytes, pos: int) -> int:
+    """Position after the whitespace and one comma that follow an event (or the end)."""
+    size = len(data)
+    while pos < size and data[pos] in b" \t\r\n":
+        pos += 1
+    if pos < size and data[pos] == 0x2C:  # ','
+        pos += 1
+        while pos < size and data[pos] in b" \t\r\n":
+            pos += 1
+    return pos
 
 
 def edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[int, int, int, int]]:
@@ -120,38 +256,89 @@ def edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[int, int, int, int]]:
         start += len(batch)
 
 
+def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndarray, np.ndarray]]:
+    """(chunk, span records of its changed events, their actions) for every chunk, in order."""
+    actions = plan.actions
+    changed_rows: list[np.ndarray] = []
+    changed_actions: list[np.ndarray] = []
+    start = 0
+    for batch in index.spans.batches():
+        part = actions[start : start + len(batch)]
+        mask = part != KEEP
+        if mask.any():
+            changed_rows.append(batch[mask])
+            changed_actions.append(part[mask])
+        start += len(batch)
+    rows = np.concatenate(changed_rows) if changed_rows else np.zeros(0, index.spans.dtype)
+    acts = np.concatenate(changed_actions) if changed_actions else np.zeros(0, np.uint16)
+    bounds = np.searchsorted(rows["ordinal"], [c.first_ordinal for c in index.chunks]
+                             + [index.event_count])
+    for k, chunk in enumerate(index.chunks):
+        lo, hi = bounds[k], bounds[k + 1]
+        yield chunk, rows[lo:hi], acts[lo:hi]
+
+
 def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
-            *, progress=None) -> None:
+            *, progress=None, pool=None) -> None:
+    with collector_paused():
+        _rewrite(source, index, plan, out, progress, pool if pool is not None else InlinePool())
+
+
+def _rewrite(source, index, plan, out, progress, pool) -> None:
     stats = ReadStats()
     blocks: Iterable[bytes] = source.read(stats)
     if progress is not None:
         blocks = progress.wrap(blocks, "rewrite")
     cursor = StreamCursor(blocks)
     layout = index.layout
-    targets = plan.targets
     member = _member_edit(index, plan)
     if member is not None and member[0] < layout.events_open:
         _splice(cursor, out, member)
         member = None
-    dangling_separator = False
-    for ordinal, offset, length, action in edits(index, plan):
-        cursor.copy_to(out, offset)
-        raw = cursor.take(length)
-        if action == DELETE:
-            comma = cursor.skip_separator()
-            dangling_separator = not comma
-            continue
-        new_tid, new_pid = targets[action]
-        out.write(relocate(raw, new_tid, ordinal, new_pid))
-        dangling_separator = False
+    # items in output order: (separator bytes, payload bytes or a worker's future)
+    pending: deque = deque()
+    window = _WINDOW_PER_WORKER * pool.workers
+    dropped_last = False
+    first = True
+
+    def flush_one() -> None:
+        nonlocal dropped_last
+        separator, payload, conditional = pending.popleft()
+        if not (conditional and dropped_last):
+            out.write(separator)
+        if isinstance(payload, bytes):
+            out.write(payload)
+            dropped_last = False
+        else:
+            data, dropped_last = payload.result()
+            out.write(data)
+
+    by_path = str(source.path) if (pool.workers and source.compression == "none"
+                                    and not source.is_stdin) else None
+    for chunk, rows, actions in chunk_edits(index, plan):
+        separator = cursor.take(chunk.offset - cursor.pos)
+        if len(rows) and by_path is not None:
+            cursor.skip(chunk.length)
+            payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
+                                  actions, plan.targets)
+        elif len(rows):
+            payload = pool.submit(rewrite_chunk, cursor.take(chunk.length), chunk.offset, rows,
+                                  actions, plan.targets)
+        else:
+            payload = cursor.take(chunk.length)
+        pending.append((separator, payload, not first))
+        first = False
+        while len(pending) > window:
+            flush_one()
+    while pending:
+        flush_one()
     insert_at = layout.last_event_end if layout.event_count else layout.events_open + 1
     if cursor.pos < insert_at:
         cursor.copy_to(out, insert_at)
-        dangling_separator = False
     if plan.appended:
-        lead = b"" if (not layout.event_count or dangling_separator) else b",\n"
+        lead = b"" if (not layout.event_count or dropped_last) else b",\n"
         out.write(lead + b",\n".join(plan.appended))
-    elif dangling_separator:
+    elif dropped_last:
         raise TraceError("internal error: a dropped last event left a dangling separator")
     if member is not None:
         _splice(cursor, out, member)

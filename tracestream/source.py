@@ -2,9 +2,9 @@
 
 Compression is detected from the first bytes, never the file name. stdin is
 spooled to a temporary file while the first pass reads it, so later passes read
-the spool. Every read hashes the raw bytes (sha256) in a background thread
-together with decompression, so the source can be identified in the report and
-a file that changes between passes is detected and refused.
+the spool. The first read hashes the raw bytes (sha256, for the report) and every
+read checksums them (CRC-32, cheap) in a background thread together with
+decompression, so a file that changes between passes is detected and refused.
 """
 
 from __future__ import annotations
@@ -56,11 +56,12 @@ class Fingerprint:
 
 @dataclass
 class ReadStats:
-    """Filled in by a completed read: raw bytes, decompressed bytes, sha256."""
+    """Filled in by a completed read: raw bytes, decompressed bytes, checksums."""
 
     raw_bytes: int = 0
     data_bytes: int = 0
-    sha256: str = ""
+    crc32: int = 0
+    sha256: str = ""  # only for the first read of a source
 
 
 class TraceSource:
@@ -199,20 +200,21 @@ class TraceSource:
             self.first_stats = stats
             return
         first = self.first_stats
-        if (stats.raw_bytes, stats.data_bytes, stats.sha256) != (
+        if (stats.raw_bytes, stats.data_bytes, stats.crc32) != (
             first.raw_bytes,
             first.data_bytes,
-            first.sha256,
+            first.crc32,
         ):
             raise TraceError(
-                f"input {self.name} changed between passes (sha256 of the bytes read differs); "
+                f"input {self.name} changed between passes (the bytes read differ); "
                 "nothing was written"
             )
         self._check_unchanged()
 
 
 def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source):
-    digest = hashlib.sha256()
+    digest = hashlib.sha256() if source.first_stats is None else None
+    crc = 0
     raw_total = 0
     data_total = 0
     if compression == "gzip":
@@ -222,7 +224,9 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
     else:
         decoder = None
     for block in raw:
-        digest.update(block)
+        if digest is not None:
+            digest.update(block)
+        crc = zlib.crc32(block, crc)
         raw_total += len(block)
         if decoder is None:
             data_total += len(block)
@@ -235,7 +239,8 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
         decoder.finish(raw_total)
     stats.raw_bytes = raw_total
     stats.data_bytes = data_total
-    stats.sha256 = digest.hexdigest()
+    stats.crc32 = crc
+    stats.sha256 = digest.hexdigest() if digest is not None else ""
 
 
 class _GzipDecoder:

@@ -1,0 +1,715 @@
+"""What one chunk of events contains: the index pass's work, as a pure function.
+
+`observe_chunk(data, offset, context)` validates a chunk (JSON syntax, UTF-8,
+field types) and decodes it in one msgspec call into small structs that keep
+`ts`/`dur` as their exact number text. It returns `ChunkFacts`: packed numpy
+records for the events the plan needs (GPU activity and scopes, flows, thread
+metadata), the first other event per track, anchor matches and counters.
+
+It runs in worker processes, so everything it returns is picklable and numbered
+chunk-locally (event index within the chunk, local track and group tables);
+the index builder maps that to global ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import msgspec
+import numpy as np
+import orjson
+
+from tracestream import timebase
+from tracestream.events import (
+    CPU_ANNOTATION,
+    FLOW_PHASES,
+    GPU_SCOPE,
+    KERNEL,
+    LAYER_GUIDE,
+    OTHER,
+    PROVENANCE_KEY,
+    CategoryKinds,
+    describe_validation_error,
+)
+
+FLOW = 8  # candidate kind of flow events
+META = 9  # candidate kind of thread metadata events
+
+CANDIDATE_DTYPE = np.dtype([("index", "<i4"), ("offset", "<i8"), ("length", "<i4"),
+                            ("kind", "i1")])
+SLICE_DTYPE = np.dtype([
+    ("cand", "<i4"), ("track", "<i4"), ("group", "<i4"), ("kind", "i1"),
+    ("start", "<i8"), ("end", "<i8"), ("lo", "<i8"), ("hi", "<i8"),
+])
+FLOW_DTYPE = np.dtype([("cand", "<i4"), ("track", "<i4"), ("ts", "<i8"), ("id", "<i8")])
+
+SCOPES = "scopes"
+NO_ID = np.iinfo(np.int64).min
+
+
+class _Args(msgspec.Struct, gc=False):
+    device: Any = None
+    stream: Any = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """The fields every event is classified by (everything else is skipped, but validated)."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()  # the exact number text
+    dur: msgspec.Raw = msgspec.Raw()
+    id: Any = None
+    args: _Args | None = None
+
+
+_EVENTS = msgspec.json.Decoder(list[Event])
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_PROVENANCE = b'"' + PROVENANCE_KEY.encode() + b'"'
+_INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
+
+
+@dataclass
+class Context:
+    """What every chunk needs to know (sent along with each chunk)."""
+
+    patterns: dict[str, re.Pattern] = field(default_factory=dict)
+    count_names: bool = False
+
+
+@dataclass
+class Match:
+    """A kernel whose name matched one of the user's patterns (times as exact text)."""
+
+    ordinal: int  # chunk-local inside ChunkFacts, global in the index
+    pid: Any
+    tid: Any
+    device: Any
+    name: str
+    ts_text: str
+    dur_text: str
+    stream: Any
+
+    @cached_property
+    def ts(self) -> timebase.Decimal10:
+        return timebase.parse_decimal(self.ts_text)
+
+    @cached_property
+    def dur(self) -> timebase.Decimal10:
+        return timebase.parse_decimal(self.dur_text)
+
+    @property
+    def end(self) -> timebase.Decimal10:
+        return self.ts + self.dur
+
+
+@dataclass
+class MetaEvent:
+    """A `ph: M` event about a thread (name, sort index), with its byte span and bytes."""
+
+    ordinal: int
+    offset: int
+    length: int
+    pid: Any
+    tid: Any
+    name: str
+    value: Any
+    raw: bytes
+
+
+@dataclass
+class OtherOnTrack:
+    """First event on a track that is neither activity, scope, flow nor metadata."""
+
+    ordinal: int
+    ph: Any
+    name: Any
+    ts: Any
+
+
+@dataclass
+class GuideEvent:
+    ordinal: int
+    pid: Any
+    tid: Any
+    args: dict
+
+
+@dataclass
+class ChunkFacts:
+    """Everything the index keeps from one chunk, in chunk-local numbering."""
+
+    count: int
+    origin: tuple[float, str] | None  # smallest ts of the chunk (float, exact text)
+    tracks: list[tuple]  # local track id -> (pid, tid)
+    groups: list[tuple]  # local group id -> (pid, device or SCOPES)
+    candidates: np.ndarray  # CANDIDATE_DTYPE, in file order
+    slices: np.ndarray  # SLICE_DTYPE
+    flows: np.ndarray  # FLOW_DTYPE
+    flow_ids: dict[int, Any]  # local candidate -> id, for ids that are not integers
+    thread_meta: list[MetaEvent]
+    process_meta: list[tuple[Any, str, Any]]
+    other_on_track: dict[int, OtherOnTrack]  # local track -> first other event
+    matches: dict[str, list[Match]]
+    guides: list[GuideEvent]
+    provenance: int | None
+    kernel_names: dict[int, Counter]  # local group -> names
+    cpu_annotations: Counter
+    flow_categories: Counter
+    phase_counts: Counter
+
+
+class BadCut(Exception):
+    """The chunk's cut lies inside a string or nested value (or past the event array)."""
+
+    def __init__(self, array_ends_at: int | None = None):
+        super().__init__("bad cut")
+        self.array_ends_at = array_ends_at
+
+
+class ChunkError(Exception):
+    """Malformed input inside a chunk: `local` is the event index in the chunk (or None)."""
+
+    def __init__(self, message: str, offset: int, local: int | None):
+        super().__init__(message)
+        self.message = message
+        self.offset = offset
+        self.local = local
+
+
+def decode_chunk(data: bytes, offset: int) -> list[Event]:
+    """The chunk's events; BadCut if the cut was wrong, ChunkError if the input is malformed."""
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
+    doc = b"[" + data + b"]"
+    try:
+        return _EVENTS.decode(doc)
+    except msgspec.ValidationError as exc:
+        local = _validation_index(exc)
+        starts = event_starts(data, None)
+        where = offset + starts[local] if local is not None and local < len(starts) else offset
+        raise ChunkError(describe_validation_error(exc), where, local) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        first = exc
+    try:
+        orjson.loads(doc)
+    except orjson.JSONDecodeError as exc:
+        text = str(exc)
+        if exc.pos >= len(doc) - 1 or "unexpected end" in text.lower():
+            raise BadCut() from None
+        if "unexpected content after document" in text:
+            raise BadCut(array_ends_at=exc.pos - 1) from None
+        reason = exc.msg if hasattr(exc, "msg") else text
+        raise ChunkError(f"malformed JSON: {reason.split(': line ')[0]}",
+                         offset + exc.pos - 1, None) from None
+    except RecursionError:
+        pass
+    reason = "JSON nested too deeply" if isinstance(first, RecursionError) else str(first)
+    raise ChunkError(reason, offset, None)
+
+
+def _validation_index(exc: msgspec.ValidationError) -> int | None:
+    m = re.search(r"at `\$\[(\d+)\]", str(exc))
+    return int(m.group(1)) if m else None
+
+
+def event_spans(data: bytes, count: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) offsets of every event in a validated chunk.
+
+    Every real boundary matches the separator pattern; a match inside a string or a
+    nested value would add one, so a count equal to the decoded count proves the
+    spans exact. Otherwise the events' exact bytes come from msgspec.
+    """
+    seps = np.array([m.span() for m in _SEPARATOR.finditer(data)], np.int64).reshape(-1, 2)
+    if count is None or len(seps) + 1 == count:
+        starts = np.empty(len(seps) + 1, np.int64)
+        ends = np.empty(len(seps) + 1, np.int64)
+        starts[0] = 0
+        starts[1:] = seps[:, 1] - 1
+        ends[:-1] = seps[:, 0] + 1
+        ends[-1] = len(data)
+        return starts, ends
+    starts_l = []
+    ends_l = []
+    pos = 0
+    for raw in _RAW_LIST.decode(b"[" + data + b"]"):
+        pos = data.find(b"{", pos)
+        starts_l.append(pos)
+        pos += len(raw)
+        ends_l.append(pos)
+    return np.array(starts_l, np.int64), np.array(ends_l, np.int64)
+
+
+def event_starts(data: bytes, count: int | None) -> list[int]:
+    """Offset of every event in a validated chunk (see `event_spans`)."""
+    return event_spans(data, count)[0].tolist()
+
+
+def observe_chunk(data: bytes, offset: int, ctx: Context) -> ChunkFacts:
+    """The index pass's view of one chunk (see module docstring)."""
+    events = decode_chunk(data, offset)
+    return _Observer(data, offset, ctx, events).run()
+
+
+def read_span(path: str, offset: int, length: int) -> bytes:
+    """Bytes of a plain file, for workers that read their chunk themselves."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    return data
+
+
+def observe_file_chunk(path: str, offset: int, length: int, ctx: Context) -> ChunkFacts:
+    """`observe_chunk` of a span of a plain file (the chunk's bytes never cross a pipe)."""
+    return observe_chunk(read_span(path, offset, length), offset, ctx)
+
+
+class _Observer:
+    def __init__(self, data: bytes, offset: int, ctx: Context, events: list[Event]):
+        self.data = data
+        self.offset = offset
+        self.ctx = ctx
+        self.events = events
+        self._spans: tuple[np.ndarray, np.ndarray] | None = None
+        self.tracks: dict[tuple, int] = {}
+        self.groups: dict[tuple, int] = {}
+        self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
+
+    @property
+    def spans(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._spans is None:
+            self._spans = event_spans(self.data, len(self.events))
+        return self._spans
+
+    def span(self, i: int) -> tuple[int, int]:
+        starts, ends = self.spans
+        return int(starts[i]), int(ends[i])
+
+    def raw(self, i: int) -> bytes:
+        s, e = self.span(i)
+        return self.data[s:e]
+
+    def fail(self, i: int, what: str) -> ChunkError:
+        return ChunkError(what, self.offset + int(self.spans[0][i]), i)
+
+    def track(self, pid, tid) -> int:
+        key = (pid, tid)
+        t = self.tracks.get(key)
+        if t is None:
+            t = self.tracks[key] = len(self.tracks)
+        return t
+
+    def group(self, pid, device) -> int:
+        key = (pid, device)
+        g = self.groups.get(key)
+        if g is None:
+            g = self.groups[key] = len(self.groups)
+        return g
+
+    # -- the one loop over every event ------------------------------------------
+
+    def run(self) -> ChunkFacts:
+        events = self.events
+        n = len(events)
+        phs = [e.ph for e in events]
+        ts_texts = list(map(bytes, [e.ts for e in events]))
+        dur_texts = list(map(bytes, [e.dur for e in events]))
+        ts_ns, ts_int = self._column(ts_texts, "ts")
+        dur_ns, dur_int = self._column(dur_texts, "dur")
+        kinds_of = CategoryKinds()
+        try:
+            kinds = [kinds_of[e.cat] if ph == "X" else -1 for e, ph in zip(events, phs)]
+        except TypeError:  # an unhashable category: classify one by one
+            kinds = [_kind_of(kinds_of, e.cat) if ph == "X" else -1
+                     for e, ph in zip(events, phs)]
+        slices = [i for i, k in enumerate(kinds) if KERNEL <= k <= GPU_SCOPE]
+        for i in slices:
+            e = events[i]
+            if not ts_texts[i] or not dur_texts[i] or e.pid is None or e.tid is None:
+                missing = ("ts" if not ts_texts[i] else "dur" if not dur_texts[i]
+                           else "pid" if e.pid is None else "tid")
+                raise self.fail(i, f"GPU activity event has no `{missing}`")
+        flows = [i for i, ph in enumerate(phs) if ph in FLOW_PHASES and ts_texts[i]
+                 and events[i].pid is not None and events[i].tid is not None]
+        metas = [i for i, ph in enumerate(phs) if ph == "M"]
+        guides = [i for i, k in enumerate(kinds) if k == LAYER_GUIDE]
+        taken = set(slices)
+        taken.update(flows)
+        taken.update(metas)
+        others = [i for i in range(n) if i not in taken]
+        keys = [(events[i].pid, events[i].tid) for i in others]
+        other = dict(zip(reversed(keys), reversed(others)))  # first event per track wins
+        annotations = ([events[i].name for i, k in enumerate(kinds) if k == CPU_ANNOTATION]
+                       if self.ctx.count_names else [])
+        origin = self._chunk_origin(phs, ts_texts, ts_ns)
+        thread_meta, process_meta, meta_cands = self._metadata(metas)
+        candidates, cand_of = self._candidates(slices, flows, meta_cands)
+        if len(slices):
+            candidates["kind"][cand_of[slices]] = [kinds[i] for i in slices]
+        slice_rows, matches, kernel_names = self._slices(
+            slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kinds, cand_of)
+        flow_rows, flow_ids, flow_categories = self._flows(flows, ts_ns, cand_of)
+        other_on_track = {
+            self.track(*key): OtherOnTrack(i, events[i].ph, events[i].name,
+                                           ts_texts[i].decode() or None)
+            for key, i in other.items()
+        }
+        guide_events = [self._guide(i) for i in guides]
+        return ChunkFacts(
+            count=n,
+            origin=origin,
+            tracks=list(self.tracks),
+            groups=list(self.groups),
+            candidates=candidates,
+            slices=slice_rows,
+            flows=flow_rows,
+            flow_ids=flow_ids,
+            thread_meta=thread_meta,
+            process_meta=process_meta,
+            other_on_track=other_on_track,
+            matches=matches,
+            guides=guide_events,
+            provenance=self._provenance(),
+            kernel_names=kernel_names,
+            cpu_annotations=Counter(annotations),
+            flow_categories=flow_categories,
+            phase_counts=Counter(phs),
+        )
+
+    def _column(self, texts: list[bytes], key: str) -> tuple[np.ndarray, np.ndarray]:
+        """Exact values of a `ts`/`dur` column: (floor ns, integer literal?) per event.
+
+        Absent values are 0 (their events are never read). Kineto's shapes (three
+        decimals, or integers) are parsed a column at a time; anything else one by
+        one (and marked in `self.inexact` when it has digits below 1 ns). Non-numbers
+        and values out of range are refused.
+        """
+        present = [t for t in texts if t]
+        whole = len(present) == len(texts)
+        blob = b",".join(present)
+        shape = _SHAPE_DUR if key == "dur" else _SHAPE_TS
+        parsed = None
+        if not present:
+            parsed = np.zeros(0, np.int64), np.zeros(0, bool)
+        elif shape[0].fullmatch(blob):
+            parsed = _ints(blob.replace(b".", b"")), np.zeros(len(present), bool)
+        elif shape[1].fullmatch(blob):
+            parsed = _ints(blob) * 1000, np.ones(len(present), bool)
+        if parsed is None:
+            parsed = self._column_slowly(texts, present, key)
+        ns, integer = parsed
+        if whole:
+            return ns, integer
+        out_ns = np.zeros(len(texts), np.int64)
+        out_int = np.zeros(len(texts), bool)
+        where = [i for i, t in enumerate(texts) if t]
+        out_ns[where] = ns
+        out_int[where] = integer
+        return out_ns, out_int
+
+    def _column_slowly(self, texts, present, key):
+        ns = []
+        integer = []
+        for i, t in enumerate(texts):
+            if not t:
+                continue
+            try:
+                value = timebase.parse_decimal(t)
+            except ValueError:
+                raise self.fail(i, f"`{key}` must be a number, not "
+                                   f"{t[:30].decode(errors='replace')}") from None
+            low = 0 if key == "dur" else -timebase.MAX_ABS_US
+            if not low <= float(t) < timebase.MAX_ABS_US:
+                word = "negative" if key == "dur" and float(t) < 0 else "out of range"
+                raise self.fail(i, f"{key} {t.decode()} is {word}")
+            floor = value.floor_ns()
+            if floor != value.ceil_ns():
+                self.inexact.add(i)
+            ns.append(floor)
+            integer.append(timebase.is_integer_text(t))
+        return np.array(ns, np.int64), np.array(integer, bool)
+
+    def _chunk_origin(self, phs, ts_texts, ts_ns) -> tuple[int, str] | None:
+        """The smallest ts of the chunk's events (metadata excluded): (floor ns, exact text)."""
+        usable = np.array([bool(t) and ph != "M" for ph, t in zip(phs, ts_texts)], bool)
+        if not usable.any():
+            return None
+        low = ts_ns[usable].min()
+        tied = np.flatnonzero(usable & (ts_ns == low)).tolist()
+        best = min(tied, key=lambda i: timebase.parse_decimal(ts_texts[i]))
+        return int(low), ts_texts[best].decode()
+
+    # -- assembling the facts ---------------------------------------------------
+
+    def _candidates(self, slices, flows, meta_cands) -> tuple[np.ndarray, np.ndarray]:
+        """Spans of every rewrite candidate, in file order; and the candidate number of
+        each event (-1 for events that are none)."""
+        n = len(self.events)
+        kind_of = np.full(n, -1, np.int8)
+        kind_of[slices] = 0
+        kind_of[flows] = FLOW
+        kind_of[meta_cands] = META
+        index = np.flatnonzero(kind_of >= 0)
+        cand_of = np.full(n, -1, np.int64)
+        cand_of[index] = np.arange(len(index))
+        rows = np.empty(len(index), CANDIDATE_DTYPE)
+        if len(index):
+            starts, ends = self.spans
+            rows["index"] = index
+            rows["offset"] = starts[index] + self.offset
+            rows["length"] = ends[index] - starts[index]
+            rows["kind"] = kind_of[index]
+        return rows, cand_of
+
+    def _slices(self, slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kinds,
+                cand_of) -> tuple:
+        patterns = self.ctx.patterns
+        matches: dict[str, list[Match]] = {name: [] for name in patterns}
+        kernel_names: dict[int, Counter] = {}
+        n = len(slices)
+        rows = np.empty(n, SLICE_DTYPE)
+        if not n:
+            return rows, matches, kernel_names
+        events = self.events
+        sev = [events[i] for i in slices]
+        pids = [e.pid for e in sev]
+        kind_list = [kinds[i] for i in slices]
+        devices = [SCOPES if k == GPU_SCOPE else (e.args.device if e.args is not None else None)
+                   for e, k in zip(sev, kind_list)]
+        tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
+        groups = _intern(self.group, list(zip(pids, devices)))
+        idx = np.array(slices)
+        start = ts_ns[idx]
+        dur = dur_ns[idx]
+        end = start + dur
+        inexact = [k for k, i in enumerate(slices) if i in self.inexact] if self.inexact else []
+        for k in inexact:  # digits below 1 ns: the exact sum, rounded up
+            i = slices[k]
+            ts = timebase.parse_decimal(ts_texts[i])
+            end[k] = (ts + timebase.parse_decimal(dur_texts[i])).ceil_ns()
+        ts_f = _doubles(start, [ts_texts[i] for i in slices], inexact)
+        dur_f = _doubles(dur, [dur_texts[i] for i in slices], inexact)
+        int_dur = dur_int[idx]
+        lo, hi = importer_bounds(start, end, ts_f, dur_f, ts_int[idx], int_dur, dur)
+        kind_a = np.array(kind_list, np.int8)
+        rows["cand"] = cand_of[idx]
+        rows["track"] = tracks
+        rows["group"] = groups
+        rows["kind"] = kind_a
+        rows["start"] = start
+        rows["end"] = end
+        rows["lo"] = lo
+        rows["hi"] = hi
+        kernels = np.flatnonzero(kind_a == KERNEL).tolist()
+        if not kernels:
+            return rows, matches, kernel_names
+        names = [sev[k].name for k in kernels]
+        if self.ctx.count_names:
+            for (group, name), count in Counter(zip([groups[k] for k in kernels],
+                                                    names)).items():
+                kernel_names.setdefault(group, Counter())[name] += count
+        if patterns:
+            hits = {}
+            for name in set(names):
+                text = name if isinstance(name, str) else str(name)
+                found = [p for p, rx in patterns.items() if rx.search(text)]
+                if found:
+                    hits[name] = found
+            for k, name in zip(kernels, names):
+                found = hits.get(name)
+                if found:
+                    i = slices[k]
+                    e = sev[k]
+                    args = e.args
+                    match = Match(i, e.pid, e.tid, args.device if args is not None else None,
+                                  name, ts_texts[i].decode(), dur_texts[i].decode(),
+                                  args.stream if args is not None else None)
+                    self._check_duplicates(i)
+                    for p in found:
+                        matches[p].append(match)
+        return rows, matches, kernel_names
+
+    def _check_duplicates(self, i: int) -> None:
+        """Anchors and terminals are interpreted: a duplicate key in one is refused."""
+        raw = self.raw(i)
+        if all(raw.count(key) < 2 for key in _INTERPRETED_KEYS):
+            return
+        dup = _duplicate_key(raw)
+        if dup is not None:
+            raise self.fail(i, f"duplicate key `{dup}` in a kernel that --anchor-regex or "
+                               "--end-anchor-regex matches")
+
+    def _flows(self, flows, ts_ns, cand_of) -> tuple:
+        if not flows:
+            return np.zeros(0, FLOW_DTYPE), {}, Counter()
+        events = self.events
+        ids: dict[int, Any] = {}
+        rows = []
+        track_of = self.track
+        for k, i in enumerate(flows):
+            e = events[i]
+            cand = int(cand_of[i])
+            fid = e.id
+            if not (type(fid) is int and -(2**62) < fid < 2**62):
+                ids[cand] = fid
+                fid = NO_ID
+            rows.append((cand, track_of(e.pid, e.tid), int(ts_ns[i]), fid))
+        categories = Counter(
+            e.cat if isinstance(e.cat, str) else str(e.cat) for e in (events[i] for i in flows))
+        return np.array(rows, FLOW_DTYPE), ids, categories
+
+    def _metadata(self, metas: list[int]) -> tuple[list, list, list]:
+        thread_meta = []
+        process_meta = []
+        cands = []
+        for i in metas:
+            e = self.events[i]
+            name = e.name
+            if not isinstance(name, str):
+                continue
+            if name.startswith("thread_"):
+                s, end = self.span(i)
+                raw = self.data[s:end]
+                args = orjson.loads(raw).get("args")
+                args = args if isinstance(args, dict) else {}
+                value = args.get("name", args.get("sort_index"))
+                thread_meta.append(
+                    MetaEvent(i, self.offset + s, end - s, e.pid, e.tid, name, value, raw))
+                self.track(e.pid, e.tid)
+                cands.append(i)
+            elif name in ("process_name", "process_labels", "process_sort_index"):
+                args = orjson.loads(self.raw(i)).get("args")
+                args = args if isinstance(args, dict) else {}
+                key = {"process_name": "name", "process_labels": "labels",
+                       "process_sort_index": "sort_index"}[name]
+                process_meta.append((e.pid, key, args.get(key)))
+        return thread_meta, process_meta, cands
+
+    def _guide(self, i: int) -> GuideEvent:
+        e = self.events[i]
+        self.track(e.pid, e.tid)
+        args = orjson.loads(self.raw(i)).get("args")
+        return GuideEvent(i, e.pid, e.tid, args if isinstance(args, dict) else {})
+
+    def _provenance(self) -> int | None:
+        if _PROVENANCE not in self.data:
+            return None
+        for i in range(len(self.events)):
+            raw = self.raw(i)
+            if _PROVENANCE in raw:
+                args = orjson.loads(raw).get("args")
+                if isinstance(args, dict) and PROVENANCE_KEY in args:
+                    return i
+        return None
+
+
+_SHAPE_TS = (
+    re.compile(rb"(?:-?(?:[0-9]{1,15}|[0-8][0-9]{15})\.[0-9]{3},)*"
+               rb"-?(?:[0-9]{1,15}|[0-8][0-9]{15})\.[0-9]{3}"),
+    re.compile(rb"(?:-?(?:[0-9]{1,15}|[0-8][0-9]{15}),)*-?(?:[0-9]{1,15}|[0-8][0-9]{15})"),
+)
+"""A column of ts texts all with three decimals, or all integers, within range."""
+_SHAPE_DUR = (
+    re.compile(rb"(?:(?:[0-9]{1,15}|[0-8][0-9]{15})\.[0-9]{3},)*(?:[0-9]{1,15}|[0-8][0-9]{15})\.[0-9]{3}"),
+    re.compile(rb"(?:(?:[0-9]{1,15}|[0-8][0-9]{15}),)*(?:[0-9]{1,15}|[0-8][0-9]{15})"),
+)
+
+
+def _ints(blob: bytes) -> np.ndarray:
+    """Comma-separated decimal integers (already validated) as int64, in C."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return np.fromstring(blob, dtype=np.int64, sep=",")
+
+
+def _doubles(ns: np.ndarray, texts: list[bytes], inexact: list[int]) -> np.ndarray:
+    """double(text) for each value, computed from its exact nanoseconds without rounding twice.
+
+    Below 2**53 ns the integer is exact in a double and one division rounds
+    correctly. Above, q + r/1000 is exact while q is in [1000, 2**52) µs. The
+    rest (and values with digits below 1 ns) are converted from their text.
+    """
+    out = ns.astype(np.float64) / 1000.0
+    big = np.abs(ns) >= 2**53
+    if big.any():
+        q, r = np.divmod(ns[big], 1000)
+        out[big] = q.astype(np.float64) + r.astype(np.float64) / 1000.0
+        unsafe = np.flatnonzero(big)[(np.abs(q) < 1000) | (np.abs(q) >= 2**52)].tolist()
+        for k in unsafe:
+            out[k] = float(texts[k])
+    for k in inexact:
+        out[k] = float(texts[k])
+    return out
+
+
+def _intern(table, keys: list) -> list[int]:
+    ids = {key: table(*key) for key in dict.fromkeys(keys)}
+    return list(map(ids.__getitem__, keys))
+
+
+def _kind_of(kinds: CategoryKinds, cat) -> int:
+    try:
+        return kinds[cat]
+    except TypeError:
+        return OTHER
+
+
+def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):
+    """Conservative [lo, hi] ns bounds: the exact span plus both Perfetto importer variants.
+
+    Integer literals (`int_ts`, `has_int_dur`; `int_dur` their ns) are converted
+    exactly, as Perfetto does; anything else through a double, rounded (current)
+    or truncated (older versions).
+    """
+    ts_x = ts_f * 1000.0
+    dur_x = dur_f * 1000.0
+    ts_round = np.where(int_ts, start, _llround(ts_x))
+    ts_trunc = np.where(int_ts, start, np.trunc(ts_x).astype(np.int64))
+    dur_round = np.where(has_int_dur, int_dur, _llround(dur_x))
+    dur_trunc = np.where(has_int_dur, int_dur, np.trunc(dur_x).astype(np.int64))
+    lo = np.minimum(np.minimum(start, ts_round), ts_trunc)
+    hi = np.maximum(np.maximum(end, ts_round + dur_round), ts_trunc + dur_trunc)
+    return lo, hi
+
+
+def _llround(x: np.ndarray) -> np.ndarray:
+    f = np.floor(x)
+    diff = x - f
+    up = np.where(x >= 0, diff >= 0.5, diff > 0.5)
+    return f.astype(np.int64) + up
+
+
+def _duplicate_key(raw: bytes) -> str | None:
+    """A key that appears twice in one object of an event (exact, for the few that need it)."""
+    found: list[str] = []
+
+    def pairs(items):
+        seen = set()
+        for key, _ in items:
+            if key in seen and not found:
+                found.append(key)
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    return found[0] if found else None

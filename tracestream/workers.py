@@ -1,0 +1,132 @@
+"""Worker processes for the per-chunk work of both passes (or none, for small inputs).
+
+msgspec and the per-event Python work hold the GIL, so parallelism needs
+processes. The pool forks all its workers when it is created, before the
+reader and writer threads exist, and is reused by both passes. `InlinePool` has
+the same interface and runs everything in the calling process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from tracestream.errors import TraceError
+
+PARALLEL_MIN_BYTES = 48 << 20
+"""Inputs smaller than this (on disk) are processed in one process: forking costs more."""
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+def _worker_start() -> None:
+    # chunk work makes many short-lived acyclic objects: the cycle collector only costs
+    gc.disable()
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Pause the cycle collector for a pass (its objects are not cyclic); restore after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class WorkerPool:
+    """A fixed set of forked worker processes with an executor's submit()."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        context = multiprocessing.get_context("fork")
+        gc.freeze()  # the workers share these pages; do not let collections copy them
+        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                             initializer=_worker_start)
+        # the first submit forks every worker (fork context), while we are single-threaded
+        self._executor.submit(_ready).result()
+
+    def submit(self, fn, *args) -> Future:
+        try:
+            return self._executor.submit(fn, *args)
+        except BrokenProcessPool:
+            raise TraceError("a worker process died (killed, or out of memory?)") from None
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Done:
+    """A computed result with the Future methods the passes use."""
+
+    def __init__(self, fn, args):
+        try:
+            self._value, self._error = fn(*args), None
+        except Exception as exc:  # handed back from result(), like a Future
+            self._value, self._error = None, exc
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def cancel(self) -> bool:
+        return False
+
+
+class InlinePool:
+    """Runs submitted work immediately in this process."""
+
+    workers = 0
+
+    def submit(self, fn, *args) -> _Done:
+        return _Done(fn, args)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> InlinePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def default_workers() -> int:
+    """One worker per CPU the process may use (the main process mostly waits on I/O)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def pool_for(path: str | None, workers: int | None):
+    """A worker pool when it pays off: `workers` processes for a large file, else inline.
+
+    `workers=0` forces one process; None picks by the input size (stdin: parallel).
+    """
+    if workers is None:
+        size = None
+        if path not in (None, "-"):
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                size = None
+        workers = default_workers() if (size is None or size >= PARALLEL_MIN_BYTES) else 0
+    if workers <= 0:
+        return InlinePool()
+    return WorkerPool(workers)
