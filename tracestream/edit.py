@@ -21,7 +21,6 @@ import msgspec
 from tracestream.errors import TraceError
 from tracestream.events import PROVENANCE_KEY
 
-
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]', re.S)
 _SCALAR_VALUE = re.compile(rb'[ \t\r\n]*:[ \t\r\n]*(-?[0-9]+|"[^"]*")')
 _OBJECT_VALUE = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\{[ \t\r\n]*(\}?)")

@@ -11,8 +11,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tracestream.errors import TraceError
-from tracestream.index import Match
+from tracestream.matches import Match, MatchTable, MatchView
 from tracestream.timebase import Decimal10
 
 GUIDE_NOTICE = (
@@ -96,22 +98,28 @@ def required_matches(spec: LayerSpec) -> int:
     return (spec.passes - 1) * per_pass + spec.num_layers * spec.anchor_stride
 
 
-def select_gpu(matches: list[Match], pid: Any, device: Any, what: str) -> tuple[Any, Any]:
+def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
     """The one (pid, device) the matches are on, or a refusal that lists the candidates."""
+    gpus = matches.gpus() if isinstance(matches, MatchTable) else Counter(
+        (m.pid, m.device) for m in matches)
     if pid is not None:
-        matches = [m for m in matches if _same(m.pid, pid)]
-        if not matches:
+        gpus = Counter({key: n for key, n in gpus.items() if _same(key[0], pid)})
+        if not gpus:
             raise TraceError(f"no kernel matches {what} in pid {pid}")
-    pids = Counter(m.pid for m in matches)
+    pids: Counter = Counter()
+    for (p, _), n in gpus.items():
+        pids[p] += n
     if len(pids) > 1:
         listing = ", ".join(f"pid {p}: {n}" for p, n in sorted(pids.items(), key=_order))
         raise TraceError(f"{what} matches kernels in several processes ({listing}); pick one with --pid")
     chosen_pid = next(iter(pids))
     if device is not None:
-        matches = [m for m in matches if _same(m.device, device)]
-        if not matches:
+        gpus = Counter({key: n for key, n in gpus.items() if _same(key[1], device)})
+        if not gpus:
             raise TraceError(f"no kernel matches {what} on device {device} of pid {chosen_pid}")
-    devices = Counter(m.device for m in matches)
+    devices: Counter = Counter()
+    for (_, d), n in gpus.items():
+        devices[d] += n
     if len(devices) > 1:
         listing = ", ".join(f"device {d}: {n}" for d, n in sorted(devices.items(), key=_order))
         raise TraceError(
@@ -130,8 +138,10 @@ def _order(item):
     return (0, key, "") if isinstance(key, int) else (1, 0, str(key))
 
 
-def on_gpu(matches: list[Match], pid: Any, device: Any) -> list[Match]:
+def on_gpu(matches, pid: Any, device: Any):
     """Matches on one GPU, sorted by exact start time (ties in file order)."""
+    if isinstance(matches, MatchTable):
+        return matches.on_gpu(pid, device)
     chosen = [m for m in matches if m.pid == pid and m.device == device]
     chosen.sort(key=lambda m: (m.ts.floor_ns(), m.ts, m.ordinal))
     return chosen
@@ -187,7 +197,8 @@ def build_guides(anchors: list[Match], terminals: list[Match] | None, spec: Laye
 
 
 def _terminal_in_window(terminals, anchor: Match, upper: Match | None, p: int, layer_id: int):
-    inside = [t for t in terminals if anchor.ts <= t.ts and (upper is None or t.ts < upper.ts)]
+    inside = [t for t in _candidates(terminals, anchor, upper)
+              if anchor.ts <= t.ts and (upper is None or t.ts < upper.ts)]
     where = f"pass {p}, layer L{layer_id}"
     window = f"[{anchor.ts_text}, {upper.ts_text if upper else 'end of trace'})"
     if not inside:
@@ -206,3 +217,14 @@ def _terminal_in_window(terminals, anchor: Match, upper: Match | None, p: int, l
             f"ends after the next anchor at ts {upper.ts_text}"
         )
     return terminal
+
+
+def _candidates(terminals, anchor: Match, upper: Match | None):
+    """Terminals that may start in [anchor, upper): a bisect on ns (1 ns of slack)."""
+    if not isinstance(terminals, MatchView):
+        return terminals
+    starts = terminals.starts
+    low = int(np.searchsorted(starts, anchor.ts.floor_ns() - 1, "left"))
+    high = len(starts) if upper is None else int(
+        np.searchsorted(starts, upper.ts.floor_ns() + 1, "right"))
+    return terminals[low:high]

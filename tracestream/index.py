@@ -22,6 +22,7 @@ from tracestream import timebase
 from tracestream.document import DocumentScanner, EventChunk, Layout
 from tracestream.errors import TraceError
 from tracestream.events import KERNEL
+from tracestream.matches import Match, MatchTable
 from tracestream.observe import (
     FLOW,
     META,
@@ -32,7 +33,6 @@ from tracestream.observe import (
     ChunkFacts,
     Context,
     GuideEvent,
-    Match,
     MetaEvent,
     OtherOnTrack,
     observe_chunk,
@@ -43,7 +43,7 @@ from tracestream.spill import RecordStore
 from tracestream.workers import InlinePool, collector_paused
 
 __all__ = [
-    "FLOW", "META", "SCOPES", "GuideEvent", "IndexOptions", "Match", "MetaEvent",
+    "FLOW", "META", "SCOPES", "GuideEvent", "IndexOptions", "Match", "MatchTable", "MetaEvent",
     "OtherOnTrack", "TraceIndex", "run_index",
 ]
 
@@ -125,7 +125,7 @@ class TraceIndex:
     thread_meta: list[MetaEvent]
     process_meta: dict[Any, dict[str, Any]]
     other_on_track: dict[int, OtherOnTrack]
-    matches: dict[str, list[Match]]
+    matches: dict[str, MatchTable]
     guides: list[GuideEvent]
     provenance_ordinal: int | None
     kernel_names: dict[int, Counter]
@@ -164,6 +164,8 @@ class IndexBuilder:
         self.options = options
         self._track_ids: dict[tuple, int] = {}
         self._group_ids: dict[tuple, int] = {}
+        self._track_list: list[tuple] = []
+        self._group_list: list[tuple] = []
         self.group_stats: dict[int, GroupStats] = {}
         self.spans = RecordStore(SPAN_DTYPE, tmpdir=options.tmpdir)
         self.sweep = RecordStore(SWEEP_DTYPE, sort_keys=("key", "tie"), tmpdir=options.tmpdir)
@@ -174,7 +176,8 @@ class IndexBuilder:
         self.thread_meta: list[MetaEvent] = []
         self.process_meta: dict[Any, dict[str, Any]] = {}
         self.other_on_track: dict[int, OtherOnTrack] = {}
-        self.matches: dict[str, list[Match]] = {name: [] for name in options.patterns}
+        self.matches: dict[str, MatchTable] = {
+            name: MatchTable(self._track_list, self._group_list) for name in options.patterns}
         self.guides: list[GuideEvent] = []
         self.provenance_ordinal: int | None = None
         self.kernel_names: dict[int, Counter] = {}
@@ -193,6 +196,7 @@ class IndexBuilder:
         track = self._track_ids.get(key)
         if track is None:
             track = self._track_ids[key] = len(self._track_ids)
+            self._track_list.append(key)
         return track
 
     def _group(self, pid, device) -> int:
@@ -200,6 +204,7 @@ class IndexBuilder:
         group = self._group_ids.get(key)
         if group is None:
             group = self._group_ids[key] = len(self._group_ids)
+            self._group_list.append(key)
             self.group_stats[group] = GroupStats()
         return group
 
@@ -230,10 +235,17 @@ class IndexBuilder:
             if track not in self.other_on_track:
                 other.ordinal += base
                 self.other_on_track[track] = other
-        for name, found in facts.matches.items():
-            for match in found:
-                match.ordinal += base
-            self.matches[name].extend(found)
+        for name, (rows, names, streams, texts) in facts.matches.items():
+            if not len(rows):
+                continue
+            table = self.matches[name]
+            rows["ordinal"] += base
+            rows["track"] = tracks[rows["track"]]
+            rows["group"] = groups[rows["group"]]
+            rows["name"] = np.array([table.intern_name(n) for n in names], np.int32)[rows["name"]]
+            rows["stream"] = np.array([table.intern_stream(x) for x in streams],
+                                      np.int32)[rows["stream"]]
+            table.extend(rows, texts)
         for guide in facts.guides:
             guide.ordinal += base
             self.guides.append(guide)
@@ -320,8 +332,8 @@ class IndexBuilder:
             event_count=self.event_count,
             origin=origin[1] if origin else None,
             origin_text=origin[2] if origin else None,
-            tracks=list(self._track_ids),
-            groups=list(self._group_ids),
+            tracks=self._track_list,
+            groups=self._group_list,
             group_stats=self.group_stats,
             spans=self.spans,
             sweep=self.sweep,

@@ -18,7 +18,6 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import msgspec
@@ -37,6 +36,7 @@ from tracestream.events import (
     CategoryKinds,
     describe_validation_error,
 )
+from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_form
 
 FLOW = 8  # candidate kind of flow events
 META = 9  # candidate kind of thread metadata events
@@ -88,32 +88,6 @@ class Context:
 
 
 @dataclass
-class Match:
-    """A kernel whose name matched one of the user's patterns (times as exact text)."""
-
-    ordinal: int  # chunk-local inside ChunkFacts, global in the index
-    pid: Any
-    tid: Any
-    device: Any
-    name: str
-    ts_text: str
-    dur_text: str
-    stream: Any
-
-    @cached_property
-    def ts(self) -> timebase.Decimal10:
-        return timebase.parse_decimal(self.ts_text)
-
-    @cached_property
-    def dur(self) -> timebase.Decimal10:
-        return timebase.parse_decimal(self.dur_text)
-
-    @property
-    def end(self) -> timebase.Decimal10:
-        return self.ts + self.dur
-
-
-@dataclass
 class MetaEvent:
     """A `ph: M` event about a thread (name, sort index), with its byte span and bytes."""
 
@@ -160,7 +134,7 @@ class ChunkFacts:
     thread_meta: list[MetaEvent]
     process_meta: list[tuple[Any, str, Any]]
     other_on_track: dict[int, OtherOnTrack]  # local track -> first other event
-    matches: dict[str, list[Match]]
+    matches: dict[str, tuple]  # pattern -> (MATCH_DTYPE rows, names, streams, texts), chunk-local
     guides: list[GuideEvent]
     provenance: int | None
     kernel_names: dict[int, Counter]  # local group -> names
@@ -479,12 +453,12 @@ class _Observer:
     def _slices(self, slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kinds,
                 cand_of) -> tuple:
         patterns = self.ctx.patterns
-        matches: dict[str, list[Match]] = {name: [] for name in patterns}
+        matches: dict[str, tuple] = {}
         kernel_names: dict[int, Counter] = {}
         n = len(slices)
         rows = np.empty(n, SLICE_DTYPE)
         if not n:
-            return rows, matches, kernel_names
+            return rows, {}, kernel_names
         events = self.events
         sev = [events[i] for i in slices]
         pids = [e.pid for e in sev]
@@ -524,25 +498,44 @@ class _Observer:
                                                     names)).items():
                 kernel_names.setdefault(group, Counter())[name] += count
         if patterns:
-            hits = {}
-            for name in set(names):
-                text = name if isinstance(name, str) else str(name)
-                found = [p for p, rx in patterns.items() if rx.search(text)]
-                if found:
-                    hits[name] = found
-            for k, name in zip(kernels, names):
-                found = hits.get(name)
-                if found:
-                    i = slices[k]
-                    e = sev[k]
-                    args = e.args
-                    match = Match(i, e.pid, e.tid, args.device if args is not None else None,
-                                  name, ts_texts[i].decode(), dur_texts[i].decode(),
-                                  args.stream if args is not None else None)
-                    self._check_duplicates(i)
-                    for p in found:
-                        matches[p].append(match)
+            matches = self._matches(slices, sev, kernels, names, ts_texts, dur_texts, start, dur,
+                                    tracks, groups)
         return rows, matches, kernel_names
+
+    def _matches(self, slices, sev, kernels, names, ts_texts, dur_texts, start, dur, tracks,
+                 groups) -> dict[str, tuple]:
+        """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
+        patterns = self.ctx.patterns
+        hits = {}
+        for name in set(names):
+            text = name if isinstance(name, str) else str(name)
+            found = [p for p, rx in patterns.items() if rx.search(text)]
+            if found:
+                hits[name] = found
+        rows: dict[str, list] = {p: [] for p in patterns}
+        texts: dict[str, dict] = {p: {} for p in patterns}
+        name_ids: dict = {}
+        stream_ids: dict = {}
+        for k, name in zip(kernels, names):
+            found = hits.get(name)
+            if not found:
+                continue
+            i = slices[k]
+            self._check_duplicates(i)
+            args = sev[k].args
+            stream = args.stream if args is not None else None
+            form = number_form(ts_texts[i], dur_texts[i], int(start[k]), int(dur[k]))
+            row = (i, tracks[k], groups[k], int(start[k]), int(dur[k]), form,
+                   stream_ids.setdefault((type(stream), stream), len(stream_ids)),
+                   name_ids.setdefault((type(name), name), len(name_ids)))
+            for p in found:
+                if form == AS_TEXT:
+                    texts[p][len(rows[p])] = (ts_texts[i].decode(), dur_texts[i].decode())
+                rows[p].append(row)
+        names_list = [name for _, name in name_ids]
+        streams_list = [stream for _, stream in stream_ids]
+        return {p: (np.array(rows[p], MATCH_DTYPE), names_list, streams_list, texts[p])
+                for p in patterns}
 
     def _check_duplicates(self, i: int) -> None:
         """Anchors and terminals are interpreted: a duplicate key in one is refused."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from itertools import repeat
 from collections.abc import Iterable, Iterator
+from itertools import repeat
 
 import numpy as np
 

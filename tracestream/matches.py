@@ -1,0 +1,207 @@
+"""Kernels that matched a user's pattern, kept as packed columns.
+
+A large trace can hold millions of anchor matches (one per layer per pass); as
+Python objects they would dominate memory. `MatchTable` keeps ~50 bytes each:
+ordinal, track, group, exact start and duration in ns, stream and name ids, and
+how the source wrote the numbers, so their exact text is regenerated on
+demand (Kineto's three-decimal and integer forms; other forms are kept as text).
+It reads like a sequence of `Match` objects.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from tracestream import timebase
+
+MATCH_DTYPE = np.dtype([
+    ("ordinal", "<i8"), ("track", "<i4"), ("group", "<i4"), ("start", "<i8"), ("dur", "<i8"),
+    ("form", "i1"), ("stream", "<i4"), ("name", "<i4"),
+])
+THREE_DECIMALS = 0
+INTEGER = 1
+AS_TEXT = 2
+
+
+@dataclass
+class Match:
+    """A kernel whose name matched one of the user's patterns (times as exact text)."""
+
+    ordinal: int
+    pid: Any
+    tid: Any
+    device: Any
+    name: str
+    ts_text: str
+    dur_text: str
+    stream: Any
+
+    @cached_property
+    def ts(self) -> timebase.Decimal10:
+        return timebase.parse_decimal(self.ts_text)
+
+    @cached_property
+    def dur(self) -> timebase.Decimal10:
+        return timebase.parse_decimal(self.dur_text)
+
+    @property
+    def end(self) -> timebase.Decimal10:
+        return self.ts + self.dur
+
+
+def number_form(ts_text: bytes, dur_text: bytes, start_ns: int, dur_ns: int) -> int:
+    """How to write (ts, dur) back exactly: from their ns in one of Kineto's forms, or as text."""
+    if ts_text == _three(start_ns) and dur_text == _three(dur_ns):
+        return THREE_DECIMALS
+    if ts_text == _integer(start_ns) and dur_text == _integer(dur_ns):
+        return INTEGER
+    return AS_TEXT
+
+
+def _three(ns: int) -> bytes:
+    sign = b"-" if ns < 0 else b""
+    q, r = divmod(abs(ns), 1000)
+    return b"%s%d.%03d" % (sign, q, r)
+
+
+def _integer(ns: int) -> bytes:
+    if ns % 1000:
+        return b""
+    return b"%d" % (ns // 1000)
+
+
+class MatchTable(Sequence):
+    """All matches of one pattern, in file order (ordinals ascending)."""
+
+    def __init__(self, tracks: list, groups: list):
+        self._tracks = tracks  # the index's (pid, tid) table, shared
+        self._groups = groups  # the index's (pid, device) table, shared
+        self._parts: list[np.ndarray] = []
+        self._rows: np.ndarray | None = np.zeros(0, MATCH_DTYPE)
+        self.names: list = []
+        self._name_ids: dict = {}
+        self.streams: list = []
+        self._stream_ids: dict = {}
+        self.texts: dict[int, tuple[str, str]] = {}  # row -> (ts, dur) text, form AS_TEXT
+
+    def intern_name(self, name) -> int:
+        key = (type(name), name)
+        found = self._name_ids.get(key)
+        if found is None:
+            found = self._name_ids[key] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def intern_stream(self, stream) -> int:
+        key = (type(stream), stream)
+        found = self._stream_ids.get(key)
+        if found is None:
+            found = self._stream_ids[key] = len(self.streams)
+            self.streams.append(stream)
+        return found
+
+    def extend(self, rows: np.ndarray, texts: dict[int, tuple[str, str]]) -> None:
+        """Add rows (already in global numbering); `texts` keyed by position in `rows`."""
+        base = len(self)
+        for k, pair in texts.items():
+            self.texts[base + k] = pair
+        self._parts.append(rows)
+        self._rows = None
+
+    @property
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._rows = np.concatenate(self._parts) if self._parts else np.zeros(0, MATCH_DTYPE)
+            self._parts = [self._rows]
+        return self._rows
+
+    def __len__(self) -> int:
+        if self._rows is not None:
+            return len(self._rows)
+        return sum(len(p) for p in self._parts)
+
+    def match(self, row: int) -> Match:
+        r = self.rows[row]
+        pid, tid = self._tracks[int(r["track"])]
+        device = self._groups[int(r["group"])][1]
+        form = int(r["form"])
+        if form == THREE_DECIMALS:
+            ts_text, dur_text = _three(int(r["start"])).decode(), _three(int(r["dur"])).decode()
+        elif form == INTEGER:
+            ts_text = _integer(int(r["start"])).decode()
+            dur_text = _integer(int(r["dur"])).decode()
+        else:
+            ts_text, dur_text = self.texts[row]
+        return Match(int(r["ordinal"]), pid, tid, device, self.names[int(r["name"])], ts_text,
+                     dur_text, self.streams[int(r["stream"])])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.match(k) for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.match(i)
+
+    def __iter__(self) -> Iterator[Match]:
+        for i in range(len(self)):
+            yield self.match(i)
+
+    def gpus(self) -> Counter:
+        """Matches per (pid, device)."""
+        groups, counts = np.unique(self.rows["group"], return_counts=True)
+        return Counter({self._groups[int(g)]: int(c) for g, c in zip(groups, counts)})
+
+    def on_gpu(self, pid, device) -> MatchView:
+        """This GPU's matches sorted by exact start (ties in file order)."""
+        wanted = [g for g, key in enumerate(self._groups) if key == (pid, device)]
+        rows = self.rows
+        picked = np.flatnonzero(np.isin(rows["group"], wanted))
+        order = picked[np.lexsort((rows["ordinal"][picked], rows["start"][picked]))]
+        if self.texts:
+            order = self._exact_ties(order)
+        return MatchView(self, order)
+
+    def _exact_ties(self, order: np.ndarray) -> np.ndarray:
+        """Re-sort runs of equal ns that hold digits below 1 ns by their exact value."""
+        starts = self.rows["start"][order]
+        out = order.tolist()
+        run = 0
+        for k in range(1, len(out) + 1):
+            if k == len(out) or starts[k] != starts[run]:
+                if k - run > 1 and any(i in self.texts for i in out[run:k]):
+                    out[run:k] = sorted(out[run:k], key=lambda i: (self.match(i).ts, i))
+                run = k
+        return np.array(out, np.int64)
+
+
+class MatchView(Sequence):
+    """Some rows of a MatchTable in a chosen order (what `on_gpu` returns)."""
+
+    def __init__(self, table: MatchTable, order: np.ndarray):
+        self.table = table
+        self.order = order
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Floor ns of each match's start, in this view's order."""
+        return self.table.rows["start"][self.order]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.table.match(int(k)) for k in self.order[i]]
+        return self.table.match(int(self.order[i]))
+
+    def __iter__(self) -> Iterator[Match]:
+        for k in self.order.tolist():
+            yield self.table.match(k)
