@@ -109,3 +109,24 @@ def test_relocation_is_exactly_reversible(raw):
     assert provenance == {"pid": original["pid"], "tid": original["tid"],
                           "source_event_index": 42, "had_args": "args" in original}
     assert unrelocate(moved) == (raw, 42)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 40, 200])
+def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes):
+    """Cuts inside strings and nested values are found by the workers and re-cut exactly."""
+    from tracestream.index import IndexOptions, run_index
+    from tracestream.source import TraceSource
+
+    events = TRICKY * 20 + [{"ph": "X", "cat": "kernel", "name": "k},{", "pid": 0, "tid": 7,
+                             "ts": 5, "dur": 1, "args": {"device": 0}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "z": [{"a": 1}, {"b": "}]"}]}, indent=1))
+    with TraceSource(path) as source:
+        index = run_index(source, IndexOptions(chunk_bytes=chunk_bytes))
+    try:
+        assert index.event_count == len(events)
+        assert sum(c.count for c in index.chunks) == len(events)
+        assert [v.key for v in index.layout.values] == ["z"]
+        assert len(index.spans) == 20 + 1  # thread_name metadata and the one kernel
+    finally:
+        index.close()

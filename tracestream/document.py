@@ -315,7 +315,9 @@ class DocumentScanner:
                 cut = self._speculative_cut(pos)
                 if cut is not None:
                     chunk, end = cut
-                    self._history.append((chunk, buf.data[pos : end - 1]))
+                    # the chunk's own bytes plus the separator after it: enough to rewind
+                    self._history.append((chunk, buf.data[chunk.offset - buf.base + len(
+                        chunk.data) : end - 1]))
                     yield chunk
                     pos = end - 1
                     continue
@@ -372,7 +374,7 @@ class DocumentScanner:
         kept = list(self._history)
         self._history.clear()
         index = next(i for i, (c, _) in enumerate(kept) if c is chunk)
-        before = b"".join(part for _, part in kept[index:])
+        before = b"".join(c.data + sep for c, sep in kept[index:])
         buf.data = before + buf.data[pos:]
         buf.base = chunk.offset
         self._exact_next = True

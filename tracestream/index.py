@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tracestream import timebase
-from tracestream.document import DocumentScanner, EventChunk, Layout
+from tracestream.document import CHUNK_BYTES, DocumentScanner, EventChunk, Layout
 from tracestream.errors import TraceError
 from tracestream.events import KERNEL
 from tracestream.matches import Match, MatchTable
@@ -40,7 +40,7 @@ from tracestream.observe import (
 )
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import InlinePool, collector_paused
+from tracestream.workers import InlinePool, collector_paused, release_memory
 
 __all__ = [
     "FLOW", "META", "SCOPES", "GuideEvent", "IndexOptions", "Match", "MatchTable", "MetaEvent",
@@ -67,7 +67,8 @@ SWEEP_DTYPE = np.dtype([
 _FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
 _NO_ID = NO_ID
-_WINDOW_PER_WORKER = 3
+_WINDOW_PER_WORKER = 2
+_TRIM_EVERY = 2  # chunks between giving freed memory back (see workers.release_memory)
 
 
 @dataclass
@@ -90,6 +91,7 @@ class IndexOptions:
     records: bool = True  # per-event rewrite/sweep records (off for read-only commands)
     sweep: bool = True  # sweep records of slices (needed for lanes and peak overlap)
     tmpdir: str | None = None  # where spilled records go
+    chunk_bytes: int = CHUNK_BYTES  # size of the chunks the workers get
 
 
 @dataclass
@@ -376,7 +378,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         if progress is not None:
             blocks = progress.wrap(blocks, "index")
         pool = pool if pool is not None else InlinePool()
-        scanner = DocumentScanner(blocks, speculative=True)
+        scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes)
         inflight: deque = deque()
         window = _WINDOW_PER_WORKER * pool.workers
 
@@ -394,6 +396,8 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
                 raise _chunk_error(exc, builder.event_count) from None
             builder.add(facts, chunk)
             scanner.confirm(chunk)
+            if len(builder.chunks) % _TRIM_EVERY == 0:
+                release_memory()
             return True
 
         by_path = str(source.path) if (pool.workers and source.compression == "none"

@@ -24,9 +24,10 @@ from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
 from tracestream.source import ReadStats, TraceSource
-from tracestream.workers import InlinePool, collector_paused
+from tracestream.workers import InlinePool, collector_paused, release_memory
 
-_WINDOW_PER_WORKER = 3
+_WINDOW_PER_WORKER = 2
+_TRIM_EVERY = 2
 
 
 class StreamCursor:
@@ -257,25 +258,35 @@ def edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[int, int, int, int]]:
 
 
 def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndarray, np.ndarray]]:
-    """(chunk, span records of its changed events, their actions) for every chunk, in order."""
-    actions = plan.actions
-    changed_rows: list[np.ndarray] = []
-    changed_actions: list[np.ndarray] = []
-    start = 0
-    for batch in index.spans.batches():
-        part = actions[start : start + len(batch)]
-        mask = part != KEEP
-        if mask.any():
-            changed_rows.append(batch[mask])
-            changed_actions.append(part[mask])
-        start += len(batch)
-    rows = np.concatenate(changed_rows) if changed_rows else np.zeros(0, index.spans.dtype)
-    acts = np.concatenate(changed_actions) if changed_actions else np.zeros(0, np.uint16)
-    bounds = np.searchsorted(rows["ordinal"], [c.first_ordinal for c in index.chunks]
-                             + [index.event_count])
-    for k, chunk in enumerate(index.chunks):
-        lo, hi = bounds[k], bounds[k + 1]
-        yield chunk, rows[lo:hi], acts[lo:hi]
+    """(chunk, span records of its changed events, their actions) for every chunk, in order.
+
+    Streams the span store (which may be on disk) alongside the chunk list.
+    """
+    def changed() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        start = 0
+        for batch in index.spans.batches():
+            part = plan.actions[start : start + len(batch)]
+            start += len(batch)
+            mask = part != KEEP
+            if mask.any():
+                yield batch[mask], part[mask]
+
+    batches = changed()
+    rows = np.zeros(0, index.spans.dtype)
+    acts = np.zeros(0, np.uint16)
+    exhausted = False
+    for chunk in index.chunks:
+        limit = chunk.first_ordinal + chunk.count
+        while not exhausted and (not len(rows) or rows["ordinal"][-1] < limit):
+            more = next(batches, None)
+            if more is None:
+                exhausted = True
+                break
+            rows = np.concatenate([rows, more[0]])
+            acts = np.concatenate([acts, more[1]])
+        cut = int(np.searchsorted(rows["ordinal"], limit))
+        yield chunk, rows[:cut], acts[:cut]
+        rows, acts = rows[cut:], acts[cut:]
 
 
 def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
@@ -301,8 +312,13 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
     dropped_last = False
     first = True
 
+    flushed = 0
+
     def flush_one() -> None:
-        nonlocal dropped_last
+        nonlocal dropped_last, flushed
+        flushed += 1
+        if flushed % _TRIM_EVERY == 0:
+            release_memory()
         separator, payload, conditional = pending.popleft()
         if not (conditional and dropped_last):
             out.write(separator)

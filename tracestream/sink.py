@@ -103,7 +103,7 @@ class OutputFile:
             sys.stdout.flush()
         else:
             self._open_temp()
-        self._queue: queue.Queue = queue.Queue(maxsize=4)
+        self._queue: queue.Queue = queue.Queue(maxsize=2)
         self._thread = threading.Thread(target=self._drain, name=f"write {path}", daemon=True)
         self._thread.start()
 
@@ -125,6 +125,10 @@ class OutputFile:
 
     def write(self, data: bytes) -> None:
         if not data:
+            return
+        if len(data) >= _BLOCK >> 2:  # big enough on its own: no copy into a joined block
+            self._flush_pending()
+            self._put(data)
             return
         self._pending.append(data)
         self._pending_size += len(data)

@@ -27,8 +27,8 @@ from tracestream.errors import TraceError
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 RAW_BLOCK = 1 << 20
-PLAIN_BLOCK = 8 << 20
-_QUEUE_DEPTH = 4
+PLAIN_BLOCK = 4 << 20
+_QUEUE_DEPTH = 2
 
 
 def detect_compression(head: bytes) -> str:

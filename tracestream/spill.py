@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-DEFAULT_BUDGET = 48 << 20
-BLOCK = 1 << 16
+DEFAULT_BUDGET = 16 << 20
+BLOCK = 1 << 13  # rows per run read at a time while merging (many runs stay cheap)
 
 
 class RecordStore:
