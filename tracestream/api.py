@@ -15,7 +15,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tracestream.errors import TraceError
 from tracestream.guides import LayerSpec
@@ -209,12 +208,3 @@ def summarize(data: dict, output: str, report_path: str | None) -> str:
             "(kept in the report)"
         )
     return "\n".join(lines)
-
-
-def jsonable(value: Any):
-    """Report data as plain JSON types (exact numbers become their text as numbers)."""
-    import orjson
-
-    from tracestream.jsontext import dumps
-
-    return orjson.loads(dumps(value))

@@ -52,17 +52,6 @@ class EventChunk:
     first_ordinal: int
     events: list  # msgspec.Raw per event, in order
 
-    def event_offsets(self) -> list[int]:
-        """Offset of each event inside `data` (events are separated by `,` and whitespace)."""
-        offsets = []
-        pos = 0
-        find = self.data.find
-        for raw in self.events:
-            pos = find(b"{", pos) if self.data[pos : pos + 1] != b"{" else pos
-            offsets.append(pos)
-            pos += len(raw)
-        return offsets
-
 
 @dataclass
 class Layout:

@@ -96,35 +96,6 @@ class Timing(msgspec.Struct):
 HEAD = msgspec.json.Decoder(Head)
 TIMING = msgspec.json.Decoder(Timing)
 
-_TOP_KEYS = re.compile(rb'"(ph|cat|name|pid|tid|ts|dur|args|id|bp|device)"[ \t\r\n]*:')
-
-
-def duplicate_key(raw) -> str | None:
-    """A key that appears twice at the top level (or in `args`) of an event, if any.
-
-    A quick count of the interesting keys first; only when a key shows up more
-    than once (which a nested key of the same name also causes) is the event
-    parsed with a pair hook that sees duplicates.
-    """
-    keys = _TOP_KEYS.findall(raw)
-    if len(keys) == len(set(keys)):
-        return None
-    import json
-
-    found: list[str] = []
-
-    def pairs(items):
-        seen = set()
-        for key, _ in items:
-            if key in seen and not found:
-                found.append(key)
-            seen.add(key)
-        return dict(items)
-
-    json.loads(bytes(raw), object_pairs_hook=pairs)
-    return found[0] if found else None
-
-
 def describe_validation_error(exc: msgspec.ValidationError) -> str:
     """`ts` must be a number, not a string' from msgspec's message."""
     text = str(exc)

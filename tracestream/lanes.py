@@ -75,15 +75,6 @@ class FlowProblem:
     reason: str
 
 
-@dataclass
-class SweepResult:
-    """Lane per slice candidate, bound lane per flow candidate, per-group outcome."""
-
-    groups: dict[int, GroupLanes]
-    slice_lane: dict[int, tuple[int, int]]  # filled only when collect=True (tests)
-    flow_problems: list[FlowProblem]
-
-
 class Sweep:
     """Walks sorted sweep blocks once: allocates lanes and binds flows.
 
