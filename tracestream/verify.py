@@ -31,9 +31,11 @@ from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.rewrite import edits
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
+from tracestream.workers import pool_for, release_memory
 
 REPORT_SUFFIXES = ("layers", "compact")
 _MAX_LISTED = 5
+_CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
 
 
 def find_report(output: str, report: str | None) -> Path:
@@ -205,11 +207,13 @@ class _OutputChecks:
             self.synthetic[(report["pid"], report["guide_tid"])] = "the guide track"
         self.track_ids: dict[tuple, int] = {}
         dtype = np.dtype([("track", "<i8"), ("start", "<i8"), ("end", "<i8")])
-        self.depth = {v: RecordStore(dtype, sort_keys=("track", "start"), tmpdir=tmpdir)
+        self.depth = {v: RecordStore(dtype, sort_keys=("track", "start"), tmpdir=tmpdir,
+                                     budget=_CHECK_BUDGET)
                       for v in ("exact", "round", "trunc")}
         bind_dtype = np.dtype([("track", "<i8"), ("key", "<i8"), ("end", "<i8"),
                                ("lane", "<i8"), ("flow", "i1"), ("ordinal", "<i8")])
-        self.binding = RecordStore(bind_dtype, sort_keys=("track", "key"), tmpdir=tmpdir)
+        self.binding = RecordStore(bind_dtype, sort_keys=("track", "key"), tmpdir=tmpdir,
+                                   budget=_CHECK_BUDGET)
         self._rows: dict[str, list] = {v: [] for v in self.depth}
         self._bind_rows: list = []
         self.guides: list[tuple[int, int, str]] = []
@@ -336,19 +340,22 @@ class _OutputChecks:
         return problems
 
 
-def verify(trace, output, report: str | None = None, *, tmpdir: str | None = None) -> Verdict:
+def verify(trace, output, report: str | None = None, *, tmpdir: str | None = None,
+           workers: int | None = None) -> Verdict:
     """Check `output` against its source `trace`; TraceError if either cannot be read."""
     trace, output = str(trace), str(output)
     report_path = find_report(output, report)
     data, retired = load_report(report_path)
     verdict = Verdict()
     layer_spec, compact_spec = specs_from_options(data.get("options", {}))
-    with TraceSource(trace) as source, TraceSource(output) as annotated:
+    # workers fork before the reader threads start
+    with pool_for(trace, workers) as pool, TraceSource(trace) as source, \
+            TraceSource(output) as annotated:
         try:
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
                 report_name=data.get("report_file", report_path.name),
-                command=data.get("command", ""), tmpdir=tmpdir,
+                command=data.get("command", ""), tmpdir=tmpdir, pool=pool,
             )
         except TraceError as exc:
             if source.first_stats is None:
@@ -359,6 +366,9 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
         try:
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{data.get('source_sha256', '')[:16]}… matches the report")
+            index.sweep.close()  # the plan is made: only the span records are needed now
+            index.flow_id_store.close()
+            release_memory()
             _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
         finally:
             index.close()
@@ -409,6 +419,8 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
     targets = plan.targets
     out_ordinal = -1
     for ordinal, raw in src_events:
+        if not ordinal & 0xFFFF:
+            release_memory()  # chunk buffers come and go: give their pages back
         raw = bytes(raw)
         action = KEEP
         if next_edit is not None and next_edit[0] == ordinal:
