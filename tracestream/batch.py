@@ -412,8 +412,9 @@ def _execute(task: dict, result: dict) -> None:
                     "run?); remove it to redo this trace")
         os.makedirs(os.path.dirname(output), exist_ok=True)
         compact_spec = CompactSpec(**task["compact"]) if task.get("compact") else None
+        # one process per trace: the batch itself runs --jobs traces at once
         common = dict(report=report, compress=task["compress"],
-                      compress_level=task["compress_level"], quiet=True)
+                      compress_level=task["compress_level"], quiet=True, workers=0)
         if task["kind"] == "layers":
             done = api.add_layer_guides(trace, output, LayerSpec(**task["layers"]),
                                         compact=compact_spec, **common)
@@ -426,7 +427,7 @@ def _execute(task: dict, result: dict) -> None:
         from tracestream.verify import verify
 
         try:
-            verdict = verify(trace, output, report)
+            verdict = verify(trace, output, report, workers=0)
         except BaseException:
             _remove(output, report)
             raise
