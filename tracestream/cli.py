@@ -109,6 +109,11 @@ _level_option = click.option(
 )
 _quiet_option = click.option(
     "--quiet", is_flag=True, help="No progress and no summary on stderr (errors still appear).")
+_workers_option = click.option(
+    "--workers", type=click.IntRange(0, 64), default=None, metavar="N",
+    help="Worker processes for the per-chunk work (default: one per CPU for inputs of 48 MB "
+         "or more; 0: none).",
+)
 _json_summary_option = click.option(
     "--json-summary", is_flag=True,
     help="Print the report summary as one JSON line on stdout (not when stdout is the trace).",
@@ -144,11 +149,12 @@ _json_summary_option = click.option(
 @_report_option
 @_compress_option
 @_level_option
+@_workers_option
 @_quiet_option
 @_json_summary_option
 def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
            extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
-           max_gpu_lanes, report, compress, compress_level, quiet, json_summary):
+           max_gpu_lanes, report, compress, compress_level, workers, quiet, json_summary):
     """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
     from tracestream.api import add_layer_guides
     from tracestream.guides import LayerSpec
@@ -165,7 +171,8 @@ def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, ancho
         if max_gpu_lanes is not None else None
     )
     result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
-                              compress=compress, compress_level=compress_level, quiet=quiet)
+                              compress=compress, compress_level=compress_level, quiet=quiet,
+                              workers=workers)
     _emit_summary(result, json_summary, quiet)
 
 
@@ -178,9 +185,10 @@ def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, ancho
 @_report_option
 @_compress_option
 @_level_option
+@_workers_option
 @_quiet_option
 @_json_summary_option
-def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level, quiet,
+def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level, workers, quiet,
             json_summary):
     """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
     from tracestream.api import compact as compact_trace
@@ -188,7 +196,7 @@ def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level,
 
     result = compact_trace(trace, output, CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid)),
                            report=report, compress=compress, compress_level=compress_level,
-                           quiet=quiet)
+                           quiet=quiet, workers=workers)
     _emit_summary(result, json_summary, quiet)
 
 
@@ -197,12 +205,13 @@ def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level,
 @click.option("--output", "output", required=True, metavar="PATH",
               help="The annotated trace tracestream wrote from it.")
 @_report_option
+@_workers_option
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and each check as JSON.")
-def verify(trace, output, report, as_json):
+def verify(trace, output, report, workers, as_json):
     """Prove an annotated trace is its source plus tracestream's additions (exit 0/1/2)."""
     from tracestream.verify import verify as verify_trace
 
-    verdict = verify_trace(trace, output, report)
+    verdict = verify_trace(trace, output, report, workers=workers)
     if as_json:
         click.echo(orjson_dumps(verdict.to_json()))
     else:
