@@ -18,7 +18,8 @@ from concurrent.futures.process import BrokenProcessPool
 from tracestream.errors import TraceError
 
 PARALLEL_MIN_BYTES = 48 << 20
-"""Inputs smaller than this (on disk) are processed in one process: forking costs more."""
+"""Inputs smaller than this (decompressed) are processed in one process: forking costs more."""
+_COMPRESSION_RATIO = 8  # a gzip/zstd trace file holds roughly this many times its size
 
 
 class _Libc:
@@ -141,18 +142,27 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+def _expected_size(path: str | None) -> int | None:
+    """Roughly how many bytes the trace holds once decompressed (None: unknown, stdin)."""
+    if path in (None, "-"):
+        return None
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return None
+    compressed = head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd"
+    return size * _COMPRESSION_RATIO if compressed else size
+
+
 def pool_for(path: str | None, workers: int | None):
     """A worker pool when it pays off: `workers` processes for a large file, else inline.
 
     `workers=0` forces one process; None picks by the input size (stdin: parallel).
     """
     if workers is None:
-        size = None
-        if path not in (None, "-"):
-            try:
-                size = os.path.getsize(path)
-            except OSError:
-                size = None
+        size = _expected_size(path)
         workers = default_workers() if (size is None or size >= PARALLEL_MIN_BYTES) else 0
     if workers <= 0:
         return InlinePool()
