@@ -84,8 +84,8 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
         patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
         if layer_spec.end_anchor_regex is not None:
             patterns["terminal"] = compile_pattern(layer_spec.end_anchor_regex, "--end-anchor-regex")
-    index = run_index(source, IndexOptions(patterns=patterns, tmpdir=tmpdir), progress=progress,
-                      pool=pool)
+    options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
+    index = run_index(source, options, progress=progress, pool=pool)
     try:
         planner = Planner(index, output_name=output_name, report_name=report_name)
         layers = planner.plan_layers(layer_spec) if layer_spec is not None else None

@@ -33,8 +33,9 @@ class _Group(click.Group):
         except Exception as exc:  # a bug: one line for unattended jobs, details on request
             if os.environ.get("TRACESTREAM_DEBUG"):
                 raise
+            text = " ".join(str(exc).splitlines())
             click.echo(
-                f"tracestream: internal error: {type(exc).__name__}: {exc} (nothing was written;"
+                f"tracestream: internal error: {type(exc).__name__}: {text} (nothing was written;"
                 " rerun with TRACESTREAM_DEBUG=1 for the traceback and please report it)",
                 err=True,
             )
@@ -42,6 +43,11 @@ class _Group(click.Group):
 
     def main(self, *args, **kwargs):
         _install_signal_handlers()
+        # as a program (arguments from sys.argv, not an in-process call such as click's
+        # test runner), a signal after the outputs are committed is ignored until exit
+        from tracestream import sink
+
+        sink.IGNORE_SIGNALS_AFTER_COMMIT = (args[0] if args else kwargs.get("args")) is None
         return super().main(*args, **kwargs)
 
 

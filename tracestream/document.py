@@ -25,7 +25,6 @@ CHUNK_BYTES = 4 << 20
 _WS = b" \t\r\n"
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 _STRUCTURAL = re.compile(rb'["\[\]{}]')
 _SCALAR_END = re.compile(rb"[,}\] \t\r\n]")
 _SKIP_WS = re.compile(rb"[ \t\r\n]*")
@@ -217,6 +216,7 @@ class DocumentScanner:
         buf = self._buf
         end = self._value_end(pos)
         raw = buf.data[pos:end]
+        _check_utf8(raw, buf.base + pos, f"top-level value of {key!r}")
         try:
             msgspec.json.decode(raw)
         except (msgspec.DecodeError, RecursionError) as exc:
@@ -224,7 +224,6 @@ class DocumentScanner:
                 f"top-level value of {key!r} is not valid JSON (byte {buf.base + pos}): "
                 f"{_short(exc)}"
             ) from None
-        _check_utf8(raw, buf.base + pos, f"top-level value of {key!r}")
         self.layout.values.append(
             TopLevelValue(key, key_start, buf.base + pos, buf.base + end, raw)
         )
@@ -233,15 +232,17 @@ class DocumentScanner:
     def _string(self, pos: int) -> tuple[str, int]:
         buf = self._buf
         while True:
-            match = _STRING.match(buf.data, pos)
-            if match:
+            end = _string_end(buf.data, pos)
+            if end is not None:
+                text = buf.data[pos:end]
+                _check_utf8(text, buf.base + pos, "a top-level key")
                 try:
-                    return msgspec.json.decode(match.group()), match.end()
+                    return msgspec.json.decode(text), end
                 except msgspec.DecodeError as exc:
                     raise TraceError(
                         f"invalid string at byte {buf.base + pos}: {_short(exc)}"
                     ) from None
-            if not buf.more():
+            if not _grow(buf, pos):
                 raise TraceError(
                     f"unterminated string at byte {buf.base + pos}: input is truncated"
                 )
@@ -253,7 +254,7 @@ class DocumentScanner:
             end = _scan_value(buf.data, pos)
             if end is not None:
                 return end
-            if not buf.more():
+            if not _grow(buf, pos):
                 raise TraceError(
                     f"top-level value at byte {buf.base + pos} is incomplete: input is truncated"
                 )
@@ -373,11 +374,13 @@ class DocumentScanner:
         """Cut, validate and return the chunk starting at data[start]."""
         buf = self._buf
         target = self._chunk_bytes
+        array_ends = False
         while True:
             buf.ensure(start, target + 64)
             cut = _last_cut(buf.data, start, min(len(buf.data), start + target))
             if cut is None:
-                if buf.eof and len(buf.data) <= start + target:
+                if array_ends or (buf.eof and len(buf.data) <= start + target):
+                    # no event ends where the array does: something else is in it
                     raise self._truncated_events(start)
                 target *= 2
                 continue
@@ -387,9 +390,13 @@ class DocumentScanner:
             if isinstance(events, _ArrayEndsBefore):
                 # the cut lay past the end of the event array (in later top-level values)
                 target = events.position
+                array_ends = True
                 continue
             if events is not None:
                 return EventChunk(buf.base + start, data, 0, events), after, closed
+            if array_ends or (buf.eof and start + target >= len(buf.data)):
+                # that was the last candidate of the array or input (e.g. `[[{}]]`)
+                raise self._truncated_events(start)
             # the cut was inside a string or nested value: take a longer chunk
             target = max(target * 2, close_brace + 2 - start)
 
@@ -421,15 +428,25 @@ class DocumentScanner:
 
     def _truncated_events(self, start: int) -> TraceError:
         buf = self._buf
+        _check_utf8(buf.data[start:], buf.base + start, "event data")
         doc = b"[" + buf.data[start:]
         try:
             orjson.loads(doc)
         except orjson.JSONDecodeError as exc:
-            if exc.pos < len(doc) - 1 and "unexpected end" not in str(exc).lower():
+            text = str(exc)
+            if (exc.pos < len(doc) - 1 and "unexpected end" not in text.lower()
+                    and "unexpected content after document" not in text):
                 return TraceError(
                     f"malformed JSON at byte {buf.base + start + exc.pos - 1}: "
                     f"{_orjson_reason(exc)}"
                 )
+        bad = _first_non_object(buf.data, start)
+        if bad is not None:
+            what = _describe(buf.data[bad : bad + 12])
+            return TraceError(
+                f"expected an event object at byte {buf.base + bad}, found {what}: every "
+                "element of the event array must be a JSON object"
+            )
         return TraceError(
             f"input ends inside the event array (last complete data before byte "
             f"{buf.base + len(buf.data)}): the trace is truncated"
@@ -441,6 +458,53 @@ class _ArrayEndsBefore:
     """The event array closes before the cut, at `position` bytes into the chunk."""
 
     position: int
+
+
+def _string_end(data: bytes, pos: int) -> int | None:
+    """End (exclusive) of the JSON string whose quote is at `pos`; None if the data ends first.
+
+    The closing quote is the first one not escaped by an odd run of backslashes;
+    `bytes.find` gets there at memory speed even through a string of many MB.
+    """
+    i = pos + 1
+    while True:
+        j = data.find(b'"', i)
+        if j < 0:
+            return None
+        k = j
+        while data[k - 1] == 0x5C:  # '\\'
+            k -= 1
+        if (j - k) % 2 == 0:
+            return j + 1
+        i = j + 1
+
+
+def _first_non_object(data: bytes, pos: int) -> int | None:
+    """Position of the first element from `pos` of the event array that is not an object."""
+    while True:
+        pos = _SKIP_WS.match(data, pos).end()
+        if pos >= len(data) or data[pos] == 0x5D:  # ']'
+            return None
+        if data[pos] != 0x7B:  # '{'
+            return pos
+        end = _scan_value(data, pos)
+        if end is None:
+            return None
+        pos = _SKIP_WS.match(data, end).end()
+        if data[pos : pos + 1] != b",":
+            return None
+        pos += 1
+
+
+def _grow(buf: _Buffer, pos: int) -> bool:
+    """Read until the data from `pos` has doubled (or the input ends); False if nothing came.
+
+    A value that is rescanned from its start after each read costs linear time
+    overall only when each read at least doubles what the rescan covers.
+    """
+    size = len(buf.data)
+    buf.ensure(pos, 2 * (size - pos) + 1)
+    return len(buf.data) > size
 
 
 def _last_cut(data: bytes, start: int, limit: int):
@@ -466,8 +530,7 @@ def _scan_value(data: bytes, pos: int) -> int | None:
     if not ch:
         return None
     if ch == b'"':
-        m = _STRING.match(data, pos)
-        return m.end() if m else None
+        return _string_end(data, pos)
     if ch not in b"[{":
         m = _SCALAR_END.search(data, pos)
         return m.start() if m else None
@@ -479,10 +542,10 @@ def _scan_value(data: bytes, pos: int) -> int | None:
             return None
         c = data[m.start()]
         if c == 0x22:  # '"'
-            s = _STRING.match(data, m.start())
-            if s is None:
+            end = _string_end(data, m.start())
+            if end is None:
                 return None
-            i = s.end()
+            i = end
             continue
         i = m.end()
         if c in (0x5B, 0x7B):

@@ -8,6 +8,10 @@ same message as an exception.
 class TraceError(Exception):
     """Bad input or a refusal: the message says what and where; nothing was written."""
 
+    def __init__(self, message: str = ""):
+        # one line, whatever the values quoted in it contain (a pid, an id, a ts text)
+        super().__init__(" ".join(str(message).splitlines()))
+
 
 class VerificationFailed(Exception):
     """`verify` found differences; carries the list of failed checks."""

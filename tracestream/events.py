@@ -79,8 +79,8 @@ class Head(msgspec.Struct):
     name: Any = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
+    ts: Any = None  # as loose as the index pass (a duplicate "ts" may hold anything first)
+    dur: Any = None
     id: Any = None
     bp: Any = None
     args: HeadArgs | None = None

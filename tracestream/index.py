@@ -92,6 +92,7 @@ class IndexOptions:
     sweep: bool = True  # sweep records of slices (needed for lanes and peak overlap)
     tmpdir: str | None = None  # where spilled records go
     chunk_bytes: int = CHUNK_BYTES  # size of the chunks the workers get
+    moves_gpu: bool = False  # compaction will move GPU events (their keys must be unique)
 
 
 @dataclass
@@ -191,7 +192,8 @@ class IndexBuilder:
 
     @property
     def context(self) -> Context:
-        return Context(patterns=self.options.patterns, count_names=self.options.count_names)
+        return Context(patterns=self.options.patterns, count_names=self.options.count_names,
+                       moves_gpu=self.options.moves_gpu)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)

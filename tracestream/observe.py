@@ -85,6 +85,7 @@ class Context:
 
     patterns: dict[str, re.Pattern] = field(default_factory=dict)
     count_names: bool = False
+    moves_gpu: bool = False  # compaction: refuse GPU events with duplicate keys
 
 
 @dataclass
@@ -318,6 +319,8 @@ class _Observer:
                 missing = ("ts" if not ts_texts[i] else "dur" if not dur_texts[i]
                            else "pid" if e.pid is None else "tid")
                 raise self.fail(i, f"GPU activity event has no `{missing}`")
+        if slices and self.ctx.moves_gpu:
+            self._check_gpu_duplicates(slices, ts_texts, dur_texts)
         flows = [i for i, ph in enumerate(phs) if ph in FLOW_PHASES and ts_texts[i]
                  and events[i].pid is not None and events[i].tid is not None]
         metas = [i for i, ph in enumerate(phs) if ph == "M"]
@@ -404,6 +407,8 @@ class _Observer:
                 continue
             try:
                 value = timebase.parse_decimal(t)
+            except timebase.OutOfRange as exc:
+                raise self.fail(i, f"{key} {t[:30].decode(errors='replace')} {exc}") from None
             except ValueError:
                 raise self.fail(i, f"`{key}` must be a number, not "
                                    f"{t[:30].decode(errors='replace')}") from None
@@ -466,7 +471,12 @@ class _Observer:
         devices = [SCOPES if k == GPU_SCOPE else (e.args.device if e.args is not None else None)
                    for e, k in zip(sev, kind_list)]
         tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
-        groups = _intern(self.group, list(zip(pids, devices)))
+        try:
+            groups = _intern(self.group, list(zip(pids, devices)))
+        except TypeError:  # an object or array as args.device
+            k = next(k for k, d in enumerate(devices) if not _hashable(d))
+            raise self.fail(slices[k], "`args.device` of a GPU event must be a number or a "
+                                       f"string, not {_json_type(devices[k])}") from None
         idx = np.array(slices)
         start = ts_ns[idx]
         dur = dur_ns[idx]
@@ -507,6 +517,10 @@ class _Observer:
         """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
         patterns = self.ctx.patterns
         hits = {}
+        if not all(map(_hashable, names)):
+            k = kernels[next(j for j, name in enumerate(names) if not _hashable(name))]
+            raise self.fail(slices[k], "a kernel `name` must be a string (--anchor-regex "
+                                       f"matches names), not {_json_type(sev[k].name)}")
         for name in set(names):
             text = name if isinstance(name, str) else str(name)
             found = [p for p, rx in patterns.items() if rx.search(text)]
@@ -524,6 +538,9 @@ class _Observer:
             self._check_duplicates(i)
             args = sev[k].args
             stream = args.stream if args is not None else None
+            if not _hashable(stream):
+                raise self.fail(i, "`args.stream` of a matched kernel must be a number or a "
+                                   f"string, not {_json_type(stream)}")
             form = number_form(ts_texts[i], dur_texts[i], int(start[k]), int(dur[k]))
             row = (i, tracks[k], groups[k], int(start[k]), int(dur[k]), form,
                    stream_ids.setdefault((type(stream), stream), len(stream_ids)),
@@ -536,6 +553,31 @@ class _Observer:
         streams_list = [stream for _, stream in stream_ids]
         return {p: (np.array(rows[p], MATCH_DTYPE), names_list, streams_list, texts[p])
                 for p in patterns}
+
+    def _check_gpu_duplicates(self, slices, ts_texts, dur_texts) -> None:
+        """Compaction moves GPU events by their pid, tid, ts and dur: a duplicate is refused.
+
+        One count per key over the whole chunk proves the common case (the key once
+        per event that has it); only a surplus (a duplicate, or the key nested in
+        `args` or as a value) makes the GPU events be looked at one by one.
+        """
+        events = self.events
+        present = (
+            (b'"ts"', sum(map(bool, ts_texts))),
+            (b'"dur"', sum(map(bool, dur_texts))),
+            (b'"pid"', sum(e.pid is not None for e in events)),
+            (b'"tid"', sum(e.tid is not None for e in events)),
+        )
+        suspect = [key for key, count in present if self.data.count(key) > count]
+        if not suspect:
+            return
+        for i in slices:
+            raw = self.raw(i)
+            if any(raw.count(key) > 1 for key in suspect):
+                dup = _duplicate_key(raw)
+                if dup is not None:
+                    raise self.fail(i, f"duplicate key `{dup}` in a GPU event (which value "
+                                       "would a reader take?)")
 
     def _check_duplicates(self, i: int) -> None:
         """Anchors and terminals are interpreted: a duplicate key in one is refused."""
@@ -650,6 +692,15 @@ def _doubles(ns: np.ndarray, texts: list[bytes], inexact: list[int]) -> np.ndarr
     for k in inexact:
         out[k] = float(texts[k])
     return out
+
+
+def _hashable(value) -> bool:
+    """False for the JSON objects and arrays msgspec decodes into dicts and lists."""
+    return not isinstance(value, (dict, list))
+
+
+def _json_type(value) -> str:
+    return "an object" if isinstance(value, dict) else "an array"
 
 
 def _intern(table, keys: list) -> list[int]:

@@ -121,6 +121,25 @@ def _only(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return np.where(last - first == 1, first, -1)
 
 
+def _args_braces(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per event: the position after its `"args": {`, -1 when it has no "args" at all, or
+    -2 when "args" occurs otherwise (twice, or spelled `"args":{`): the careful way.
+
+    Counting every `"args"` token, not only Kineto's spelling, keeps an event whose
+    args are spelled differently from getting a second "args" member.
+    """
+    positions, after = _occurrences(data, b'"args"')
+    first = np.searchsorted(positions, starts)
+    count = np.searchsorted(positions, ends) - first
+    braces = np.where(count == 0, -1, -2)
+    if len(positions):
+        kineto = np.fromiter(map(bytes.startswith, after, repeat(_ARGS[6:])), bool, len(after))
+        one = np.flatnonzero(count == 1)
+        good = one[kineto[first[one]]]
+        braces[good] = positions[first[good]] + len(_ARGS)
+    return braces
+
+
 _NUMBERS = re.compile(rb"-?[0-9]+(?:,-?[0-9]+)*")
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 
@@ -171,10 +190,7 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     else:
         pid = _value_spans(data, _PID, starts, ends)
         tid = _value_spans(data, _TID, starts, ends)
-        positions, _ = _occurrences(data, _ARGS)
-        which = _only(positions, starts, ends)
-        args = (np.where(which >= 0, positions[np.maximum(which, 0)] + len(_ARGS)
-                         if len(positions) else -1, -1),)
+        args = (_args_braces(data, starts, ends),)
     out = []
     append = out.append
     extend = out.extend
@@ -201,7 +217,7 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
             dropped_last = pos >= size
             continue
         dropped_last = False
-        if p0 >= 0 and t0 > p1 and (brace > t1 or (brace < 0 and data[end - 1] == 0x7D)):
+        if p0 >= 0 and t0 > p1 and (brace > t1 or (brace == -1 and data[end - 1] == 0x7D)):
             # Kineto's order (pid, tid, ..., args): splice in place
             if new_pid is None:
                 extend((data[pos:t0], new_tid))
@@ -292,7 +308,26 @@ def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndar
 def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
             *, progress=None, pool=None) -> None:
     with collector_paused():
-        _rewrite(source, index, plan, out, progress, pool if pool is not None else InlinePool())
+        try:
+            _rewrite(source, index, plan, out, progress,
+                     pool if pool is not None else InlinePool())
+        except Exception:
+            if not out.failed:
+                _refuse_if_changed(source)
+            raise
+
+
+def _refuse_if_changed(source: TraceSource) -> None:
+    """TraceError when the source's bytes are not the index pass's (read them all again).
+
+    An edit applied to bytes that changed after the index pass (same size and
+    mtime, or changed while this pass read them) can fail in any way; the user
+    should hear that the input changed, not about an event or a bug.
+    """
+    stats = ReadStats()
+    for _ in source.read(stats):
+        pass
+    source.finish_read(stats)
 
 
 def _rewrite(source, index, plan, out, progress, pool) -> None:

@@ -190,6 +190,11 @@ class OutputFile:
             raise TraceError(f"cannot write {self.what}: {reason}; nothing was left behind") from None
         raise exc
 
+    @property
+    def failed(self) -> bool:
+        """Writing failed (a full disk, a closed pipe): the output's fault, not the input's."""
+        return self._error is not None
+
     def close_stream(self) -> None:
         """Finish compression and wait for the writer thread."""
         self._flush_pending()
@@ -293,6 +298,12 @@ def remove_committed(path: Path) -> None:
         pass
 
 
+IGNORE_SIGNALS_AFTER_COMMIT = False
+"""Set by the CLI when it is the whole process: once its files are committed, a late
+Ctrl-C/SIGTERM must neither kill it (exit 143 with complete outputs) nor make it say
+that nothing was written; the process exits 0 right after."""
+
+
 @contextlib.contextmanager
 def _signals_held():
     """Hold SIGINT/SIGTERM while files are linked into place; report what arrived."""
@@ -308,10 +319,14 @@ def _signals_held():
 
     for signum in wanted:
         signal.signal(signum, hold)
+    committed = False
     try:
         yield received
+        committed = not received
     finally:
         for signum, handler in previous.items():
+            if committed and IGNORE_SIGNALS_AFTER_COMMIT:
+                handler = signal.SIG_IGN
             signal.signal(signum, handler)
 
 

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from tracestream.errors import TraceError
+
 DEFAULT_BUDGET = 16 << 20
 BLOCK = 1 << 13  # rows per run read at a time while merging (many runs stay cheap)
 
@@ -59,11 +61,17 @@ class RecordStore:
         self._pending = []
         self._pending_bytes = 0
         data = self._sorted(data)
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="tracestream-spill-", dir=self.tmpdir)
-        first = sum(count for _, count in self._runs)
-        self._file.seek(first * self.dtype.itemsize)
-        self._file.write(data.tobytes())
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="tracestream-spill-", dir=self.tmpdir)
+            first = sum(count for _, count in self._runs)
+            self._file.seek(first * self.dtype.itemsize)
+            self._file.write(data.tobytes())
+            self._file.flush()
+        except OSError as exc:  # a full disk is bad luck, not a bug: say so in one line
+            folder = self.tmpdir or tempfile.gettempdir()
+            raise TraceError(f"cannot spill index records to a temporary file in {folder}: "
+                             f"{exc.strerror or exc}; nothing was written") from None
         self._runs.append((first, len(data)))
 
     def _read(self, first: int, count: int) -> np.ndarray:

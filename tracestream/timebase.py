@@ -20,6 +20,13 @@ MAX_ABS_US = 9.2e15
 """Largest |ts| or dur (µs) whose nanosecond value still fits Perfetto's int64."""
 
 _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?\Z")
+_MAX_DIGITS = 400
+"""Longer number texts (and larger exponents) are refused: exact arithmetic on them
+would take unbounded time (1e-99999999 needs a 10**99999996)."""
+
+
+class OutOfRange(ValueError):
+    """A JSON number too long or with too large an exponent for exact arithmetic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +108,11 @@ def parse_decimal(text: bytes | str) -> Decimal10:
     if match is None:
         raise ValueError(f"not a JSON number: {text[:40]!r}")
     fraction, exp = match.group(1), match.group(2)
+    if len(text) > _MAX_DIGITS:
+        raise OutOfRange(f"has more than {_MAX_DIGITS} digits")
     exponent = int(exp) if exp else 0
+    if abs(exponent) > _MAX_DIGITS:
+        raise OutOfRange("has an exponent out of range")
     if exp:
         text = text[: match.start(2) - 1]
     if fraction:

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -29,9 +30,17 @@ class _Libc:
         try:
             import ctypes
 
-            self.trim = ctypes.CDLL("libc.so.6").malloc_trim
+            libc = ctypes.CDLL("libc.so.6")
+            self.trim = libc.malloc_trim
+            self.prctl = libc.prctl
         except (OSError, AttributeError):  # not glibc: nothing to do
             self.trim = None
+            self.prctl = None
+
+    def die_with_parent(self) -> None:
+        """Linux: SIGKILL this process when its parent dies (a killed run leaves no workers)."""
+        if self.prctl is not None:
+            self.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 _LIBC = _Libc()
@@ -53,9 +62,20 @@ def _ready() -> int:
     return os.getpid()
 
 
-def _worker_start() -> None:
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _worker_start(parent: int) -> None:
     # chunk work makes many short-lived acyclic objects: the cycle collector only costs
     gc.disable()
+    # Ctrl-C and SIGTERM reach the whole process group: the parent stops the pool; a
+    # worker that died of them would break it (a traceback, or a hung shutdown)
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    _LIBC.die_with_parent()
+    if os.getppid() != parent:  # the parent died before that took effect
+        os._exit(1)
 
 
 @contextlib.contextmanager
@@ -78,9 +98,16 @@ class WorkerPool:
         context = multiprocessing.get_context("fork")
         gc.freeze()  # the workers share these pages; do not let collections copy them
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                             initializer=_worker_start)
-        # the first submit forks every worker (fork context), while we are single-threaded
-        self._executor.submit(_ready).result()
+                                             initializer=_worker_start,
+                                             initargs=(os.getpid(),))
+        # the first submit forks every worker (fork context), while we are single-threaded;
+        # workers start with Ctrl-C/SIGTERM held until they ignore them (the parent gets
+        # any that arrive meanwhile when they are released here)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            self._executor.submit(_ready).result()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def submit(self, fn, *args) -> Future:
         try:
