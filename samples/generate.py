@@ -33,19 +33,44 @@ import zstandard
 ANCHOR = "_q_rope_store"
 TERMINAL = "moe_finalize_all_reduce_kernel<4u, 5120u, 6u>"
 DRAFT_ANCHOR = "_draft_q_rope"
-ATTENTION = "flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, true>"
-GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+ATTENTION = (
+    "flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, "
+    "cutlass::bfloat16_t>, true>"
+)
+GEMM = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+    "execute_segment_k_off_kernel__5x_cublas"
+)
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-NORM = "void vllm::rms_norm_kernel<c10::BFloat16, 8, 4>(c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, float, int, int)"
+NORM = (
+    "void vllm::rms_norm_kernel<c10::BFloat16, 8, 4>(c10::BFloat16*, c10::BFloat16 const*, "
+    "c10::BFloat16 const*, float, int, int)"
+)
 MEMCPY_DTOD = "Memcpy DtoD (Device -> Device)"
 # Kernel names as long as real ones (CUTLASS/Triton/vLLM templates), so event sizes
 # match real Kineto traces (~700 bytes per kernel event).
-DRAFT_ATTENTION = "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 64, 128, 4, cutlass::bfloat16_t> >, false, false, false, false, true, true, false, false>(flash::Flash_fwd_params)"
-DRAFT_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
-DRAFT_NORM = "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int)"
+DRAFT_ATTENTION = (
+    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 128, 4, false, false, "
+    "cutlass::bfloat16_t, Flash_kernel_traits<64, 64, 128, 4, cutlass::bfloat16_t> >, "
+    "false, false, false, false, true, true, false, false>(flash::Flash_fwd_params)"
+)
+DRAFT_GEMM = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_"
+    "execute_segment_k_off_kernel__5x_cublas"
+)
+DRAFT_NORM = (
+    "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16*, "
+    "c10::BFloat16 const*, float, int, int)"
+)
 DRAFT_SAMPLE = "triton_poi_fused__to_copy_add_argmax_clamp_eq_index_put_mul_rsub_sub_where_0"
-LM_HEAD = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x256x64_cluster1x2x1_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
-SAMPLING = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)"
+LM_HEAD = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x256x64_cluster1x2x1_"
+    "warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
+)
+SAMPLING = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+    "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)"
+)
 EPOCH_US = 1764400000000000
 CPU_PID = 4242
 DEFAULT_STREAM = 7
@@ -168,11 +193,15 @@ class _Gen:
             elif name == TERMINAL:
                 self._count(self.truth.terminals, key)
         stream = -1 if tid == -1 else tid
-        graph_args = f', "graph id": {graph}, "graph node id": {self.correlation}' if graph is not None else ""
+        graph_args = (
+            f', "graph id": {graph}, "graph node id": {self.correlation}'
+            if graph is not None else ""
+        )
         if cat == "kernel":
             args = (
                 f'"External id": {self.external}, "queued": 0, "device": {device}, "context": 1, '
-                f'"stream": {stream}, "correlation": {self.correlation}, "registers per thread": 32, '
+                f'"stream": {stream}, "correlation": {self.correlation}, '
+                f'"registers per thread": 32, '
                 f'"shared memory": 0, "blocks per SM": 1.5, "warps per SM": 6.0, '
                 f'"grid": [132, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 50'
                 f"{graph_args}"
@@ -183,15 +212,20 @@ class _Gen:
                 f'"stream": {stream}, "correlation": {self.correlation}{graph_args}'
             )
         out.append(
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": {_q(name)}, "pid": {pid}, "tid": {tid},\n'
-            f'    "ts": {_us(start, d)}, "dur": {_dur(dur, d)},\n    "args": {{\n      {args}\n    }}\n  }}'
+            f'  {{\n    "ph": "X", "cat": "{cat}", "name": {_q(name)}, '
+            f'"pid": {pid}, "tid": {tid},\n'
+            f'    "ts": {_us(start, d)}, "dur": {_dur(dur, d)},\n'
+            f'    "args": {{\n      {args}\n    }}\n  }}'
         )
 
-    def flow(self, out_cpu: list, out_gpu: list, cpu_ts: int, pid: int, tid: int, gpu_ts: int) -> None:
+    def flow(
+        self, out_cpu: list, out_gpu: list, cpu_ts: int, pid: int, tid: int, gpu_ts: int
+    ) -> None:
         d = self.cfg.decimals
         fid = self.correlation + 1  # the correlation id of the kernel launched next
         out_cpu.append(
-            f'  {{\n    "ph": "s", "id": {fid}, "pid": {CPU_PID}, "tid": {CPU_PID}, "ts": {_us(cpu_ts, d)},'
+            f'  {{\n    "ph": "s", "id": {fid}, "pid": {CPU_PID}, "tid": {CPU_PID}, '
+            f'"ts": {_us(cpu_ts, d)},'
             f' "cat": "ac2g", "name": "ac2g"\n  }}'
         )
         out_gpu.append(
@@ -204,7 +238,8 @@ class _Gen:
         d = self.cfg.decimals
         self.external += 1
         out.append(
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": {_q(name)}, "pid": {CPU_PID}, "tid": {CPU_PID},\n'
+            f'  {{\n    "ph": "X", "cat": "{cat}", "name": {_q(name)}, '
+            f'"pid": {CPU_PID}, "tid": {CPU_PID},\n'
             f'    "ts": {_us(start, d)}, "dur": {_dur(dur, d)},\n    "args": {{\n'
             f'      "External id": {self.external}{extra}\n    }}\n  }}'
         )
@@ -276,9 +311,11 @@ class _Gen:
         step_end = gpu_t
         if cfg.scopes:
             for slot in range(cfg.gpus):
-                self.scope(gpu, slot, f"decode_step#{it}", step_start + 15_000, step_end - step_start - 15_000)
+                self.scope(gpu, slot, f"decode_step#{it}", step_start + 15_000,
+                           step_end - step_start - 15_000)
         cpu[step_event] = cpu[step_event].replace(
-            f'"dur": {_dur(1, cfg.decimals)}', f'"dur": {_dur(step_end - step_start, cfg.decimals)}', 1)
+            f'"dur": {_dur(1, cfg.decimals)}',
+            f'"dur": {_dur(step_end - step_start, cfg.decimals)}', 1)
         return step_end + 50_000
 
     def _replay(self, kind, k, graph, slot, pid_device, start, cpu, gpu, cpu_launch) -> int:
@@ -340,20 +377,25 @@ def _q(text: str) -> str:
 
 def _metadata(cfg: TraceConfig, truth: GroundTruth) -> list[str]:
     events = [
-        f'  {{\n    "name": "process_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {CPU_PID}, "tid": 0,\n'
+        f'  {{\n    "name": "process_name", "ph": "M", "ts": {cfg.epoch_us}, '
+        f'"pid": {CPU_PID}, "tid": 0,\n'
         f'    "args": {{\n      "name": "python3"\n    }}\n  }}',
-        f'  {{\n    "name": "thread_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {CPU_PID}, "tid": {CPU_PID},\n'
+        f'  {{\n    "name": "thread_name", "ph": "M", "ts": {cfg.epoch_us}, '
+        f'"pid": {CPU_PID}, "tid": {CPU_PID},\n'
         f'    "args": {{\n      "name": "thread {CPU_PID} (python3)"\n    }}\n  }}',
     ]
     for pid in range(cfg.gpus):
         events.append(
-            f'  {{\n    "name": "process_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": 0,\n'
+            f'  {{\n    "name": "process_name", "ph": "M", "ts": {cfg.epoch_us}, '
+            f'"pid": {pid}, "tid": 0,\n'
             f'    "args": {{\n      "name": "python3"\n    }}\n  }}')
         events.append(
-            f'  {{\n    "name": "process_labels", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": 0,\n'
+            f'  {{\n    "name": "process_labels", "ph": "M", "ts": {cfg.epoch_us}, '
+            f'"pid": {pid}, "tid": 0,\n'
             f'    "args": {{\n      "labels": "GPU {pid}"\n    }}\n  }}')
         events.append(
-            f'  {{\n    "name": "process_sort_index", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": 0,\n'
+            f'  {{\n    "name": "process_sort_index", "ph": "M", "ts": {cfg.epoch_us}, '
+            f'"pid": {pid}, "tid": 0,\n'
             f'    "args": {{\n      "sort_index": {16777216 + pid}\n    }}\n  }}')
     tids = set()
     for key, streams in truth.streams.items():
@@ -365,10 +407,12 @@ def _metadata(cfg: TraceConfig, truth: GroundTruth) -> list[str]:
     for pid, tid in sorted(tids):
         label = "Device sync" if tid == -1 else f"stream {tid} "
         events.append(
-            f'  {{\n    "name": "thread_name", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": {tid},\n'
+            f'  {{\n    "name": "thread_name", "ph": "M", "ts": {cfg.epoch_us}, '
+            f'"pid": {pid}, "tid": {tid},\n'
             f'    "args": {{\n      "name": "{label}"\n    }}\n  }}')
         events.append(
-            f'  {{\n    "name": "thread_sort_index", "ph": "M", "ts": {cfg.epoch_us}, "pid": {pid}, "tid": {tid},\n'
+            f'  {{\n    "name": "thread_sort_index", "ph": "M", "ts": {cfg.epoch_us}, '
+            f'"pid": {pid}, "tid": {tid},\n'
             f'    "args": {{\n      "sort_index": {tid}\n    }}\n  }}')
     return events
 
@@ -385,8 +429,10 @@ def generate(path, cfg: TraceConfig | None = None) -> GroundTruth:
         writer.write("[\n")
     else:
         writer.write(
-            '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    {\n      "id": 0, "name": "NVIDIA H100 80GB HBM3", '
-            '"totalGlobalMem": 85045231616,\n      "computeMajor": 9, "computeMinor": 0, "numSms": 132\n    }\n  ],\n'
+            '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n'
+            '    {\n      "id": 0, "name": "NVIDIA H100 80GB HBM3", '
+            '"totalGlobalMem": 85045231616,\n'
+            '      "computeMajor": 9, "computeMinor": 0, "numSms": 132\n    }\n  ],\n'
             '  "cupti_version": 24,\n  "cuda_runtime_version": 12080,\n  "displayTimeUnit": "ms",\n'
             '  "baseTimeNanoseconds": 1764399999000000000,\n  "traceEvents": [\n'
         )
@@ -420,7 +466,10 @@ def generate(path, cfg: TraceConfig | None = None) -> GroundTruth:
         ',\n  {\n    "name": "Record Window End", "ph": "i", "s": "g",\n    "pid": "", "tid": "", '
         f'"ts": {_us(t, cfg.decimals)}\n  }}'
     )
-    writer.write("\n]\n" if cfg.bare_array else '\n  ],\n  "traceName": "generated by samples.generate"\n}\n')
+    writer.write(
+        "\n]\n" if cfg.bare_array
+        else '\n  ],\n  "traceName": "generated by samples.generate"\n}\n'
+    )
     writer.close()
     truth.streams = {k: len(v) for k, v in truth.streams.items()}
     truth.kernel_streams = {k: len(v) for k, v in truth.kernel_streams.items()}
@@ -436,7 +485,9 @@ def parse_size(text: str) -> int:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m samples.generate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m samples.generate", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--output", required=True, help="path (.json, .json.gz or .json.zst)")
     parser.add_argument("--size", type=parse_size, default=None, help="e.g. 1GB (uncompressed)")
     for name, default in asdict(TraceConfig()).items():
@@ -444,7 +495,9 @@ def main(argv=None) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         if isinstance(default, bool):
-            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
+            parser.add_argument(
+                flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default
+            )
         else:
             parser.add_argument(flag, type=int, default=default)
     args = vars(parser.parse_args(argv))

@@ -8,7 +8,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
 from conftest import (
     ANCHOR,
     REAL_WITH_GPU,
@@ -375,7 +374,9 @@ def test_top_level_labels_the_compact_view(decode_trace, tmp_path):
     out = tmp_path / "out.json"
     assert run("compact", "--trace", trace, "--output", out).returncode == 0
     doc = load_exact(out)
-    assert doc["tracestream"]["view"] == "compact view — synthetic GPU display lanes, not CUDA streams"
+    assert doc["tracestream"]["view"] == (
+        "compact view — synthetic GPU display lanes, not CUDA streams"
+    )
     assert doc["tracestream"]["report"] == "out.json.compact.json"
     lane_names = [e["args"]["name"] for e in events_of(doc) if e.get("name") == "thread_name"
                   and "synthetic" in e["args"]["name"]]

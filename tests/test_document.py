@@ -93,7 +93,8 @@ def test_member_spans_find_top_level_keys_only():
 @pytest.mark.parametrize(
     "raw",
     [
-        b'{"ph": "X", "pid": 0, "tid": 7, "ts": 1764400000005000.125, "dur": 1.5,\n "args": {\n "device": 0\n }\n}',
+        b'{"ph": "X", "pid": 0, "tid": 7, "ts": 1764400000005000.125, "dur": 1.5,\n'
+        b' "args": {\n "device": 0\n }\n}',
         b'{"ph":"X","pid":0,"tid":7,"ts":1,"dur":2}',
         b'{"ph":"X","pid":0,"tid":7,"ts":1,"dur":2,"args":{}}',
         b'{"ph":"X","name":"a\\"tid\\"","pid":"Spans","tid":"7","args":{"x":{"tid":1}}}',

@@ -29,7 +29,7 @@ def spec(**kw) -> LayerSpec:
 def test_formula_with_stride_and_extras():
     """Anchors 0,10,20,30,40,100..140; 2 layers, stride 2, 1 extra, 2 passes -> 0,2,5,7."""
     s = spec(num_layers=2, anchor_stride=2, extra_anchors_per_pass=1, passes=2)
-    assert [anchor_index(s, p, l) for p in range(2) for l in range(2)] == [0, 2, 5, 7]
+    assert [anchor_index(s, p, layer) for p in range(2) for layer in range(2)] == [0, 2, 5, 7]
     anchors = [match(str(t)) for t in (0, 10, 20, 30, 40, 100, 110, 120, 130, 140)]
     guides = build_guides(anchors, None, s)
     assert [g.anchor_index for g in guides] == [0, 2, 5, 7]

@@ -47,7 +47,7 @@ def test_lane_count_equals_peak_overlap_and_lanes_never_overlap(seed):
     for s, e, lane in zip(lo.tolist(), hi.tolist(), lanes):
         by_lane.setdefault(lane, []).append((s, e))
     for slices in by_lane.values():
-        for (s0, e0), (s1, e1) in zip(slices, slices[1:]):
+        for (_s0, e0), (s1, _e1) in zip(slices, slices[1:]):
             assert e0 <= s1
 
 

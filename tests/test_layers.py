@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import zstandard
-
 from conftest import (
     ANCHOR,
     TERMINAL,
@@ -24,6 +23,7 @@ from conftest import (
     run,
 )
 from kineto import anchor_trace, kernel, write_trace
+
 from samples.generate import DRAFT_ANCHOR, TraceConfig, generate
 from tracestream import LayerSpec, add_layer_guides
 from tracestream.document import DocumentScanner
@@ -54,7 +54,9 @@ def test_guides_label_every_pass_and_verify(decode_trace, tmp_path):
     assert report["matching_anchor_count"] == truth.anchors["0/0"] == 54
     rows = report["layers"]
     assert [r["layer_id"] for r in rows] == list(range(8)) * 6
-    assert [r["anchor_index"] for r in rows] == [p * 9 + l for p in range(6) for l in range(8)]
+    assert [r["anchor_index"] for r in rows] == [
+        p * 9 + layer for p in range(6) for layer in range(8)
+    ]
     assert {r["boundary_kind"] for r in rows[7::8]} == {"terminal_kernel_end"}
     guides = guides_in(out)
     assert [g["name"] for g in guides] == [f"L{i}" for i in range(8)] * 6
@@ -304,7 +306,9 @@ def test_library_api_from_a_notebook(decode_trace, tmp_path):
 
 
 REAL_ANCHORS = {
-    "hta_train_6streams.json.gz": "at::native::unrolled_elementwise_kernel<at::native::CUDAFunctor_add",
+    "hta_train_6streams.json.gz": (
+        "at::native::unrolled_elementwise_kernel<at::native::CUDAFunctor_add"
+    ),
     "hta_sampled_rank0_5streams.json.gz": "permute_2D_lengths_kernel",
     "hta_nccl_gpu_scopes.json.gz": "cudnn::bn_bw_1C11_kernel_new",
     "hta_cuda_sync_multistream.json.gz": ".",

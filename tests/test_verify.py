@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import (
     REAL_WITH_GPU,
     TERMINAL,
@@ -21,8 +20,9 @@ from conftest import (
     real_trace,
     run,
 )
-from samples.generate import LM_HEAD
 from test_layers import raw_events
+
+from samples.generate import LM_HEAD
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,9 @@ def failed_checks(source, output, report=None) -> dict[str, str]:
 
 
 def _first_kernel(text: str, name: str = "flash_fwd") -> re.Match:
-    return re.search(r'"name": "' + name + r'[^"]*", "pid": 0, "tid": (\d+),\n\s*"ts": (\d+)\.(\d{3})', text)
+    return re.search(
+        r'"name": "' + name + r'[^"]*", "pid": 0, "tid": (\d+),\n\s*"ts": (\d+)\.(\d{3})', text
+    )
 
 
 def test_kernel_shifted_by_one_ns(compacted, tmp_path):
@@ -175,8 +177,8 @@ def test_report_from_another_source(compacted, traces, tmp_path):
 def test_two_slices_overlapping_on_a_lane(compacted, tmp_path):
     """Stretch one kernel so it overlaps the next slice on its lane."""
     def edit(text):
-        m = re.search(r'"name": "' + re.escape(LM_HEAD) + r'", "pid": 0, "tid": \d+,\n\s*"ts": [0-9.]+, '
-                      r'"dur": ([0-9.]+)', text)
+        m = re.search(r'"name": "' + re.escape(LM_HEAD) + r'", "pid": 0, "tid": \d+,\n'
+                      r'\s*"ts": [0-9.]+, "dur": ([0-9.]+)', text)
         return text[: m.start(1)] + "900.000" + text[m.end(1):]
 
     failures = failed_checks(*tamper(compacted, tmp_path, edit))

@@ -83,7 +83,9 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
     if layer_spec is not None:
         patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
         if layer_spec.end_anchor_regex is not None:
-            patterns["terminal"] = compile_pattern(layer_spec.end_anchor_regex, "--end-anchor-regex")
+            patterns["terminal"] = compile_pattern(
+                layer_spec.end_anchor_regex, "--end-anchor-regex"
+            )
     options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
     index = run_index(source, options, progress=progress, pool=pool)
     try:

@@ -216,7 +216,11 @@ def unrelocate(raw: bytes) -> tuple[bytes, int]:
     else:
         prefix = b', "args": {'
         cut_start = m.start() - len(prefix)
-        if m.group("trail") or raw[cut_start : m.start()] != prefix or raw[m.end() : m.end() + 1] != b"}":
+        if (
+            m.group("trail")
+            or raw[cut_start : m.start()] != prefix
+            or raw[m.end() : m.end() + 1] != b"}"
+        ):
             raise TraceError(f"event {index}: provenance is not where tracestream puts it")
         cut_end = m.end() + 1
     stripped = raw[:cut_start] + raw[cut_end:]

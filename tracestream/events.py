@@ -23,7 +23,9 @@ LAYER_GUIDE = 6
 CPU_ANNOTATION = 7
 
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET, SYNC)
-KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync", GPU_SCOPE: "scope"}
+KIND_NAMES = {
+    KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync", GPU_SCOPE: "scope"
+}
 
 _ACTIVITY_CATEGORIES = {
     "kernel": KERNEL,

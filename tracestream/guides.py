@@ -111,7 +111,9 @@ def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
         pids[p] += n
     if len(pids) > 1:
         listing = ", ".join(f"pid {p}: {n}" for p, n in sorted(pids.items(), key=_order))
-        raise TraceError(f"{what} matches kernels in several processes ({listing}); pick one with --pid")
+        raise TraceError(
+            f"{what} matches kernels in several processes ({listing}); pick one with --pid"
+        )
     chosen_pid = next(iter(pids))
     if device is not None:
         gpus = Counter({key: n for key, n in gpus.items() if _same(key[1], device)})
@@ -147,7 +149,9 @@ def on_gpu(matches, pid: Any, device: Any):
     return chosen
 
 
-def build_guides(anchors: list[Match], terminals: list[Match] | None, spec: LayerSpec) -> list[Guide]:
+def build_guides(
+    anchors: list[Match], terminals: list[Match] | None, spec: LayerSpec
+) -> list[Guide]:
     """One guide per selected layer; refuses whatever does not fit the spec."""
     needed = required_matches(spec)
     available = len(anchors) - spec.anchor_offset
@@ -182,7 +186,9 @@ def build_guides(anchors: list[Match], terminals: list[Match] | None, spec: Laye
                 )
             terminal = None
             if terminals is not None:
-                terminal = _terminal_in_window(terminals, anchor, upper, p, spec.first_layer + layer)
+                terminal = _terminal_in_window(
+                    terminals, anchor, upper, p, spec.first_layer + layer
+                )
             if not last:
                 end, end_text, kind = upper.ts, upper.ts_text, NEXT_LAYER_ANCHOR
             elif terminal is not None:

@@ -53,7 +53,9 @@ def _pretty(value: Any, depth: int) -> bytes:
     pad = b"  " * (depth + 1)
     end = b"  " * depth
     if isinstance(value, dict) and value:
-        items = [pad + orjson.dumps(str(k)) + b": " + _pretty(v, depth + 1) for k, v in value.items()]
+        items = [
+            pad + orjson.dumps(str(k)) + b": " + _pretty(v, depth + 1) for k, v in value.items()
+        ]
         return b"{\n" + b",\n".join(items) + b"\n" + end + b"}"
     if isinstance(value, (list, tuple)) and value:
         if all(not isinstance(v, (dict, list, tuple)) for v in value):

@@ -596,7 +596,7 @@ class _Observer:
         ids: dict[int, Any] = {}
         rows = []
         track_of = self.track
-        for k, i in enumerate(flows):
+        for _k, i in enumerate(flows):
             e = events[i]
             cand = int(cand_of[i])
             fid = e.id

@@ -282,8 +282,10 @@ class Planner:
             other = index.other_on_track.get(track)
             if other is not None:
                 pid, tid = index.tracks[track]
-                what = {"B": "a begin (B)", "E": "an end (E)", "i": "an instant", "I": "an instant",
-                        "C": "a counter", "X": "a non-GPU slice"}.get(other.ph, f"a ph={other.ph!r}")
+                what = {
+                    "B": "a begin (B)", "E": "an end (E)", "i": "an instant", "I": "an instant",
+                    "C": "a counter", "X": "a non-GPU slice",
+                }.get(other.ph, f"a ph={other.ph!r}")
                 raise TraceError(
                     f"event {other.ordinal} ({what} event {other.name!r}, ts {other.ts}) sits on "
                     f"GPU stream pid {pid} tid {tid}, which compaction would empty; tracestream "
@@ -295,7 +297,10 @@ class Planner:
         for g, state in groups.items():
             if state.lanes > max_lanes:
                 pid, device = index.groups[g]
-                where = f"pid {pid} device {device}" if device != SCOPES else f"GPU scopes of pid {pid}"
+                where = (
+                    f"pid {pid} device {device}" if device != SCOPES
+                    else f"GPU scopes of pid {pid}"
+                )
                 at = state.peak_at_ns
                 raise TraceError(
                     f"{where} needs {state.lanes} display lanes (peak overlap {state.lanes} at "
@@ -381,7 +386,9 @@ class Planner:
 
     def _scope_process(self, display_pid: int, pid: Any) -> None:
         events = [
-            _meta_event("process_name", display_pid, 0, {"name": f"GPU scopes (original PID {pid})"}),
+            _meta_event(
+                "process_name", display_pid, 0, {"name": f"GPU scopes (original PID {pid})"}
+            ),
             _meta_event("process_labels", display_pid, 0, {"labels": VIEW_NOTICE}),
         ]
         gpu_sort = self.index.process_meta.get(pid, {}).get("sort_index")

@@ -187,7 +187,9 @@ class OutputFile:
                 reason = "no space left on the device"
             elif exc.errno == errno.EFBIG:
                 reason = "file size limit exceeded"
-            raise TraceError(f"cannot write {self.what}: {reason}; nothing was left behind") from None
+            raise TraceError(
+                f"cannot write {self.what}: {reason}; nothing was left behind"
+            ) from None
         raise exc
 
     @property

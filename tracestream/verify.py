@@ -202,7 +202,9 @@ class _OutputChecks:
         groups = report.get("compaction", report).get("groups", []) if "options" in report else []
         for g in groups:
             for tid in g.get("lane_tids", []):
-                self.synthetic[(g["display_pid"], tid)] = f"lane tid {tid} of pid {g['display_pid']}"
+                self.synthetic[(g["display_pid"], tid)] = (
+                    f"lane tid {tid} of pid {g['display_pid']}"
+                )
         if "guide_tid" in report:
             self.synthetic[(report["pid"], report["guide_tid"])] = "the guide track"
         self.track_ids: dict[tuple, int] = {}
@@ -457,7 +459,9 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
             event_problems.append(f"stopped comparing at output event {out_ordinal}")
             return event_problems, restore_problems
         if action == KEEP:
-            event_problems.append(f"event {ordinal} ({_short(raw)}) was moved but the plan keeps it")
+            event_problems.append(
+                f"event {ordinal} ({_short(raw)}) was moved but the plan keeps it"
+            )
         else:
             event_problems.append(
                 f"event {ordinal} ({_short(raw)}) is at {_where(out_raw)}, "
