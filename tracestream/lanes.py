@@ -99,22 +99,27 @@ class Sweep:
         self._base_code = base_code
         groups = self.groups
         compacted = np.array(sorted(self.compacted), np.int64)
+        flow_track_ids = np.array(sorted(flow_tracks), np.int64)
         open_by_track = self.open_by_track
         for block in blocks:
             is_flow = block["kind"] == FLOW_KIND
             keep = (~is_flow & np.isin(block["group"], compacted)) | (
-                is_flow & np.isin(block["track"], np.array(sorted(flow_tracks), np.int64)))
+                is_flow & np.isin(block["track"], flow_track_ids))
             if not keep.any():
                 continue
             block = block[keep]
-            cands = block["cand"].tolist()
+            cands = block["cand"]
             codes = []
+            reasons = {}  # position in the block -> why that flow does not bind
             for key, hi, start, end, track, group, kind in zip(
                     block["key"].tolist(), block["hi"].tolist(), block["start"].tolist(),
                     block["end"].tolist(), block["track"].tolist(), block["group"].tolist(),
                     block["kind"].tolist()):
                 if kind == FLOW_KIND:
-                    codes.append(self._bind(track, key))
+                    code = self._bind(track, key)
+                    if code is None:
+                        reasons[len(codes)] = self._reason
+                    codes.append(code)
                     continue
                 state = groups.get(group)
                 if state is None:
@@ -137,11 +142,14 @@ class Sweep:
                     elif len(entries) > 16:
                         entries[:] = [e for e in entries if e[1] >= key]
                     entries.append((start, end, group, lane))
-            for cand, code, row in zip(cands, codes, block.tolist()):
-                if code is None:
-                    self.flow_problems.append(FlowProblem(cand, row[0], self._reason))
-                else:
-                    actions[cand] = code
+            if reasons:  # flows that bind to nothing or to several activities: rare
+                for k, reason in reasons.items():
+                    self.flow_problems.append(
+                        FlowProblem(int(cands[k]), int(block["key"][k]), reason))
+                bound = np.array([code is not None for code in codes])
+                codes = [code for code in codes if code is not None]
+                cands = cands[bound]
+            actions[cands] = codes
 
     def _bind(self, track: int, t: int):
         """The lane code of the activity a flow at `t` binds to, or None (reason kept)."""
