@@ -72,10 +72,33 @@ def test_record_store_sorted_blocks_equal_a_full_sort(budget):
     store.close()
 
 
+def test_merging_many_runs_reads_within_one_budget(monkeypatch):
+    """A 10 GB trace spills hundreds of runs; the merge must not hold a block of each."""
+    from tracestream import spill
+
+    dtype = np.dtype([("key", "<i8"), ("tie", "<i8")])
+    monkeypatch.setattr(spill, "MERGE_BYTES", 64 * 1024)
+    store = RecordStore(dtype, sort_keys=("key", "tie"), budget=4096)  # 256 rows per run
+    rng = np.random.default_rng(2)
+    for _ in range(400):
+        batch = np.zeros(256, dtype=dtype)
+        batch["key"] = rng.integers(0, 10**6, 256)
+        batch["tie"] = np.arange(256)
+        store.append(batch)
+    assert len(store._runs) == 400
+    blocks = list(store.sorted_blocks())
+    merged = np.concatenate(blocks)
+    assert len(merged) == 400 * 256
+    assert np.all(np.diff(merged["key"]) >= 0)
+    # 400 runs x 64 rows (the floor) x 16 bytes: what one merged block can hold at most
+    assert max(b.nbytes for b in blocks) <= 400 * 64 * 16
+    store.close()
+
+
 def test_record_store_keeps_file_order():
     dtype = np.dtype([("x", "<i8")])
     store = RecordStore(dtype, budget=64)
     for start in range(0, 1000, 10):
         store.append(np.arange(start, start + 10, dtype=np.int64).view(dtype))
-    assert store.column("x").tolist() == list(range(1000))
+    assert np.concatenate(list(store.batches()))["x"].tolist() == list(range(1000))
     store.close()

@@ -324,7 +324,7 @@ class Planner:
     def _retire_metadata(self, relocated: set) -> list[dict]:
         index = self.index
         pairs = {index.tracks[t] for t in relocated}
-        meta_cands = np.flatnonzero(index.spans.column("kind") == META)
+        meta_cands = _candidates_of_kind(index, META)
         retired = []
         for meta, cand in zip(index.thread_meta, meta_cands.tolist()):
             if (meta.pid, meta.tid) in pairs:
@@ -375,11 +375,11 @@ class Planner:
                 "peak_overlap_at_us": RawNumber(us_text(at)) if at is not None else None,
             })
         moved = (self.actions != KEEP) & (self.actions != DELETE)
-        flows = index.spans.column("kind") == FLOW
+        flows = _candidates_of_kind(index, FLOW)
         return {
             "max_lanes": spec.max_lanes,
             "relocated_events": int(np.count_nonzero(moved)),
-            "relocated_flows": int(np.count_nonzero(moved & flows)),
+            "relocated_flows": int(np.count_nonzero(moved[flows])),
             "groups": group_rows,
             "retired_track_metadata": retired,
         }
@@ -493,6 +493,13 @@ def _span_row(index: TraceIndex, cand: int):
         if batch_start <= cand < batch_start + len(batch):
             return batch[cand - batch_start]
     raise IndexError(cand)
+
+
+def _candidates_of_kind(index: TraceIndex, kind: int) -> np.ndarray:
+    """Candidate numbers of one kind, a spill block at a time (no column of all kinds)."""
+    parts = [start + np.flatnonzero(batch["kind"] == kind)
+             for start, batch in _batches_with_start(index)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _batches_with_start(index: TraceIndex) -> Iterator[tuple[int, np.ndarray]]:

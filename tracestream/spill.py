@@ -18,7 +18,8 @@ import numpy as np
 from tracestream.errors import TraceError
 
 DEFAULT_BUDGET = 16 << 20
-BLOCK = 1 << 13  # rows per run read at a time while merging (many runs stay cheap)
+BLOCK = 1 << 13  # rows read at a time (per run while merging, when there are few runs)
+MERGE_BYTES = 8 << 20  # what the merge's read blocks may hold together, however many runs
 
 
 class RecordStore:
@@ -93,11 +94,6 @@ class RecordStore:
                 yield self._read(start, min(BLOCK, first + count - start))
         yield from self._pending
 
-    def column(self, name: str) -> np.ndarray:
-        """One column of all records in append order (small stores, or cheap columns)."""
-        parts = [batch[name] for batch in self.batches()]
-        return np.concatenate(parts) if parts else np.zeros(0, self.dtype[name])
-
     def sorted_blocks(self) -> Iterator[np.ndarray]:
         """All records in (primary, secondary) order, a block at a time."""
         assert self.sort_keys is not None
@@ -116,10 +112,13 @@ class RecordStore:
 def _merge_runs(store: RecordStore, keys: tuple[str, str]) -> Iterator[np.ndarray]:
     primary, secondary = keys
     cursors = [[first, first + count, None] for first, count in store._runs]
+    # a 10 GB trace spills a few hundred runs: their blocks share one budget, so the
+    # merge's memory stays flat as the trace grows
+    rows = max(64, min(BLOCK, MERGE_BYTES // (max(len(cursors), 1) * store.dtype.itemsize)))
 
     def load(cursor):
         start, stop, _ = cursor
-        cursor[2] = store._read(start, min(BLOCK, stop - start)) if start < stop else None
+        cursor[2] = store._read(start, min(rows, stop - start)) if start < stop else None
 
     for cursor in cursors:
         load(cursor)
