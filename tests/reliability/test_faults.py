@@ -273,7 +273,7 @@ def test_signals_at_random_points(large, tmp_path):
             assert "no output was left behind" in lines[0]
             assert leftovers(folder) == [], leftovers(folder)
             TALLY["faults injected (SIGINT/SIGTERM mid-run)"] += 1
-            TALLY[f"  ... of which in the {phase}"] += 1
+            TALLY[f"faults injected (SIGINT/SIGTERM mid-run), in the {phase}"] += 1
     assert sha256(large) == before
 
 
