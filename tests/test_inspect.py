@@ -296,6 +296,37 @@ def test_refusal_through_console_script(decode):
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
+@pytest.fixture(scope="module")
+def long_decode(tmp_path_factory):
+    """500 decode steps: 4,500 anchor matches, a few hundred KB of anchors output."""
+    path = tmp_path_factory.mktemp("long") / "long.json"
+    generate(path, TraceConfig(layers=8, iterations=500))
+    return path
+
+
+def test_thousands_of_matches_stream_whole_and_in_order(long_decode):
+    """Rows are written in batches of 4096: every row arrives once, in order, valid JSON."""
+    path = long_decode
+    report = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)
+    assert report["count"] == 500 * 9 > 4096
+    assert [m["index"] for m in report["matches"]] == list(range(500 * 9))
+    text = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX).stdout
+    table = [line.split() for line in text.splitlines() if re.match(r"\s+\d+\s+\d", line)]
+    assert [int(row[0]) for row in table[: 500 * 9]] == list(range(500 * 9))
+
+
+@pytest.mark.parametrize("json_flag", ["", "--json"])
+def test_printing_into_a_closed_pipe_is_quiet(long_decode, json_flag):
+    """`anchors ... | head`: far more than a pipe holds; exit 141 like any Unix tool, no noise."""
+    done = subprocess.run(
+        f"set -o pipefail; '{SCRIPT}' anchors --trace '{long_decode}' "
+        f"--anchor-regex '{ANCHOR_RX}' {json_flag} | head -c 100",
+        shell=True, capture_output=True, text=True, executable="/bin/bash")
+    assert len(done.stdout) == 100
+    assert done.returncode == 141
+    assert done.stderr == ""
+
+
 # -- inputs ---------------------------------------------------------------------
 
 

@@ -24,6 +24,10 @@ class _Group(click.Group):
         except TraceError as exc:
             click.echo(f"tracestream: error: {exc}", err=True)
             sys.exit(2)
+        except BrokenPipeError:  # `tracestream anchors ... | head`: the reader has had enough
+            # (outputs written to stdout report a closed pipe in the sink, with exit 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
         except KeyboardInterrupt:
             click.echo("tracestream: interrupted; no output was left behind", err=True)
             sys.exit(130)

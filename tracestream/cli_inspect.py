@@ -51,8 +51,8 @@ def register(main) -> None:
         from tracestream.inspect import (
             GAP_FACTOR,
             anchors_json,
+            anchors_lines,
             find_anchors,
-            format_anchors,
             paused_gc,
         )
 
@@ -62,4 +62,10 @@ def register(main) -> None:
                 cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
                 quiet=as_json,
             )
-            click.echo(anchors_json(report).decode() if as_json else format_anchors(report))
+            if as_json:
+                for piece in anchors_json(report):
+                    click.echo(piece, nl=False)  # bytes: written as they are
+                click.echo()
+            else:
+                for line in anchors_lines(report):
+                    click.echo(line)

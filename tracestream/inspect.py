@@ -8,14 +8,14 @@ and its first complete pass; they never pick an offset or a layer count.
 from __future__ import annotations
 
 import gc
-import statistics
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import pairwise
+from itertools import islice, pairwise
 from typing import Any
 
+import numpy as np
 import orjson
 
 from tracestream.api import compile_pattern
@@ -45,9 +45,9 @@ NAME_WIDTH = 110  # longest kernel/annotation name in human-readable tables
 # -- small pure helpers --------------------------------------------------------
 
 
-def gaps(times: Sequence[int]) -> list[int]:
+def gaps(times: Sequence[int]) -> np.ndarray:
     """Start-to-start gaps between consecutive matches (ns)."""
-    return [b - a for a, b in pairwise(times)]
+    return np.diff(np.asarray(times, dtype=np.int64))
 
 
 def cluster_matches(times: Sequence[int], factor: float = GAP_FACTOR):
@@ -57,20 +57,14 @@ def cluster_matches(times: Sequence[int], factor: float = GAP_FACTOR):
     of a phase show up as clusters because the host/other phases run between
     them; the rule is deliberately simple so a user can check it by hand.
     """
-    if not times:
+    if not len(times):
         return [], None
     between = gaps(times)
-    if not between:
+    if not len(between):
         return [(0, 1)], None
-    median = statistics.median(between)
-    clusters = []
-    start = 0
-    for i, gap in enumerate(between, start=1):
-        if gap > factor * median:
-            clusters.append((start, i - start))
-            start = i
-    clusters.append((start, len(times) - start))
-    return clusters, median
+    median = float(np.median(between))
+    starts = [0, *(np.flatnonzero(between > factor * median) + 1).tolist(), len(times)]
+    return [(a, b - a) for a, b in pairwise(starts)], median
 
 
 def rule_text(factor: float, median_ns: float | None) -> str:
@@ -91,12 +85,15 @@ def separation(times: Sequence[int], clusters: Sequence[tuple[int, int]],
     """
     if median_ns is None or median_ns <= 0:
         return {"max_inside_ratio": None, "min_between_ratio": None}
-    starts = {start for start, _ in clusters[1:]}
-    inside = [g for i, g in enumerate(gaps(times), start=1) if i not in starts]
-    between = [times[s] - times[s - 1] for s in sorted(starts)]
+    between_gaps = gaps(times)
+    first_of_cluster = np.array([start for start, _ in clusters[1:]], np.int64)
+    is_between = np.zeros(len(between_gaps), bool)
+    is_between[first_of_cluster - 1] = True
+    inside = between_gaps[~is_between]
+    between = between_gaps[is_between]
     return {
-        "max_inside_ratio": round(max(inside) / median_ns, 2) if inside else None,
-        "min_between_ratio": round(min(between) / median_ns, 2) if between else None,
+        "max_inside_ratio": round(int(inside.max()) / median_ns, 2) if len(inside) else None,
+        "min_between_ratio": round(int(between.min()) / median_ns, 2) if len(between) else None,
     }
 
 
@@ -234,18 +231,29 @@ def _histogram(values: Iterable[int]) -> dict[str, int]:
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
                  right: Sequence[bool] | None = None, indent: str = "  ") -> str:
     """Aligned columns; `right[i]` right-aligns column i (numbers)."""
-    rows = [["-" if v is None else str(v) for v in row] for row in rows]
+    rows = list(rows)
+    return "\n".join(table_lines(headers, lambda: iter(rows), right, indent))
+
+
+def table_lines(headers: Sequence[str], make_rows, right: Sequence[bool] | None = None,
+                indent: str = "  ") -> Iterator[str]:
+    """Lines of an aligned table; `make_rows()` is called twice (widths, then lines), so
+    a table of millions of rows never exists as a whole."""
     right = right or [False] * len(headers)
     widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(v)) for w, v in zip(widths, row, strict=True)]
+    for row in make_rows():
+        widths = [max(w, len("-" if v is None else str(v)))
+                  for w, v in zip(widths, row, strict=True)]
 
     def line(values):
         columns = zip(values, widths, right, strict=True)
-        cells = [v.rjust(w) if r else v.ljust(w) for v, w, r in columns]
+        cells = [("-" if v is None else str(v)).rjust(w) if r
+                 else ("-" if v is None else str(v)).ljust(w) for v, w, r in columns]
         return (indent + "  ".join(cells)).rstrip()
 
-    return "\n".join([line(headers)] + [line(row) for row in rows])
+    yield line(headers)
+    for row in make_rows():
+        yield line(row)
 
 
 def short(name: Any, width: int = NAME_WIDTH) -> str | None:
@@ -518,25 +526,43 @@ def _f3(value: float | None) -> str | None:
 # -- anchors -----------------------------------------------------------------
 
 
-def _match_rows(anchors: list[Match], times: list[int], clusters, origin_ns: int) -> list[dict]:
-    cluster_of = {}
-    for c, (start, n) in enumerate(clusters):
-        for i in range(start, start + n):
-            cluster_of[i] = c
-    rows = []
-    for i, m in enumerate(anchors):
-        rows.append({
+class MatchRows(Sequence):
+    """The anchors report's match rows, made one at a time from the packed matches.
+
+    A 10 GB trace holds millions of anchor matches: as dicts they would take GBs,
+    so `anchors` streams them to its output instead of holding them.
+    """
+
+    def __init__(self, anchors: Sequence[Match], times: np.ndarray, clusters, origin_ns: int):
+        self.anchors = anchors
+        self.times = times
+        self.cluster_of = np.repeat(np.arange(len(clusters)), [n for _, n in clusters])
+        self.origin_ns = origin_ns
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        m = self.anchors[i]
+        t = int(self.times[i])
+        return {
             "index": i,
             "ts_us": RawNumber(m.ts_text),
             "dur_us": RawNumber(m.dur_text),
-            "rel_ms": ms(times[i], origin_ns),
-            "gap_us": round((times[i] - times[i - 1]) / 1000, 3) if i else None,
+            "rel_ms": ms(t, self.origin_ns),
+            "gap_us": round((t - int(self.times[i - 1])) / 1000, 3) if i else None,
             "stream": m.stream,
             "tid": m.tid,
-            "cluster": cluster_of[i],
+            "cluster": int(self.cluster_of[i]),
             "event": m.ordinal,
-        })
-    return rows
+        }
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
 
 def _cluster_rows(anchors: list[Match], clusters, origin_ns: int) -> list[dict]:
@@ -603,7 +629,8 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
             raise TraceError(f"no kernel matches --anchor-regex {anchor_regex!r}")
         pid, device = select_gpu(found, pid, device, "--anchor-regex")
         anchors = on_gpu(found, pid, device)
-        times = [m.ts.floor_ns() for m in anchors]
+        times = (anchors.starts if hasattr(anchors, "starts")
+                 else np.array([m.ts.floor_ns() for m in anchors], np.int64))
         clusters, median = cluster_matches(times, factor)
         origin_ns = index.origin.floor_ns() if index.origin is not None else 0
         spread = separation(times, clusters, median)
@@ -612,8 +639,8 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
             "pid": pid,
             "device": device,
             "count": len(anchors),
-            "names": dict(Counter(m.name for m in anchors).most_common()),
-            "matches": _match_rows(anchors, times, clusters, origin_ns),
+            "names": _name_counts(anchors),
+            "matches": MatchRows(anchors, times, clusters, origin_ns),
             "clusters": _cluster_rows(anchors, clusters, origin_ns),
             "median_gap_us": None if median is None else round(median / 1000, 3),
             "gap_factor": factor,
@@ -630,6 +657,16 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
         index.close()
 
 
+def _name_counts(anchors) -> dict:
+    """Kernel names of the matches, most frequent first (from the packed ids when packed)."""
+    if not hasattr(anchors, "order"):
+        return dict(Counter(m.name for m in anchors).most_common())
+    table = anchors.table
+    ids, counts = np.unique(table.rows["name"][anchors.order], return_counts=True)
+    pairs = sorted(zip(counts.tolist(), ids.tolist()), key=lambda p: (-p[0], p[1]))
+    return {table.names[name]: count for count, name in pairs}
+
+
 def _row_json(row: dict) -> bytes:
     """One flat match row, key order kept; exact numbers spliced in as their text."""
     dump = orjson.dumps
@@ -639,27 +676,38 @@ def _row_json(row: dict) -> bytes:
     ) + b"}"
 
 
-def anchors_json(report: dict) -> bytes:
-    """The anchors report as one JSON object; thousands of match rows serialise quickly."""
-    rows = b", ".join(_row_json(row) for row in report["matches"])
-    return dumps({**report, "matches": RawJSON(b"[" + rows + b"]")})
+_ROWS_PLACEHOLDER = b'"\x00matches\x00"'
 
 
-def format_anchors(report: dict) -> str:
-    """Human-readable anchors report: matches, clusters, rule, cross-check, verdict."""
+def anchors_json(report: dict) -> Iterator[bytes]:
+    """The anchors report as one JSON object, in pieces: the match rows are streamed."""
+    head, tail = dumps({**report, "matches": RawJSON(_ROWS_PLACEHOLDER)}).split(
+        _ROWS_PLACEHOLDER)
+    yield head + b"["
+    rows = iter(report["matches"])
+    while batch := list(islice(rows, 4096)):
+        yield (b", " if batch[0]["index"] else b"") + b", ".join(map(_row_json, batch))
+    yield b"]" + tail
+
+
+def anchors_lines(report: dict) -> Iterator[str]:
+    """Human-readable anchors report, a line at a time: matches (streamed, never held as a
+    whole), clusters, rule, cross-check, verdict."""
     names = ", ".join(f"{short(n, 60)} ({c})" for n, c in report["names"].items())
+    yield (f"anchor {report['anchor_regex']!r} on pid {report['pid']} device "
+           f"{report['device']}: {report['count']} matches ({names})")
+    yield (f"times: ms from the trace origin (ts {report['origin_us']} us); index = the number "
+           "--anchor-offset refers to")
+    yield ""
+
+    def match_cells():
+        for m in report["matches"]:
+            yield [m["index"], f"{m['rel_ms']:,.3f}", m["stream"], m["dur_us"],
+                   None if m["gap_us"] is None else f"{m['gap_us']:,.3f}", m["cluster"]]
+
+    yield from table_lines(["index", "t ms", "stream", "dur us", "gap us", "cluster"],
+                           match_cells, [True] * 6)
     out = [
-        f"anchor {report['anchor_regex']!r} on pid {report['pid']} device {report['device']}: "
-        f"{report['count']} matches ({names})",
-        f"times: ms from the trace origin (ts {report['origin_us']} us); index = the number "
-        "--anchor-offset refers to",
-        "",
-        format_table(
-            ["index", "t ms", "stream", "dur us", "gap us", "cluster"],
-            [[m["index"], f"{m['rel_ms']:,.3f}", m["stream"], m["dur_us"],
-              None if m["gap_us"] is None else f"{m['gap_us']:,.3f}", m["cluster"]]
-             for m in report["matches"]],
-            [True, True, True, True, True, True]),
         "",
         f"clusters: {report['rule']}",
     ]
@@ -698,4 +746,4 @@ def format_anchors(report: dict) -> str:
     out += ["", f"verdict: {report['verdict']}",
             "(no offset or layer count is chosen for you: pass --anchor-offset, --num-layers "
             "and --extra-anchors-per-pass to `layers` yourself)"]
-    return "\n".join(out)
+    yield from out
