@@ -17,7 +17,7 @@ import numpy as np
 
 from tracestream.errors import TraceError
 
-DEFAULT_BUDGET = 16 << 20
+DEFAULT_BUDGET = 8 << 20
 BLOCK = 1 << 13  # rows read at a time (per run while merging, when there are few runs)
 MERGE_BYTES = 8 << 20  # what the merge's read blocks may hold together, however many runs
 
