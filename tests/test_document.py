@@ -131,3 +131,31 @@ def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes):
         assert len(index.spans) == 20 + 1  # thread_name metadata and the one kernel
     finally:
         index.close()
+
+
+@pytest.mark.parametrize("suffix", ["gz", "zst"])
+def test_compressed_input_is_read_whole_in_small_pieces(tmp_path, suffix):
+    """A multi-member/multi-frame file of very compressible JSON comes back byte for byte,
+    and gzip never hands over more than OUT_BLOCK at once (memory stays flat)."""
+    import gzip
+
+    import zstandard
+
+    from tracestream import source as source_module
+    from tracestream.source import TraceSource
+
+    text = b'{"traceEvents": [' + b", ".join(
+        b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": %d, "dur": 1}' % i
+        for i in range(200_000)) + b"]}"
+    half = len(text) // 2
+    path = tmp_path / f"t.json.{suffix}"
+    if suffix == "gz":
+        path.write_bytes(gzip.compress(text[:half], 6) + gzip.compress(text[half:], 6))
+    else:
+        cctx = zstandard.ZstdCompressor(level=3)
+        path.write_bytes(cctx.compress(text[:half]) + cctx.compress(text[half:]))
+    with TraceSource(path) as src:
+        pieces = list(src.read())
+    assert b"".join(pieces) == text
+    if suffix == "gz":
+        assert max(map(len, pieces)) <= source_module.OUT_BLOCK

@@ -28,6 +28,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 RAW_BLOCK = 1 << 20
 PLAIN_BLOCK = 4 << 20
+OUT_BLOCK = 1 << 20  # decompressed bytes per piece: trace JSON compresses 10-20x
+ZSTD_FEED = 64 << 10  # zstd input per call (its decompressobj has no output limit)
 _QUEUE_DEPTH = 2
 
 
@@ -254,14 +256,25 @@ class _GzipDecoder:
     def feed(self, data: bytes, offset: int):
         while data:
             try:
-                out = self._obj.decompress(data)
+                out = self._obj.decompress(data, OUT_BLOCK)
+                pieces = [out]
+                # output held back at the limit, with no input left: drain it before more input
+                while len(out) == OUT_BLOCK and not self._obj.unconsumed_tail \
+                        and not self._obj.eof:
+                    out = self._obj.decompress(b"", OUT_BLOCK)
+                    pieces.append(out)
             except zlib.error as exc:
                 raise TraceError(
                     f"{self.name}: corrupt gzip data near compressed byte {offset}: {exc}"
                 ) from None
             self._started = True
-            if out:
-                yield out
+            for out in pieces:
+                if out:
+                    yield out
+            if self._obj.unconsumed_tail and not self._obj.eof:
+                offset += len(data) - len(self._obj.unconsumed_tail)
+                data = self._obj.unconsumed_tail
+                continue
             if self._obj.eof:
                 rest = self._obj.unused_data
                 offset += len(data) - len(rest)
@@ -293,6 +306,10 @@ class _ZstdDecoder:
         self._started = False
 
     def feed(self, data: bytes, offset: int):
+        while len(data) > ZSTD_FEED:  # small inputs keep each output piece small
+            yield from self.feed(data[:ZSTD_FEED], offset)
+            data = data[ZSTD_FEED:]
+            offset += ZSTD_FEED
         while data:
             try:
                 out = self._obj.decompress(data)
