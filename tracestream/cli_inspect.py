@@ -22,10 +22,11 @@ def register(main) -> None:
                   help="Most frequent kernel names per GPU and CPU user annotations to show.")
     def inspect_command(trace, as_json, top):
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
-        from tracestream.inspect import format_inspect, inspect_trace, paused_gc
+        from tracestream.inspect import format_inspect, inspect_trace
         from tracestream.jsontext import dumps
+        from tracestream.workers import collector_paused
 
-        with paused_gc():
+        with collector_paused():
             report = inspect_trace(trace, top=top, quiet=as_json)
             click.echo(dumps(report).decode() if as_json else format_inspect(report))
 
@@ -53,10 +54,10 @@ def register(main) -> None:
             anchors_json,
             anchors_lines,
             find_anchors,
-            paused_gc,
         )
+        from tracestream.workers import collector_paused
 
-        with paused_gc():  # thousands of match rows: full collections would walk them all
+        with collector_paused():  # thousands of match rows: full collections would walk them all
             report = find_anchors(
                 trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
                 cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,

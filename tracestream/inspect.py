@@ -7,11 +7,9 @@ and its first complete pass; they never pick an offset or a layer count.
 
 from __future__ import annotations
 
-import gc
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from itertools import islice, pairwise
 from typing import Any
 
@@ -25,8 +23,10 @@ from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import FLOW, SCOPES, IndexOptions, Match, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
+from tracestream.matches import MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
+from tracestream.workers import collector_paused
 
 GAP_FACTOR = 3.0
 """Default cluster split: a gap larger than this many median gaps starts a new cluster.
@@ -292,23 +292,6 @@ def _top(counter: Counter, top: int) -> list[dict]:
 # -- reading -----------------------------------------------------------------
 
 
-@contextmanager
-def paused_gc():
-    """No cyclic GC while one pass runs (the previous state is restored afterwards).
-
-    The index keeps one object per anchor match, and every full collection walks
-    all of them again: on a 200 MB trace that cost `anchors` a third of its time.
-    A read-only pass creates no garbage cycles worth collecting.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True) -> TraceIndex:
     with TraceSource(str(trace), stdin=stdin) as source:
         return run_index(source, options, progress=Progress.for_terminal(quiet))
@@ -444,7 +427,7 @@ def inspect_trace(trace, *, top: int = 30, stdin=None, quiet: bool = True) -> di
     if top < 0:
         raise TraceError(f"--top must be >= 0, got {top}")
     options = IndexOptions(count_names=True, records=False, sweep=True)
-    with paused_gc():
+    with collector_paused():
         index = _index(trace, options, stdin, quiet)
         try:
             return inspect_index(index, top=top)
@@ -533,7 +516,7 @@ class MatchRows(Sequence):
     so `anchors` streams them to its output instead of holding them.
     """
 
-    def __init__(self, anchors: Sequence[Match], times: np.ndarray, clusters, origin_ns: int):
+    def __init__(self, anchors: MatchView, times: np.ndarray, clusters, origin_ns: int):
         self.anchors = anchors
         self.times = times
         self.cluster_of = np.repeat(np.arange(len(clusters)), [n for _, n in clusters])
@@ -616,7 +599,7 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
     if cross_check is not None:
         patterns["cross"] = compile_pattern(cross_check, "--cross-check")
     options = IndexOptions(patterns=patterns, records=False, sweep=False)
-    with paused_gc():
+    with collector_paused():
         return _anchors_report(_index(trace, options, stdin, quiet), anchor_regex, pid, device,
                                cross_check, factor)
 
@@ -629,8 +612,7 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
             raise TraceError(f"no kernel matches --anchor-regex {anchor_regex!r}")
         pid, device = select_gpu(found, pid, device, "--anchor-regex")
         anchors = on_gpu(found, pid, device)
-        times = (anchors.starts if hasattr(anchors, "starts")
-                 else np.array([m.ts.floor_ns() for m in anchors], np.int64))
+        times = anchors.starts
         clusters, median = cluster_matches(times, factor)
         origin_ns = index.origin.floor_ns() if index.origin is not None else 0
         spread = separation(times, clusters, median)
@@ -657,10 +639,8 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
         index.close()
 
 
-def _name_counts(anchors) -> dict:
+def _name_counts(anchors: MatchView) -> dict:
     """Kernel names of the matches, most frequent first (from the packed ids when packed)."""
-    if not hasattr(anchors, "order"):
-        return dict(Counter(m.name for m in anchors).most_common())
     table = anchors.table
     ids, counts = np.unique(table.rows["name"][anchors.order], return_counts=True)
     pairs = sorted(zip(counts.tolist(), ids.tolist()), key=lambda p: (-p[0], p[1]))

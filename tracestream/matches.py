@@ -76,6 +76,16 @@ def _integer(ns: int) -> bytes:
     return b"%d" % (ns // 1000)
 
 
+def _intern(values: list, ids: dict, value) -> int:
+    """The id of `value` in `values`, appending it once (1 and 1.0 and "1" stay apart)."""
+    key = (type(value), value)
+    found = ids.get(key)
+    if found is None:
+        found = ids[key] = len(values)
+        values.append(value)
+    return found
+
+
 def _concatenate_consuming(parts: list[np.ndarray]) -> np.ndarray:
     """One array of all parts, freeing each part once copied: millions of matches (a
     10 GB trace) are held once, not twice."""
@@ -104,20 +114,10 @@ class MatchTable(Sequence):
         self.texts: dict[int, tuple[str, str]] = {}  # row -> (ts, dur) text, form AS_TEXT
 
     def intern_name(self, name) -> int:
-        key = (type(name), name)
-        found = self._name_ids.get(key)
-        if found is None:
-            found = self._name_ids[key] = len(self.names)
-            self.names.append(name)
-        return found
+        return _intern(self.names, self._name_ids, name)
 
     def intern_stream(self, stream) -> int:
-        key = (type(stream), stream)
-        found = self._stream_ids.get(key)
-        if found is None:
-            found = self._stream_ids[key] = len(self.streams)
-            self.streams.append(stream)
-        return found
+        return _intern(self.streams, self._stream_ids, stream)
 
     def extend(self, rows: np.ndarray, texts: dict[int, tuple[str, str]]) -> None:
         """Add rows (already in global numbering); `texts` keyed by position in `rows`."""

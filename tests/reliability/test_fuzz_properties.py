@@ -13,7 +13,6 @@ TRACESTREAM_FUZZ_EXAMPLES (e.g. 5000).
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import re
@@ -21,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import zstandard
+from conftest import read_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,17 +36,8 @@ SETTINGS = dict(deadline=None, derandomize=not FUZZ_EXAMPLES, print_blob=True,
                 **({} if FUZZ_EXAMPLES else {"database": None}))
 
 
-def _read(path: Path) -> bytes:
-    data = Path(path).read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        return gzip.decompress(data)
-    if data[:4] == b"\x28\xb5\x2f\xfd":
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    return data
-
-
 def _check_lanes(source: Path, report: dict, max_lanes: int) -> None:
-    expected = oracle.expected_lanes(source, read=_read)
+    expected = oracle.expected_lanes(source, read=read_bytes)
     found = oracle.lanes_in_report(report)
     assert set(found) == set(expected), (found, expected)
     for key, want in expected.items():
@@ -59,7 +49,7 @@ def _check_lanes(source: Path, report: dict, max_lanes: int) -> None:
 
 
 def _check_guides(output: Path, report: dict, spec: LayerSpec) -> None:
-    guides = oracle.guide_slices(_read(output))
+    guides = oracle.guide_slices(read_bytes(output))
     n, s, e, k = spec.num_layers, spec.anchor_stride, spec.extra_anchors_per_pass, \
         spec.anchor_offset
     assert len(guides) == n * spec.passes == len(report["layers"])
