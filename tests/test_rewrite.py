@@ -1,0 +1,82 @@
+"""rewrite_chunk splices whole chunks at once; every shape must give relocate()'s bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracestream.edit import relocate
+from tracestream.index import SPAN_DTYPE
+from tracestream.plan import DELETE
+from tracestream.rewrite import rewrite_chunk
+
+KERNEL = (b'{\n    "ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": %d,\n'
+          b'    "ts": 1000.%03d, "dur": 1.500,\n    "args": {"stream": %d}\n  }')
+SHAPES = {
+    "args": KERNEL,
+    "empty args": b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": %d, '
+                  b'"ts": 1000.%03d, "dur": 1, "args": {}%.0d}',
+    "spaced empty args": b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": %d, '
+                         b'"ts": 1000.%03d, "dur": 1, "args": { }%.0d}',
+    "no args": b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": %d, '
+               b'"ts": 1000.%03d, "dur": 1%.0d}',
+    "args first": b'{"args": {"stream": %d}, "ph": "X", "name": "k", "pid": 0, "tid": %d, '
+                  b'"ts": 1000.%03d, "dur": 1%.0d}',
+}
+TARGETS = {1: (b"1000", None), 2: (b"1001", None), 3: (b"7", b"1000000")}
+
+
+def _chunk(shapes: list[str]) -> tuple[bytes, np.ndarray]:
+    events = [SHAPES[s] % (k, 7 + k, k, 7 + k) for k, s in enumerate(shapes)]
+    events.insert(1, b'{"ph": "X", "cat": "cpu_op", "name": "untouched", "pid": 1, "tid": 1}')
+    data = b",\n  ".join(events)
+    rows = np.zeros(len(shapes), SPAN_DTYPE)
+    pos = 0
+    k = 0
+    for i, event in enumerate(events):
+        pos = data.index(event, pos)
+        if i != 1:
+            rows[k] = (100 + i, 5000 + pos, len(event), 0)
+            k += 1
+        pos += len(event)
+    return data, rows
+
+
+def _one_by_one(data: bytes, rows: np.ndarray, actions: list[int]) -> bytes:
+    out, pos = [], 0
+    for row, action in zip(rows, actions):
+        start = int(row["offset"]) - 5000
+        end = start + int(row["length"])
+        new_tid, new_pid = TARGETS[action]
+        out += [data[pos:start], relocate(data[start:end], new_tid, int(row["ordinal"]),
+                                          new_pid)]
+        pos = end
+    return b"".join(out + [data[pos:]])
+
+
+@pytest.mark.parametrize("shapes", [
+    ["args"] * 4,
+    ["args", "empty args", "args", "no args"],
+    ["spaced empty args", "args", "no args", "no args"],
+    ["args", "args first", "args"],
+])
+@pytest.mark.parametrize("actions", [[1, 2, 1, 2], [3, 1, 3, 3]])
+def test_chunk_rewrite_equals_relocating_each_event(shapes, actions):
+    data, rows = _chunk(shapes)
+    acts = np.array(actions[: len(shapes)], np.uint16)
+    got, dropped_last = rewrite_chunk(data, 5000, rows, acts, TARGETS)
+    assert not dropped_last
+    assert got == _one_by_one(data, rows, acts.tolist())
+    assert b'"name": "untouched", "pid": 1, "tid": 1}' in got
+
+
+def test_chunk_rewrite_drops_a_retired_event_with_its_separator():
+    data, rows = _chunk(["args", "args", "args"])
+    got, dropped_last = rewrite_chunk(data, 5000, rows, np.array([1, DELETE, 2], np.uint16),
+                                      TARGETS)
+    assert got.count(b'"cat": "kernel"') == 2
+    assert b'"name": "k1"' not in got and not dropped_last
+    got, dropped_last = rewrite_chunk(data, 5000, rows, np.array([1, 2, DELETE], np.uint16),
+                                      TARGETS)
+    # the separator before it stays; the caller leaves out the one after the chunk
+    assert dropped_last and got.endswith(b"},\n  ") and b'"name": "k2"' not in got
