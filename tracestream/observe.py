@@ -36,6 +36,7 @@ from tracestream.events import (
     CategoryKinds,
     describe_validation_error,
 )
+from tracestream.keyscan import KeyScan, per_event
 from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_form
 
 FLOW = 8  # candidate kind of flow events
@@ -77,6 +78,7 @@ _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _PROVENANCE = b'"' + PROVENANCE_KEY.encode() + b'"'
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
+_MOVED_KEYS = _INTERPRETED_KEYS[:4]
 
 
 @dataclass
@@ -264,6 +266,7 @@ class _Observer:
         self.tracks: dict[tuple, int] = {}
         self.groups: dict[tuple, int] = {}
         self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
+        self.scan = KeyScan(data)
 
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
@@ -320,7 +323,7 @@ class _Observer:
                            else "pid" if e.pid is None else "tid")
                 raise self.fail(i, f"GPU activity event has no `{missing}`")
         if slices and self.ctx.moves_gpu:
-            self._check_gpu_duplicates(slices, ts_texts, dur_texts)
+            self._check_gpu_duplicates(slices)
         flows = [i for i, ph in enumerate(phs) if ph in FLOW_PHASES and ts_texts[i]
                  and events[i].pid is not None and events[i].tid is not None]
         metas = [i for i, ph in enumerate(phs) if ph == "M"]
@@ -554,30 +557,24 @@ class _Observer:
         return {p: (np.array(rows[p], MATCH_DTYPE), names_list, streams_list, texts[p])
                 for p in patterns}
 
-    def _check_gpu_duplicates(self, slices, ts_texts, dur_texts) -> None:
+    def _check_gpu_duplicates(self, slices) -> None:
         """Compaction moves GPU events by their pid, tid, ts and dur: a duplicate is refused.
 
-        One count per key over the whole chunk proves the common case (the key once
-        per event that has it); only a surplus (a duplicate, or the key nested in
-        `args` or as a value) makes the GPU events be looked at one by one.
+        The keys' positions in the chunk (see keyscan) give each GPU event's count of
+        each key; only an event with more than one (a duplicate, or the key nested in
+        `args` or inside a string) is looked at with a parser.
         """
-        events = self.events
-        present = (
-            (b'"ts"', sum(map(bool, ts_texts))),
-            (b'"dur"', sum(map(bool, dur_texts))),
-            (b'"pid"', sum(e.pid is not None for e in events)),
-            (b'"tid"', sum(e.tid is not None for e in events)),
-        )
-        suspect = [key for key, count in present if self.data.count(key) > count]
-        if not suspect:
-            return
-        for i in slices:
-            raw = self.raw(i)
-            if any(raw.count(key) > 1 for key in suspect):
-                dup = _duplicate_key(raw)
-                if dup is not None:
-                    raise self.fail(i, f"duplicate key `{dup}` in a GPU event (which value "
-                                       "would a reader take?)")
+        starts, ends = self.spans
+        idx = np.array(slices)
+        lo, hi = starts[idx], ends[idx]
+        suspect = np.zeros(len(idx), bool)
+        for key in _MOVED_KEYS:
+            suspect |= per_event(self.scan.positions(key), lo, hi)[1] > 1
+        for k in np.flatnonzero(suspect).tolist():
+            dup = _duplicate_key(self.raw(slices[k]))
+            if dup is not None:
+                raise self.fail(slices[k], f"duplicate key `{dup}` in a GPU event (which value "
+                                           "would a reader take?)")
 
     def _check_duplicates(self, i: int) -> None:
         """Anchors and terminals are interpreted: a duplicate key in one is refused."""
@@ -642,7 +639,7 @@ class _Observer:
         return GuideEvent(i, e.pid, e.tid, args if isinstance(args, dict) else {})
 
     def _provenance(self) -> int | None:
-        if _PROVENANCE not in self.data:
+        if not len(self.scan.positions(_PROVENANCE)):
             return None
         for i in range(len(self.events)):
             raw = self.raw(i)

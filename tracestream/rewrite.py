@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator
-from itertools import repeat
 
 import numpy as np
 
 from tracestream.edit import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
 from tracestream.errors import TraceError
 from tracestream.index import TraceIndex
+from tracestream.keyscan import KeyScan, per_event
 from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
@@ -103,69 +103,53 @@ _TID = b'"tid": '
 _ARGS = b'"args": {'
 
 
-def _occurrences(data: bytes, literal: bytes) -> tuple[np.ndarray, list[bytes]]:
-    """Start offsets of every occurrence of `literal`, and the bytes after each one.
-
-    bytes.split and itertools.accumulate do the scanning in C: no match objects.
-    """
-    pieces = data.split(literal)
-    lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
-    positions = np.cumsum(lengths[:-1] + len(literal)) - len(literal)
-    return positions, pieces[1:]
-
-
 def _only(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per event [start, end): the index of its only occurrence, or -1 (none or several)."""
-    first = np.searchsorted(positions, starts)
-    last = np.searchsorted(positions, ends)
-    return np.where(last - first == 1, first, -1)
+    first, count = per_event(positions, starts, ends)
+    return np.where(count == 1, first, -1)
 
 
-def _args_braces(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _args_braces(scan: KeyScan, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per event: the position after its `"args": {`, -1 when it has no "args" at all, or
     -2 when "args" occurs otherwise (twice, or spelled `"args":{`): the careful way.
 
     Counting every `"args"` token, not only Kineto's spelling, keeps an event whose
     args are spelled differently from getting a second "args" member.
     """
-    positions, after = _occurrences(data, b'"args"')
-    first = np.searchsorted(positions, starts)
-    count = np.searchsorted(positions, ends) - first
+    positions = scan.positions(b'"args"')
+    first, count = per_event(positions, starts, ends)
     braces = np.where(count == 0, -1, -2)
-    if len(positions):
-        kineto = np.fromiter(map(bytes.startswith, after, repeat(_ARGS[6:])), bool, len(after))
+    kineto = scan.followed_by(positions, _ARGS)
+    if len(kineto):
         one = np.flatnonzero(count == 1)
-        good = one[kineto[first[one]]]
+        start = positions[first[one]]
+        good = one[kineto[np.minimum(np.searchsorted(kineto, start), len(kineto) - 1)] == start]
         braces[good] = positions[first[good]] + len(_ARGS)
     return braces
 
 
-_NUMBERS = re.compile(rb"-?[0-9]+(?:,-?[0-9]+)*")
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 
 
-def _value_spans(data: bytes, literal: bytes, starts, ends) -> tuple[np.ndarray, np.ndarray]:
+def _value_spans(scan: KeyScan, literal: bytes, starts, ends) -> tuple[np.ndarray, np.ndarray]:
     """Per event: the span of the integer value after its only `"key": `, or (-1, -1).
 
-    Kineto writes `"pid": 0, "tid": 7,`: the value runs to the next comma, and one
-    regex over all values at once confirms they are integers (else the events go
-    the careful way).
+    Kineto writes `"pid": 0, "tid": 7,`: the value is an integer followed by a
+    comma, for every event of the chunk, or all of them go the careful way.
     """
-    positions, after = _occurrences(data, literal)
+    positions = scan.positions(literal)
     which = _only(positions, starts, ends)
     value_start = np.full(len(starts), -1, np.int64)
     value_end = np.full(len(starts), -1, np.int64)
     found = which >= 0
     if not found.any():
         return value_start, value_end
-    tails = [after[k] for k in which[found].tolist()]
-    commas = list(map(bytes.find, tails, repeat(b",", len(tails))))
-    values = list(map(bytes.__getitem__, tails, map(slice, commas)))
-    if min(commas) < 1 or _NUMBERS.fullmatch(b",".join(values)) is None:
-        return value_start, value_end
     begin = positions[which[found]] + len(literal)
+    end = scan.integer_ends(begin)
+    if (end < 0).any():
+        return value_start, value_end
     value_start[found] = begin
-    value_end[found] = begin + np.array(commas, np.int64)
+    value_end[found] = end
     return value_start, value_end
 
 
@@ -188,9 +172,10 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     if b"\\" in data:
         pid = tid = args = None
     else:
-        pid = _value_spans(data, _PID, starts, ends)
-        tid = _value_spans(data, _TID, starts, ends)
-        args = (_args_braces(data, starts, ends),)
+        scan = KeyScan(data)
+        pid = _value_spans(scan, _PID, starts, ends)
+        tid = _value_spans(scan, _TID, starts, ends)
+        args = (_args_braces(scan, starts, ends),)
     if pid is not None:
         spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid,
                                    args[0])
@@ -249,10 +234,10 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     """The chunk with every changed event spliced in place, or None unless all can be.
 
     The common case, every changed event relocated with its keys in Kineto's order
-    (pid, tid, ..., args), is assembled from whole columns: six pieces per event
-    (the bytes up to its pid value, the pid, the bytes up to its tid value, the
-    tid, the bytes up to the inside of its args, the provenance member) without a
-    Python loop over the events.
+    (pid, tid, ..., args), is assembled from whole columns: four pieces per event
+    (the bytes up to its tid value, the new tid, the bytes up to the inside of
+    its args, the provenance member; a new pid is spliced into the first piece)
+    without a Python loop over the events.
     """
     p0, p1 = pid
     t0, t1 = tid
@@ -267,50 +252,60 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     previous = np.empty_like(resume)
     previous[0] = 0
     previous[1:] = resume[:-1]
-    p0l, p1l, t0l, t1l, resume_l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist(), \
-        resume.tolist()
+    p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
+    previous_l, resume_l = previous.tolist(), resume.tolist()
     piece = data.__getitem__
     pid_texts = list(map(piece, map(slice, p0l, p1l)))
     tid_texts = list(map(piece, map(slice, t0l, t1l)))
     codes = actions.tolist()
     lane = {code: targets[code] for code in set(codes)}
     new_tids = [lane[code][0] for code in codes]
-    new_pids = [lane[code][1] for code in codes]
-    if any(p is not None for p in new_pids):
-        new_pids = [old if new is None else new for new, old in zip(new_pids, pid_texts)]
-    else:
-        new_pids = pid_texts
     member = _MEMBER_WITH_ARGS + b", "
     members = list(map(member.__mod__, zip(pid_texts, tid_texts, ordinals.tolist())))
-    if not with_args.all() or len(members) and _EMPTY_FIRST.intersection(
-            view[braces[with_args]].tolist()):
-        for k in _other_members(data, view, braces, with_args):
-            kind = _MEMBER_WITH_ARGS if with_args[k] else _MEMBER_WITHOUT_ARGS
-            members[k] = kind % (pid_texts[k], tid_texts[k], int(ordinals[k]))
-    out = [b""] * (6 * len(codes) + 1)
-    out[0:-1:6] = map(piece, map(slice, previous.tolist(), p0l))
-    out[1:-1:6] = new_pids
-    out[2:-1:6] = map(piece, map(slice, p1l, t0l))
-    out[3:-1:6] = new_tids
-    out[4:-1:6] = map(piece, map(slice, t1l, resume_l))
-    out[5:-1:6] = members
+    for k in _other_members(data, view, braces, with_args):
+        kind = _MEMBER_WITH_ARGS if with_args[k] else _MEMBER_WITHOUT_ARGS
+        members[k] = kind % (pid_texts[k], tid_texts[k], int(ordinals[k]))
+    out = [b""] * (4 * len(codes) + 1)
+    out[0:-1:4] = map(piece, map(slice, previous_l, t0l))  # the pid stays...
+    moving = [code for code, (_, new_pid) in lane.items() if new_pid is not None]
+    for k in np.flatnonzero(np.isin(actions, moving)).tolist() if moving else ():
+        out[4 * k] = b"".join((data[previous_l[k] : p0l[k]], lane[codes[k]][1],
+                                data[p1l[k] : t0l[k]]))  # ... unless it moves
+    out[1:-1:4] = new_tids
+    out[2:-1:4] = map(piece, map(slice, t1l, resume_l))
+    out[3:-1:4] = members
     out[-1] = data[resume_l[-1]:] if resume_l else data
     return b"".join(out)
 
 
-_EMPTY_FIRST = frozenset(b"} \t\r\n")
-"""First bytes inside an `args` object that may make it empty (`{}`, `{ }`)."""
+_WHITESPACE = np.array(list(b" \t\r\n"), np.uint8)
 
 
 def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
                    with_args: np.ndarray) -> list[int]:
-    """Events whose member is not the usual one with a trailing comma: no args, or empty."""
+    """Events whose member is not the usual one with a trailing comma: no args, or empty.
+
+    Whitespace after `{` is skipped for all events at once (Kineto indents args
+    on the next line); only a run longer than that is looked at with a regex.
+    """
     odd = np.flatnonzero(~with_args).tolist()
-    maybe = np.flatnonzero(with_args & np.isin(view[np.maximum(braces, 0)],
-                                               list(_EMPTY_FIRST))).tolist()
-    odd += [k for k in maybe
+    inside = np.flatnonzero(with_args)
+    pos = braces[inside]
+    last = len(view) - 1
+    for _ in range(_INDENT):
+        space = np.isin(view[np.minimum(pos, last)], _WHITESPACE) & (pos < last)
+        if not space.any():
+            break
+        pos = pos + space
+    first = view[np.minimum(pos, last)]
+    odd += inside[first == 0x7D].tolist()
+    unsure = inside[np.isin(first, _WHITESPACE)].tolist()
+    odd += [k for k in unsure
             if _EMPTY_ARGS.match(data, int(braces[k]) - len(_ARGS)) is not None]
-    return odd
+    return sorted(odd)
+
+
+_INDENT = 16
 
 
 def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,

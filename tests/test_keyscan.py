@@ -1,0 +1,47 @@
+"""KeyScan finds quoted keys and integer values at byte level, as str.find would."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tracestream.keyscan import KeyScan, per_event
+
+CHUNK = (b'{"ph": "X", "pid": 0, "tid": 7, "args": {"pid": "x"}},\n'
+         b'{"pid": -12, "tid": 123456789012, "name": "\\"pid\\": 3"},'
+         b'{"pid":1,"tid": 2}, {"tid": 99')
+
+
+def _find_all(literal: bytes) -> list[int]:
+    return [m.start() for m in re.finditer(re.escape(literal), CHUNK)]
+
+
+def test_positions_are_every_occurrence():
+    scan = KeyScan(CHUNK)
+    for literal in (b'"pid": ', b'"tid": ', b'"args"', b'"pid"', b'"x"', b'"tid": 99'):
+        assert scan.positions(literal).tolist() == _find_all(literal)
+
+
+def test_followed_by_keeps_the_longer_spelling():
+    scan = KeyScan(CHUNK)
+    pid = scan.positions(b'"pid"')
+    assert scan.followed_by(pid, b'"pid": ').tolist() == _find_all(b'"pid": ')
+
+
+def test_integer_ends_accepts_only_integers_followed_by_a_comma():
+    scan = KeyScan(CHUNK)
+    begin = scan.positions(b'"tid": ') + len(b'"tid": ')
+    ends = scan.integer_ends(begin).tolist()
+    # 7, and 123456789012 end at their comma; `"tid": 2}` and the cut `99` have none
+    assert [CHUNK[b:e] for b, e in zip(begin.tolist(), ends) if e >= 0] == [b"7", b"123456789012"]
+    assert ends[2:] == [-1, -1]
+    minus = scan.positions(b'"pid": ') + len(b'"pid": ')
+    assert [CHUNK[b:e] for b, e in zip(minus.tolist(), scan.integer_ends(minus).tolist())
+            if e >= 0] == [b"0", b"-12"]
+
+
+def test_per_event_counts_occurrences_inside_each_span():
+    positions = np.array([3, 10, 12, 40])
+    first, count = per_event(positions, np.array([0, 11, 20]), np.array([11, 20, 50]))
+    assert count.tolist() == [2, 1, 1] and first.tolist() == [0, 2, 3]
