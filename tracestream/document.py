@@ -69,13 +69,24 @@ class Layout:
 
 
 class _Buffer:
-    """A sliding window over the decompressed stream with absolute offsets."""
+    """A sliding window over the decompressed stream with absolute offsets.
+
+    The window is a bytearray: a block is appended in place and the consumed front
+    is dropped without moving the rest, so each byte is copied once into the
+    window (and once out, by `take`) instead of once per block that follows it.
+    Values that leave the scanner are `take`n as bytes.
+    """
 
     def __init__(self, blocks: Iterable[bytes]):
         self._blocks = iter(blocks)
-        self.data = b""
+        self.data = bytearray()
         self.base = 0
         self.eof = False
+
+    def take(self, start: int, end: int) -> bytes:
+        """data[start:end] as bytes (one copy)."""
+        with memoryview(self.data) as view:
+            return bytes(view[start:end])
 
     def more(self) -> bool:
         if self.eof:
@@ -97,7 +108,7 @@ class _Buffer:
     def discard(self, pos: int) -> int:
         """Drop data before `pos` (relative); return the new relative position 0."""
         if pos:
-            self.data = self.data[pos:]
+            del self.data[:pos]
             self.base += pos
         return 0
 
@@ -158,7 +169,7 @@ class DocumentScanner:
             pos = yield from self._object(pos + 1)
         else:
             buf.ensure(pos, 12)
-            what = _describe(buf.data[pos : pos + 12])
+            what = _describe(buf.take(pos, pos + 12))
             raise TraceError(
                 f"top level is {what}, not a trace: expected an object with "
                 f"\"traceEvents\" or an array of events (byte {buf.base + pos})"
@@ -187,7 +198,7 @@ class DocumentScanner:
             if key == "traceEvents":
                 if buf.data[pos : pos + 1] != b"[":
                     buf.ensure(pos, 12)
-                    what = _describe(buf.data[pos : pos + 12])
+                    what = _describe(buf.take(pos, pos + 12))
                     raise TraceError(
                         f"\"traceEvents\" is {what}, not an array of events "
                         f"(byte {buf.base + pos})"
@@ -215,7 +226,7 @@ class DocumentScanner:
     def _top_level_value(self, key: str, key_start: int, pos: int) -> int:
         buf = self._buf
         end = self._value_end(pos)
-        raw = buf.data[pos:end]
+        raw = buf.take(pos, end)
         _check_utf8(raw, buf.base + pos, f"top-level value of {key!r}")
         try:
             msgspec.json.decode(raw)
@@ -234,7 +245,7 @@ class DocumentScanner:
         while True:
             end = _string_end(buf.data, pos)
             if end is not None:
-                text = buf.data[pos:end]
+                text = buf.take(pos, end)
                 _check_utf8(text, buf.base + pos, "a top-level key")
                 try:
                     return msgspec.json.decode(text), end
@@ -271,7 +282,7 @@ class DocumentScanner:
     def _unexpected(self, pos: int, wanted: str) -> TraceError:
         buf = self._buf
         buf.ensure(pos, 12)
-        got = buf.data[pos : pos + 12]
+        got = buf.take(pos, pos + 12)
         if not got:
             return TraceError(f"input ends at byte {buf.base + pos}, expected {wanted}: truncated")
         return TraceError(f"expected {wanted} at byte {buf.base + pos}, found {got[:12]!r}")
@@ -306,8 +317,8 @@ class DocumentScanner:
                 if cut is not None:
                     chunk, end = cut
                     # the chunk's own bytes plus the separator after it: enough to rewind
-                    self._history.append((chunk, buf.data[chunk.offset - buf.base + len(
-                        chunk.data) : end - 1]))
+                    after = chunk.offset - buf.base + len(chunk.data)
+                    self._history.append((chunk, buf.take(after, end - 1)))
                     yield chunk
                     pos = end - 1
                     continue
@@ -342,7 +353,7 @@ class DocumentScanner:
         if cut is None or cut[2]:
             return None
         close_brace, after, _ = cut
-        data = buf.data[start : close_brace + 1]
+        data = buf.take(start, close_brace + 1)
         return EventChunk(buf.base + start, data, -1, None), after
 
     def confirm(self, chunk: EventChunk) -> None:
@@ -365,7 +376,7 @@ class DocumentScanner:
         self._history.clear()
         index = next(i for i, (c, _) in enumerate(kept) if c is chunk)
         before = b"".join(c.data + sep for c, sep in kept[index:])
-        buf.data = before + buf.data[pos:]
+        buf.data = bytearray(before) + buf.data[pos:]
         buf.base = chunk.offset
         self._exact_next = True
         return 0
@@ -385,7 +396,7 @@ class DocumentScanner:
                 target *= 2
                 continue
             close_brace, after, closed = cut
-            data = buf.data[start : close_brace + 1]
+            data = buf.take(start, close_brace + 1)
             events = self._decode(data, buf.base + start)
             if isinstance(events, _ArrayEndsBefore):
                 # the cut lay past the end of the event array (in later top-level values)
@@ -428,8 +439,9 @@ class DocumentScanner:
 
     def _truncated_events(self, start: int) -> TraceError:
         buf = self._buf
-        _check_utf8(buf.data[start:], buf.base + start, "event data")
-        doc = b"[" + buf.data[start:]
+        tail = buf.take(start, len(buf.data))
+        _check_utf8(tail, buf.base + start, "event data")
+        doc = b"[" + tail
         try:
             orjson.loads(doc)
         except orjson.JSONDecodeError as exc:
@@ -442,7 +454,7 @@ class DocumentScanner:
                 )
         bad = _first_non_object(buf.data, start)
         if bad is not None:
-            what = _describe(buf.data[bad : bad + 12])
+            what = _describe(buf.take(bad, bad + 12))
             return TraceError(
                 f"expected an event object at byte {buf.base + bad}, found {what}: every "
                 "element of the event array must be a JSON object"
