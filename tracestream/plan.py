@@ -374,15 +374,24 @@ class Planner:
                 "lane_tids": tids,
                 "peak_overlap_at_us": RawNumber(us_text(at)) if at is not None else None,
             })
-        moved = (self.actions != KEEP) & (self.actions != DELETE)
-        flows = _candidates_of_kind(index, FLOW)
+        events, flows = self._relocated_counts()
         return {
             "max_lanes": spec.max_lanes,
-            "relocated_events": int(np.count_nonzero(moved)),
-            "relocated_flows": int(np.count_nonzero(moved[flows])),
+            "relocated_events": events,
+            "relocated_flows": flows,
             "groups": group_rows,
             "retired_track_metadata": retired,
         }
+
+    def _relocated_counts(self) -> tuple[int, int]:
+        """(events, flows) given a lane, a spill block at a time (no mask of every event)."""
+        events = flows = 0
+        for start, batch in _batches_with_start(self.index):
+            part = self.actions[start : start + len(batch)]
+            moved = (part != KEEP) & (part != DELETE)
+            events += int(np.count_nonzero(moved))
+            flows += int(np.count_nonzero(moved & (batch["kind"] == FLOW)))
+        return events, flows
 
     def _scope_process(self, display_pid: int, pid: Any) -> None:
         events = [
