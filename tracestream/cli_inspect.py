@@ -12,6 +12,7 @@ _json_option = click.option("--json", "as_json", is_flag=True,
 
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
+    from tracestream.cli import _workers_option  # defined before the commands register
 
     @main.command("inspect")
     @click.option("--trace", "trace", required=True, metavar="PATH",
@@ -20,14 +21,15 @@ def register(main) -> None:
     @_json_option
     @click.option("--top", type=int, default=30, show_default=True, metavar="N",
                   help="Most frequent kernel names per GPU and CPU user annotations to show.")
-    def inspect_command(trace, as_json, top):
+    @_workers_option
+    def inspect_command(trace, as_json, top, workers):
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
         from tracestream.inspect import format_inspect, inspect_trace
         from tracestream.jsontext import dumps
         from tracestream.workers import collector_paused
 
         with collector_paused():
-            report = inspect_trace(trace, top=top, quiet=as_json)
+            report = inspect_trace(trace, top=top, quiet=as_json, workers=workers)
             click.echo(dumps(report).decode() if as_json else format_inspect(report))
 
     @main.command("anchors")
@@ -45,7 +47,9 @@ def register(main) -> None:
                   help="A gap larger than F x the median gap starts a new cluster "
                        "[default: 3].")
     @_json_option
-    def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, as_json):
+    @_workers_option
+    def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, as_json,
+                        workers):
         """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
         for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
         from tracestream.cli import _pid_value
@@ -61,7 +65,7 @@ def register(main) -> None:
             report = find_anchors(
                 trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
                 cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
-                quiet=as_json,
+                quiet=as_json, workers=workers,
             )
             if as_json:
                 for piece in anchors_json(report):

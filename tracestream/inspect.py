@@ -26,7 +26,7 @@ from tracestream.lanes import GroupLanes
 from tracestream.matches import MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
-from tracestream.workers import collector_paused
+from tracestream.workers import collector_paused, pool_for
 
 GAP_FACTOR = 3.0
 """Default cluster split: a gap larger than this many median gaps starts a new cluster.
@@ -292,9 +292,12 @@ def _top(counter: Counter, top: int) -> list[dict]:
 # -- reading -----------------------------------------------------------------
 
 
-def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True) -> TraceIndex:
-    with TraceSource(str(trace), stdin=stdin) as source:
-        return run_index(source, options, progress=Progress.for_terminal(quiet))
+def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True,
+           workers: int | None = None) -> TraceIndex:
+    """The read-only commands' index pass (chunks observed in worker processes, as in
+    `layers`, when the input is large enough or `workers` says so)."""
+    with pool_for(str(trace), workers) as pool, TraceSource(str(trace), stdin=stdin) as source:
+        return run_index(source, options, progress=Progress.for_terminal(quiet), pool=pool)
 
 
 # -- inspect -----------------------------------------------------------------
@@ -422,13 +425,17 @@ def inspect_index(index: TraceIndex, *, top: int = 30) -> dict:
     }
 
 
-def inspect_trace(trace, *, top: int = 30, stdin=None, quiet: bool = True) -> dict:
-    """One streamed pass: processes, GPUs (counts, streams, peak overlap), names, flows."""
+def inspect_trace(trace, *, top: int = 30, stdin=None, quiet: bool = True,
+                  workers: int | None = None) -> dict:
+    """One streamed pass: processes, GPUs (counts, streams, peak overlap), names, flows.
+
+    `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    """
     if top < 0:
         raise TraceError(f"--top must be >= 0, got {top}")
     options = IndexOptions(count_names=True, records=False, sweep=True)
     with collector_paused():
-        index = _index(trace, options, stdin, quiet)
+        index = _index(trace, options, stdin, quiet, workers)
         try:
             return inspect_index(index, top=top)
         finally:
@@ -591,8 +598,11 @@ def _cross_check(index: TraceIndex, regex: str, anchors: list[Match], clusters,
 
 def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
                  cross_check: str | None = None, factor: float = GAP_FACTOR,
-                 stdin=None, quiet: bool = True) -> dict:
-    """Every match of the anchor on one GPU in time order, its clusters, and a verdict."""
+                 stdin=None, quiet: bool = True, workers: int | None = None) -> dict:
+    """Every match of the anchor on one GPU in time order, its clusters, and a verdict.
+
+    `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    """
     if not factor > 1:
         raise TraceError(f"--gap-factor must be > 1, got {factor}")
     patterns = {"anchor": compile_pattern(anchor_regex, "--anchor-regex")}
@@ -600,8 +610,8 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
         patterns["cross"] = compile_pattern(cross_check, "--cross-check")
     options = IndexOptions(patterns=patterns, records=False, sweep=False)
     with collector_paused():
-        return _anchors_report(_index(trace, options, stdin, quiet), anchor_regex, pid, device,
-                               cross_check, factor)
+        return _anchors_report(_index(trace, options, stdin, quiet, workers), anchor_regex,
+                               pid, device, cross_check, factor)
 
 
 def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,

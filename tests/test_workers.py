@@ -1,0 +1,52 @@
+"""Worker processes change nothing: every command gives the same bytes with 2 workers as
+with none, on a trace of several 4 MB chunks (plain: workers read their spans; gzip:
+chunks travel through pipes)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import assert_verified
+
+from samples.generate import ANCHOR, TERMINAL, TraceConfig, generate
+from tracestream.api import add_layer_guides, compact
+from tracestream.guides import LayerSpec
+from tracestream.inspect import anchors_json, find_anchors, inspect_trace
+from tracestream.jsontext import dumps
+from tracestream.plan import CompactSpec
+
+SPEC = LayerSpec(anchor_regex=f"^{re.escape(ANCHOR)}$", num_layers=8, anchor_offset=0,
+                 phase="x", evidence="generator", passes=40, extra_anchors_per_pass=1)
+
+
+@pytest.fixture(scope="module", params=["json", "json.gz"])
+def several_chunks(request, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("chunks") / f"t.{request.param}"
+    generate(path, TraceConfig(size_bytes=14 << 20))
+    return path
+
+
+def test_layers_and_compact_write_the_same_bytes_with_workers(several_chunks, tmp_path):
+    outputs = {}
+    for workers in (0, 2):
+        folder = tmp_path / f"workers{workers}"  # same names: the outputs name their report
+        folder.mkdir()
+        add_layer_guides(several_chunks, folder / "layers.json", SPEC,
+                         compact=CompactSpec(max_lanes=10), workers=workers)
+        compact(several_chunks, folder / "compact.json", CompactSpec(max_lanes=10),
+                workers=workers)
+        outputs[workers] = [(folder / name).read_bytes() for name in (
+            "layers.json", "layers.json.layers.json", "compact.json")]
+    assert outputs[0] == outputs[2]
+    assert_verified(several_chunks, tmp_path / "workers2" / "layers.json")
+
+
+def test_inspect_and_anchors_report_the_same_with_workers(several_chunks):
+    inspected = [dumps(inspect_trace(several_chunks, workers=w)) for w in (0, 2)]
+    assert inspected[0] == inspected[1]
+    found = [find_anchors(several_chunks, f"^{re.escape(ANCHOR)}$", cross_check=TERMINAL,
+                          workers=w) for w in (0, 2)]
+    assert found[0]["count"] > 500
+    assert b"".join(anchors_json(found[0])) == b"".join(anchors_json(found[1]))
