@@ -193,7 +193,7 @@ class IndexBuilder:
     @property
     def context(self) -> Context:
         return Context(patterns=self.options.patterns, count_names=self.options.count_names,
-                       moves_gpu=self.options.moves_gpu)
+                       moves_gpu=self.options.moves_gpu, records=self.options.records)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)

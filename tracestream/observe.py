@@ -88,6 +88,7 @@ class Context:
     patterns: dict[str, re.Pattern] = field(default_factory=dict)
     count_names: bool = False
     moves_gpu: bool = False  # compaction: refuse GPU events with duplicate keys
+    records: bool = True  # the candidates' byte spans (the rewrite pass needs them)
 
 
 @dataclass
@@ -339,7 +340,7 @@ class _Observer:
         origin = self._chunk_origin(phs, ts_texts, ts_ns)
         thread_meta, process_meta, meta_cands = self._metadata(metas)
         candidates, cand_of = self._candidates(slices, flows, meta_cands)
-        if len(slices):
+        if len(slices) and len(candidates):
             candidates["kind"][cand_of[slices]] = [kinds[i] for i in slices]
         slice_rows, matches, kernel_names = self._slices(
             slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kinds, cand_of)
@@ -439,8 +440,8 @@ class _Observer:
     # -- assembling the facts ---------------------------------------------------
 
     def _candidates(self, slices, flows, meta_cands) -> tuple[np.ndarray, np.ndarray]:
-        """Spans of every rewrite candidate, in file order; and the candidate number of
-        each event (-1 for events that are none)."""
+        """Spans of every rewrite candidate, in file order (none without `ctx.records`); and
+        the candidate number of each event (-1 for events that are none)."""
         n = len(self.events)
         kind_of = np.full(n, -1, np.int8)
         kind_of[slices] = 0
@@ -449,8 +450,8 @@ class _Observer:
         index = np.flatnonzero(kind_of >= 0)
         cand_of = np.full(n, -1, np.int64)
         cand_of[index] = np.arange(len(index))
-        rows = np.empty(len(index), CANDIDATE_DTYPE)
-        if len(index):
+        rows = np.empty(len(index) if self.ctx.records else 0, CANDIDATE_DTYPE)
+        if len(rows):
             starts, ends = self.spans
             rows["index"] = index
             rows["offset"] = starts[index] + self.offset
