@@ -26,7 +26,7 @@ from tracestream.rewrite import rewrite
 from tracestream.sink import OutputFile, check_new_path, commit_together, compression_for
 from tracestream.source import TraceSource
 from tracestream.spill import temp_dir_for
-from tracestream.workers import pool_for
+from tracestream.workers import pool_for, release_memory
 
 
 @dataclass
@@ -91,12 +91,15 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
     try:
         planner = Planner(index, output_name=output_name, report_name=report_name)
         layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
+        index.matches.clear()  # the anchors are chosen: compaction never reads matches
         compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
         plan = planner.finish(command, layers, compaction,
                               options=spec_options(layer_spec, compact_spec))
     except BaseException:
         index.close()
         raise
+    index.planned()
+    release_memory()
     return index, plan
 
 

@@ -154,6 +154,12 @@ class TraceIndex:
                 return None if value == _NO_ID else value
         return None
 
+    def planned(self) -> None:
+        """The plan is made: drop what only planning reads (the rewrite needs the spans)."""
+        self.sweep.close()
+        self.flow_id_store.close()
+        self.matches.clear()
+
     def close(self) -> None:
         self.spans.close()
         self.sweep.close()

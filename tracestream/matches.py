@@ -176,8 +176,12 @@ class MatchTable(Sequence):
         """This GPU's matches sorted by exact start (ties in file order)."""
         wanted = [g for g, key in enumerate(self._groups) if key == (pid, device)]
         rows = self.rows
-        picked = np.flatnonzero(np.isin(rows["group"], wanted))
-        order = picked[np.lexsort((rows["ordinal"][picked], rows["start"][picked]))]
+        # rows are in file order, so a stable sort by start breaks ties by ordinal
+        if (rows["group"] == wanted[0]).all() if len(wanted) == 1 else False:
+            order = np.argsort(rows["start"], kind="stable")  # one GPU: no selection to copy
+        else:
+            picked = np.flatnonzero(np.isin(rows["group"], wanted))
+            order = picked[np.argsort(rows["start"][picked], kind="stable")]
         if self.texts:
             order = self._exact_ties(order)
         return MatchView(self, order)

@@ -640,7 +640,7 @@ class _Observer:
         return GuideEvent(i, e.pid, e.tid, args if isinstance(args, dict) else {})
 
     def _provenance(self) -> int | None:
-        if not len(self.scan.positions(_PROVENANCE)):
+        if _PROVENANCE not in self.data:
             return None
         for i in range(len(self.events)):
             raw = self.raw(i)
