@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tracestream import timebase
+from tracestream.workers import release_memory
 
 MATCH_DTYPE = np.dtype([
     ("ordinal", "<i8"), ("track", "<i4"), ("group", "<i4"), ("start", "<i8"), ("dur", "<i8"),
@@ -88,15 +89,30 @@ def _intern(values: list, ids: dict, value) -> int:
 
 def _concatenate_consuming(parts: list[np.ndarray]) -> np.ndarray:
     """One array of all parts, freeing each part once copied: millions of matches (a
-    10 GB trace) are held once, not twice."""
+    10 GB trace) are held once, not twice.
+
+    The parts are small (one chunk's matches each) and live among other small
+    allocations, so freeing them returns nothing to the system by itself; the
+    heap is trimmed after every few MB copied.
+    """
     rows = np.empty(sum(len(p) for p in parts), MATCH_DTYPE)
     pos = 0
+    copied = 0
     parts.reverse()
     while parts:
         part = parts.pop()
         rows[pos : pos + len(part)] = part
         pos += len(part)
+        copied += part.nbytes
+        del part
+        if copied >= _TRIM_BYTES:
+            release_memory()
+            copied = 0
+    release_memory()
     return rows
+
+
+_TRIM_BYTES = 8 << 20
 
 
 class MatchTable(Sequence):

@@ -521,11 +521,13 @@ class _Observer:
         """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
         patterns = self.ctx.patterns
         hits = {}
-        if not all(map(_hashable, names)):
+        try:
+            unique = set(names)
+        except TypeError:  # an object or array as a kernel name
             k = kernels[next(j for j, name in enumerate(names) if not _hashable(name))]
             raise self.fail(slices[k], "a kernel `name` must be a string (--anchor-regex "
-                                       f"matches names), not {_json_type(sev[k].name)}")
-        for name in set(names):
+                                       f"matches names), not {_json_type(sev[k].name)}") from None
+        for name in unique:
             text = name if isinstance(name, str) else str(name)
             found = [p for p, rx in patterns.items() if rx.search(text)]
             if found:
