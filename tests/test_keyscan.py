@@ -45,3 +45,9 @@ def test_per_event_counts_occurrences_inside_each_span():
     positions = np.array([3, 10, 12, 40])
     first, count = per_event(positions, np.array([0, 11, 20]), np.array([11, 20, 50]))
     assert count.tolist() == [2, 1, 1] and first.tolist() == [0, 2, 3]
+
+
+def test_positions_at_either_alignment_and_in_tiny_chunks():
+    for data in (b"", b'"', b'"t', b'x"t', b'"t"t', b'x"tx"t"'):
+        expected = [m.start() for m in re.finditer(b'"t', data)]
+        assert KeyScan(data).positions(b'"t').tolist() == expected, data

@@ -23,15 +23,19 @@ class KeyScan:
 
     def __init__(self, data: bytes):
         self.view = np.frombuffer(data, np.uint8)
-        self._quote: np.ndarray | None = None
+        # the bytes as 16-bit pairs at even and at odd offsets: a two-byte prefix is one
+        # comparison per pair
+        odd = (np.frombuffer(data, "<u2", offset=1, count=(len(data) - 1) // 2)
+               if len(data) > 1 else np.zeros(0, np.uint16))
+        self._pairs = (np.frombuffer(data, "<u2", count=len(data) // 2), odd)
         self._prefixes: dict[int, np.ndarray] = {}
 
     def positions(self, literal: bytes) -> np.ndarray:
         """Ascending start offsets of every occurrence of `literal` (which starts with `"`).
 
-        The first two bytes are compared over the whole chunk at once (a quote mask
-        shared by all lookups, and the result shared by keys with the same first
-        letter); the rest only at the few places left.
+        The first two bytes are compared over the whole chunk at once (and the result
+        shared by keys with the same first letter); the rest only at the few places
+        left.
         """
         if literal[:1] != b'"' or len(literal) < 2:
             raise ValueError("KeyScan finds literals of two or more bytes that start with `\"`")
@@ -41,10 +45,12 @@ class KeyScan:
         """Positions of `"` followed by `byte` (kept: keys share their first letters)."""
         found = self._prefixes.get(byte)
         if found is None:
-            view = self.view
-            if self._quote is None:
-                self._quote = view[:-1] == _QUOTE
-            found = self._prefixes[byte] = np.flatnonzero(self._quote & (view[1:] == byte))
+            pair = _QUOTE | (byte << 8)
+            even, odd = self._pairs
+            found = np.concatenate([np.flatnonzero(even == pair) * 2,
+                                    np.flatnonzero(odd == pair) * 2 + 1])
+            found.sort()
+            self._prefixes[byte] = found
         return found
 
     def followed_by(self, positions: np.ndarray, literal: bytes) -> np.ndarray:
