@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
-from tracestream.keyscan import KeyScan, per_event
+from tracestream.keyscan import KeyScan, per_event, separators
 
 CHUNK = (b'{"ph": "X", "pid": 0, "tid": 7, "args": {"pid": "x"}},\n'
          b'{"pid": -12, "tid": 123456789012, "name": "\\"pid\\": 3"},'
@@ -51,3 +52,17 @@ def test_positions_at_either_alignment_and_in_tiny_chunks():
     for data in (b"", b'"', b'"t', b'x"t', b'"t"t', b'x"tx"t"'):
         expected = [m.start() for m in re.finditer(b'"t', data)]
         assert KeyScan(data).positions(b'"t').tolist() == expected, data
+
+
+SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+
+
+@pytest.mark.parametrize("data", [
+    b'{"a": 1},\n  {"b": {"c": 2}}, {"d": "}, {"}',
+    b'{},{}' + b" " * 100 + b",{}",
+    b'{}  ' + b"\n" * 70 + b', ' + b"\t" * 40 + b'{}},{',
+    b'}', b'},', b'}, ', b'', b'{"x": "}\\t,\\n{"}',
+])
+def test_separators_are_the_regex_matches(data):
+    starts, ends = separators(data)
+    assert list(zip(starts.tolist(), ends.tolist())) == [m.span() for m in SEPARATOR.finditer(data)]

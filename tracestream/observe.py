@@ -36,7 +36,7 @@ from tracestream.events import (
     CategoryKinds,
     describe_validation_error,
 )
-from tracestream.keyscan import KeyScan, per_event
+from tracestream.keyscan import KeyScan, per_event, separators
 from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_form
 
 FLOW = 8  # candidate kind of flow events
@@ -75,7 +75,6 @@ class Event(msgspec.Struct, gc=False):
 
 _EVENTS = msgspec.json.Decoder(list[Event])
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
-_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _PROVENANCE = b'"' + PROVENANCE_KEY.encode() + b'"'
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 _MOVED_KEYS = _INTERPRETED_KEYS[:4]
@@ -211,13 +210,13 @@ def event_spans(data: bytes, count: int | None) -> tuple[np.ndarray, np.ndarray]
     nested value would add one, so a count equal to the decoded count proves the
     spans exact. Otherwise the events' exact bytes come from msgspec.
     """
-    seps = np.array([m.span() for m in _SEPARATOR.finditer(data)], np.int64).reshape(-1, 2)
-    if count is None or len(seps) + 1 == count:
-        starts = np.empty(len(seps) + 1, np.int64)
-        ends = np.empty(len(seps) + 1, np.int64)
+    sep_starts, sep_ends = separators(data)
+    if count is None or len(sep_starts) + 1 == count:
+        starts = np.empty(len(sep_starts) + 1, np.int64)
+        ends = np.empty(len(sep_starts) + 1, np.int64)
         starts[0] = 0
-        starts[1:] = seps[:, 1] - 1
-        ends[:-1] = seps[:, 0] + 1
+        starts[1:] = sep_ends - 1
+        ends[:-1] = sep_starts + 1
         ends[-1] = len(data)
         return starts, ends
     starts_l = []
