@@ -10,6 +10,7 @@ It reads like a sequence of `Match` objects.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,33 @@ def number_form(ts_text: bytes, dur_text: bytes, start_ns: int, dur_ns: int) -> 
     if ts_text == _integer(start_ns) and dur_text == _integer(dur_ns):
         return INTEGER
     return AS_TEXT
+
+
+def number_forms(ts_texts: list[bytes], dur_texts: list[bytes], start_ns: np.ndarray,
+                 dur_ns: np.ndarray) -> np.ndarray:
+    """`number_form` of many matches: one regex over all texts decides the common cases
+    (every value canonical with three decimals, or every value a canonical integer)."""
+    if not ts_texts:
+        return np.zeros(0, np.int8)
+    blob = b",".join(ts_texts) + b"," + b",".join(dur_texts)
+    for form, canonical in _CANONICAL_FORMS:
+        if canonical.fullmatch(blob):
+            return np.full(len(ts_texts), form, np.int8)
+    return np.array([number_form(t, d, s, n) for t, d, s, n in zip(
+        ts_texts, dur_texts, start_ns.tolist(), dur_ns.tolist())], np.int8)
+
+
+def _canonical_column(number: bytes) -> re.Pattern:
+    return re.compile(rb"(?:" + number + rb",)*" + number)
+
+
+_CANONICAL_FORMS = (
+    # what _three writes: no leading zeros, three decimals, no "-0.000"
+    (THREE_DECIMALS, _canonical_column(
+        rb"(?:(?:0|[1-9][0-9]*)\.[0-9]{3}|-(?:[1-9][0-9]*\.[0-9]{3}|0\.(?!000)[0-9]{3}))")),
+    # what _integer writes: no leading zeros, no "-0"
+    (INTEGER, _canonical_column(rb"(?:0|-?[1-9][0-9]*)")),
+)
 
 
 def _three(ns: int) -> bytes:

@@ -37,7 +37,7 @@ from tracestream.events import (
     describe_validation_error,
 )
 from tracestream.keyscan import KeyScan, per_event, separators
-from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_form
+from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_forms
 
 FLOW = 8  # candidate kind of flow events
 META = 9  # candidate kind of thread metadata events
@@ -531,33 +531,51 @@ class _Observer:
             found = [p for p, rx in patterns.items() if rx.search(text)]
             if found:
                 hits[name] = found
-        rows: dict[str, list] = {p: [] for p in patterns}
-        texts: dict[str, dict] = {p: {} for p in patterns}
-        name_ids: dict = {}
+        picked = [j for j, name in enumerate(names) if name in hits]
+        found = [kernels[j] for j in picked]  # positions among the slices
+        events = [slices[k] for k in found]
+        self._check_duplicates(events)
         stream_ids: dict = {}
-        for k, name in zip(kernels, names):
-            found = hits.get(name)
-            if not found:
-                continue
-            i = slices[k]
-            self._check_duplicates(i)
-            args = sev[k].args
-            stream = args.stream if args is not None else None
-            if not _hashable(stream):
-                raise self.fail(i, "`args.stream` of a matched kernel must be a number or a "
-                                   f"string, not {_json_type(stream)}")
-            form = number_form(ts_texts[i], dur_texts[i], int(start[k]), int(dur[k]))
-            row = (i, tracks[k], groups[k], int(start[k]), int(dur[k]), form,
-                   stream_ids.setdefault((type(stream), stream), len(stream_ids)),
-                   name_ids.setdefault((type(name), name), len(name_ids)))
-            for p in found:
-                if form == AS_TEXT:
-                    texts[p][len(rows[p])] = (ts_texts[i].decode(), dur_texts[i].decode())
-                rows[p].append(row)
+        streams = [a.stream if a is not None else None for a in (sev[k].args for k in found)]
+        try:
+            stream_codes = [stream_ids.setdefault((type(x), x), len(stream_ids))
+                            for x in streams]
+        except TypeError:  # an object or array as args.stream
+            j = next(j for j, x in enumerate(streams) if not _hashable(x))
+            raise self.fail(events[j], "`args.stream` of a matched kernel must be a number or "
+                                       f"a string, not {_json_type(streams[j])}") from None
+        name_ids: dict = {}
+        matched_names = [names[j] for j in picked]
+        name_codes = [name_ids.setdefault((type(n), n), len(name_ids)) for n in matched_names]
+        at = np.array(found, np.int64)
+        ts_of = [ts_texts[i] for i in events]
+        dur_of = [dur_texts[i] for i in events]
+        forms = number_forms(ts_of, dur_of, start[at], dur[at])
+        packed = np.empty(len(found), MATCH_DTYPE)
+        packed["ordinal"] = events
+        packed["track"] = [tracks[k] for k in found]
+        packed["group"] = [groups[k] for k in found]
+        packed["start"] = start[at]
+        packed["dur"] = dur[at]
+        packed["form"] = forms
+        packed["stream"] = stream_codes
+        packed["name"] = name_codes
+        as_text = {j: (ts_of[j].decode(), dur_of[j].decode())
+                   for j in np.flatnonzero(forms == AS_TEXT).tolist()}
         names_list = [name for _, name in name_ids]
         streams_list = [stream for _, stream in stream_ids]
-        return {p: (np.array(rows[p], MATCH_DTYPE), names_list, streams_list, texts[p])
-                for p in patterns}
+        out = {}
+        everywhere = all(len(hits[n]) == len(patterns) for n in set(matched_names))
+        for p in patterns:
+            if everywhere:
+                rows, texts = packed, as_text  # every match is a match of every pattern
+            else:
+                keep = np.flatnonzero([p in hits[n] for n in matched_names])
+                rows = packed[keep]
+                texts = {new: as_text[old] for new, old in enumerate(keep.tolist())
+                         if old in as_text}
+            out[p] = (rows, names_list, streams_list, texts)
+        return out
 
     def _check_gpu_duplicates(self, slices) -> None:
         """Compaction moves GPU events by their pid, tid, ts and dur: a duplicate is refused.
@@ -578,15 +596,18 @@ class _Observer:
                 raise self.fail(slices[k], f"duplicate key `{dup}` in a GPU event (which value "
                                            "would a reader take?)")
 
-    def _check_duplicates(self, i: int) -> None:
+    def _check_duplicates(self, events: list[int]) -> None:
         """Anchors and terminals are interpreted: a duplicate key in one is refused."""
-        raw = self.raw(i)
-        if all(raw.count(key) < 2 for key in _INTERPRETED_KEYS):
-            return
-        dup = _duplicate_key(raw)
-        if dup is not None:
-            raise self.fail(i, f"duplicate key `{dup}` in a kernel that --anchor-regex or "
-                               "--end-anchor-regex matches")
+        starts, ends = self.spans
+        data = self.data
+        for i, s, e in zip(events, starts[events].tolist(), ends[events].tolist()):
+            raw = data[s:e]
+            if max(map(raw.count, _INTERPRETED_KEYS)) < 2:
+                continue
+            dup = _duplicate_key(raw)
+            if dup is not None:
+                raise self.fail(i, f"duplicate key `{dup}` in a kernel that --anchor-regex or "
+                                   "--end-anchor-regex matches")
 
     def _flows(self, flows, ts_ns, cand_of) -> tuple:
         if not flows:
