@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracestream.spill import take_rows
+
 FLOW_KIND = 8  # same code as index.FLOW; kept here so this module stays standalone
 SCOPE_KIND = 5  # events.GPU_SCOPE: scopes get lanes but never bind flows
 LANE_CAP = 62  # lanes beyond this share a code; more than 10 lanes is refused anyway
@@ -107,7 +109,7 @@ class Sweep:
                 is_flow & np.isin(block["track"], flow_track_ids))
             if not keep.any():
                 continue
-            block = block[keep]
+            block = take_rows(block, keep)
             cands = block["cand"]
             codes = []
             reasons = {}  # position in the block -> why that flow does not bind

@@ -24,6 +24,7 @@ from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
 from tracestream.source import ReadStats, TraceSource
+from tracestream.spill import take_rows
 from tracestream.workers import InlinePool, collector_paused, release_memory
 
 _WINDOW_PER_WORKER = 2
@@ -334,7 +335,7 @@ def edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[int, int, int, int]]:
         part = actions[start : start + len(batch)]
         changed = np.flatnonzero(part != KEEP)
         if len(changed):
-            rows = batch[changed]
+            rows = take_rows(batch, changed)
             yield from zip(
                 rows["ordinal"].tolist(), rows["offset"].tolist(), rows["length"].tolist(),
                 part[changed].tolist(),
@@ -354,7 +355,7 @@ def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndar
             start += len(batch)
             mask = part != KEEP
             if mask.any():
-                yield batch[mask], part[mask]
+                yield take_rows(batch, mask), part[mask]
 
     batches = changed()
     rows = np.zeros(0, index.spans.dtype)

@@ -22,6 +22,16 @@ BLOCK = 1 << 13  # rows read at a time (per run while merging, when there are fe
 MERGE_BYTES = 8 << 20  # what the merge's read blocks may hold together, however many runs
 
 
+def take_rows(records: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """records[which] (indices or a mask) for a structured array, copied as whole rows.
+
+    numpy gathers structured records field by field; as opaque fixed-size rows
+    the same gather is several times faster.
+    """
+    rows = records.view(np.dtype((np.void, records.dtype.itemsize)))
+    return rows[which].view(records.dtype)
+
+
 class RecordStore:
     def __init__(self, dtype, *, sort_keys: tuple[str, str] | None = None,
                  budget: int = DEFAULT_BUDGET, tmpdir: str | None = None):
@@ -55,7 +65,7 @@ class RecordStore:
         if self.sort_keys is None:
             return data
         primary, secondary = self.sort_keys
-        return data[np.lexsort((data[secondary], data[primary]))]
+        return take_rows(data, np.lexsort((data[secondary], data[primary])))
 
     def _spill(self) -> None:
         data = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
@@ -139,7 +149,7 @@ def _merge_runs(store: RecordStore, keys: tuple[str, str]) -> Iterator[np.ndarra
                 else:
                     cursor[2] = block[n:]
         merged = np.concatenate(taken)
-        yield merged[np.lexsort((merged[secondary], merged[primary]))]
+        yield take_rows(merged, np.lexsort((merged[secondary], merged[primary])))
 
 
 def _count_le(first: np.ndarray, second: np.ndarray, bound) -> int:
