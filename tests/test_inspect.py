@@ -11,6 +11,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -21,10 +22,12 @@ from tracestream.inspect import (
     cluster_matches,
     cross_check_windows,
     cross_verdict,
+    find_anchors,
     format_table,
     outside_windows,
     verdict_text,
 )
+from tracestream.jsontext import RawNumber
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
 SCRIPT = Path(sys.executable).with_name("tracestream")
@@ -356,3 +359,18 @@ def test_gzip_zstd_and_stdin_give_the_same_json(tmp_path):
     assert result.exit_code == 0, result.output
     inspected.append(comparable(json.loads(result.stdout)))
     assert all(r == inspected[0] for r in inspected)
+
+
+def _reference_row(row: dict) -> bytes:
+    """A match row as JSON the obvious way: key order kept, exact numbers as their text."""
+    return b"{" + b", ".join(
+        orjson.dumps(k) + b": " + (v.encode() if isinstance(v, RawNumber) else orjson.dumps(v))
+        for k, v in row.items()) + b"}"
+
+
+@pytest.mark.parametrize("bounds", [(0, 1), (0, 4096), (1, 7), (4090, 4500)])
+def test_json_rows_are_the_rows_written_one_by_one(long_decode, bounds):
+    report = find_anchors(long_decode, ANCHOR_RX, workers=0)
+    rows = report["matches"]
+    start, stop = bounds
+    assert rows.json_rows(start, stop) == [_reference_row(rows[i]) for i in range(start, stop)]

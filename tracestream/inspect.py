@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice, pairwise
+from itertools import pairwise, repeat
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from tracestream.lanes import GroupLanes
 from tracestream.matches import MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
+from tracestream.spill import take_rows
 from tracestream.workers import collector_paused, pool_for
 
 GAP_FACTOR = 3.0
@@ -554,6 +555,55 @@ class MatchRows(Sequence):
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def columns(self, start: int, stop: int) -> dict[str, list]:
+        """Rows start..stop a column at a time (the values of `self[i]`, exact times as
+        bytes): no dict, Match or RawNumber per row."""
+        table = self.anchors.table
+        picked = self.anchors.order[start:stop]
+        ts_texts, dur_texts = table.texts_of(picked)
+        times = self.times[start:stop]
+        previous = self.times[start - 1 : stop - 1] if start else self.times[: max(stop - 1, 0)]
+        following = times if start else times[1:]
+        rows = take_rows(table.rows, picked)
+        return {
+            "index": list(range(start, stop)),
+            "ts_us": ts_texts,
+            "dur_us": dur_texts,
+            "rel_ms": list(map(round, ((times - self.origin_ns) / 1e6).tolist(), repeat(6))),
+            "gap_us": ([] if start else [None]) + list(
+                map(round, ((following - previous) / 1000).tolist(), repeat(3))),
+            "stream": [table.streams[s] for s in rows["stream"].tolist()],
+            "tid": [table.tid_of(t) for t in rows["track"].tolist()],
+            "cluster": self.cluster_of[start:stop].tolist(),
+            "event": rows["ordinal"].tolist(),
+        }
+
+    def json_rows(self, start: int, stop: int) -> list[bytes]:
+        """Rows start..stop as JSON objects (`self[i]` with its exact numbers spliced in as
+        their text)."""
+        if start >= stop:
+            return []
+        c = self.columns(start, stop)
+        return list(map(_ROW.__mod__, zip(
+            c["index"], c["ts_us"], c["dur_us"], _floats(c["rel_ms"]), _floats(c["gap_us"]),
+            _dumped(c["stream"]), _dumped(c["tid"]), c["cluster"], c["event"])))
+
+
+_ROW = (b'{"index": %d, "ts_us": %b, "dur_us": %b, "rel_ms": %b, "gap_us": %b, "stream": %b, '
+        b'"tid": %b, "cluster": %d, "event": %d}')
+
+
+def _floats(values: list) -> list[bytes]:
+    """JSON text of each float (or None), as orjson writes it: one call for the column."""
+    return orjson.dumps(values)[1:-1].split(b",") if values else []
+
+
+def _dumped(values: list) -> list[bytes]:
+    """JSON text of each value; each distinct value is dumped once."""
+    cache: dict = {}
+    return [cache[key] if (key := (type(v), v)) in cache else
+            cache.setdefault(key, orjson.dumps(v)) for v in values]
+
 
 def _cluster_rows(anchors: list[Match], clusters, origin_ns: int) -> list[dict]:
     rows = []
@@ -657,15 +707,6 @@ def _name_counts(anchors: MatchView) -> dict:
     return {table.names[name]: count for count, name in pairs}
 
 
-def _row_json(row: dict) -> bytes:
-    """One flat match row, key order kept; exact numbers spliced in as their text."""
-    dump = orjson.dumps
-    return b"{" + b", ".join(
-        dump(k) + b": " + (v.encode() if isinstance(v, RawNumber) else dump(v))
-        for k, v in row.items()
-    ) + b"}"
-
-
 _ROWS_PLACEHOLDER = b'"\x00matches\x00"'
 
 
@@ -674,9 +715,10 @@ def anchors_json(report: dict) -> Iterator[bytes]:
     head, tail = dumps({**report, "matches": RawJSON(_ROWS_PLACEHOLDER)}).split(
         _ROWS_PLACEHOLDER)
     yield head + b"["
-    rows = iter(report["matches"])
-    while batch := list(islice(rows, 4096)):
-        yield (b", " if batch[0]["index"] else b"") + b", ".join(map(_row_json, batch))
+    rows = report["matches"]
+    for start in range(0, len(rows), 4096):
+        batch = rows.json_rows(start, min(start + 4096, len(rows)))
+        yield (b", " if start else b"") + b", ".join(batch)
     yield b"]" + tail
 
 
@@ -691,9 +733,13 @@ def anchors_lines(report: dict) -> Iterator[str]:
     yield ""
 
     def match_cells():
-        for m in report["matches"]:
-            yield [m["index"], f"{m['rel_ms']:,.3f}", m["stream"], m["dur_us"],
-                   None if m["gap_us"] is None else f"{m['gap_us']:,.3f}", m["cluster"]]
+        rows = report["matches"]
+        for start in range(0, len(rows), 4096):
+            c = rows.columns(start, min(start + 4096, len(rows)))
+            yield from zip(c["index"], [f"{v:,.3f}" for v in c["rel_ms"]], c["stream"],
+                           [t.decode() for t in c["dur_us"]],
+                           [None if v is None else f"{v:,.3f}" for v in c["gap_us"]],
+                           c["cluster"])
 
     yield from table_lines(["index", "t ms", "stream", "dur us", "gap us", "cluster"],
                            match_cells, [True] * 6)

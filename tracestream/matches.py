@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tracestream import timebase
+from tracestream.spill import take_rows
 from tracestream.workers import release_memory
 
 MATCH_DTYPE = np.dtype([
@@ -197,6 +198,30 @@ class MatchTable(Sequence):
             ts_text, dur_text = self.texts[row]
         return Match(int(r["ordinal"]), pid, tid, device, self.names[int(r["name"])], ts_text,
                      dur_text, self.streams[int(r["stream"])])
+
+    def tid_of(self, track: int):
+        return self._tracks[track][1]
+
+    def texts_of(self, which: np.ndarray) -> tuple[list[bytes], list[bytes]]:
+        """The (ts, dur) texts of rows `which`, as `match(row)` gives them, as bytes."""
+        rows = take_rows(self.rows, which)
+        forms = rows["form"]
+        if (forms == THREE_DECIMALS).all():
+            return (list(map(_three, rows["start"].tolist())),
+                    list(map(_three, rows["dur"].tolist())))
+        ts, dur = [], []
+        for row, form, start, length in zip(which.tolist(), forms.tolist(),
+                                            rows["start"].tolist(), rows["dur"].tolist()):
+            if form == THREE_DECIMALS:
+                ts.append(_three(start))
+                dur.append(_three(length))
+            elif form == INTEGER:
+                ts.append(_integer(start))
+                dur.append(_integer(length))
+            else:
+                ts.append(self.texts[row][0].encode())
+                dur.append(self.texts[row][1].encode())
+        return ts, dur
 
     def __getitem__(self, i):
         if isinstance(i, slice):
