@@ -90,6 +90,7 @@ class IndexOptions:
     count_names: bool = False  # kernel name and CPU annotation counters (inspect)
     records: bool = True  # per-event rewrite/sweep records (off for read-only commands)
     sweep: bool = True  # sweep records of slices (needed for lanes and peak overlap)
+    stats: bool = True  # per GPU group: counts, streams, time span (inspect and the plan)
     tmpdir: str | None = None  # where spilled records go
     chunk_bytes: int = CHUNK_BYTES  # size of the chunks the workers get
     moves_gpu: bool = False  # compaction will move GPU events (their keys must be unique)
@@ -199,7 +200,8 @@ class IndexBuilder:
     @property
     def context(self) -> Context:
         return Context(patterns=self.options.patterns, count_names=self.options.count_names,
-                       moves_gpu=self.options.moves_gpu, records=self.options.records)
+                       moves_gpu=self.options.moves_gpu, records=self.options.records,
+                       bounds=self.options.stats or self.options.sweep or self.options.records)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)
@@ -231,7 +233,8 @@ class IndexBuilder:
                 rows[name] = facts.candidates["index" if name == "ordinal" else name]
             rows["ordinal"] += base
             self.spans.append(rows)
-        if len(facts.slices):
+        if len(facts.slices) and (self.options.stats or self.options.sweep
+                                  or self.options.records):
             self._slices(facts.slices, tracks, groups, cand_base)
         if len(facts.flows) and self.options.records:
             self._flows(facts, tracks, cand_base)

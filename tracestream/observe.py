@@ -88,6 +88,7 @@ class Context:
     count_names: bool = False
     moves_gpu: bool = False  # compaction: refuse GPU events with duplicate keys
     records: bool = True  # the candidates' byte spans (the rewrite pass needs them)
+    bounds: bool = True  # the importer bounds of GPU slices (lanes, peaks, time spans)
 
 
 @dataclass
@@ -489,10 +490,12 @@ class _Observer:
             i = slices[k]
             ts = timebase.parse_decimal(ts_texts[i])
             end[k] = (ts + timebase.parse_decimal(dur_texts[i])).ceil_ns()
-        ts_f = _doubles(start, [ts_texts[i] for i in slices], inexact)
-        dur_f = _doubles(dur, [dur_texts[i] for i in slices], inexact)
-        int_dur = dur_int[idx]
-        lo, hi = importer_bounds(start, end, ts_f, dur_f, ts_int[idx], int_dur, dur)
+        if self.ctx.bounds:
+            ts_f = _doubles(start, [ts_texts[i] for i in slices], inexact)
+            dur_f = _doubles(dur, [dur_texts[i] for i in slices], inexact)
+            lo, hi = importer_bounds(start, end, ts_f, dur_f, ts_int[idx], dur_int[idx], dur)
+        else:
+            lo, hi = start, end
         kind_a = np.array(kind_list, np.int8)
         rows["cand"] = cand_of[idx]
         rows["track"] = tracks
