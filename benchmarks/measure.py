@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
-INTERVAL = 0.1
+INTERVAL = 0.25  # smaps_rollup of a few processes costs ms: sampled often, it competes with the run
 GNU_TIME = "/usr/bin/time"
 
 
