@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import threading
@@ -441,10 +442,16 @@ def test_view_trace_prints_address_and_tunnel_then_returns_on_ctrl_c(trace, monk
         finally:
             _thread.interrupt_main()  # always, so a failure here cannot hang the test
 
-    helper = threading.Thread(target=user_then_ctrl_c)
-    helper.start()
-    view_trace(trace, echo=lines.append)  # returns normally: Ctrl-C is the way to stop
-    helper.join()
+    # a shell's background job starts with SIGINT ignored, and interrupt_main() then does
+    # nothing: the test gets Python's own Ctrl-C handler, as an interactive run has
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        helper = threading.Thread(target=user_then_ctrl_c)
+        helper.start()
+        view_trace(trace, echo=lines.append)  # returns normally: Ctrl-C is the way to stop
+        helper.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
     port = int(re.search(r"127\.0\.0\.1:(\d+)/", lines[0]).group(1))
     assert fetched == [200]
