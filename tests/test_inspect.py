@@ -9,11 +9,13 @@ import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from decimal import Decimal
 from pathlib import Path
 
 import orjson
 import pytest
 from click.testing import CliRunner
+from conftest import events_of, load_exact
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
 from tracestream.cli import main
@@ -374,3 +376,26 @@ def test_json_rows_are_the_rows_written_one_by_one(long_decode, bounds):
     rows = report["matches"]
     start, stop = bounds
     assert rows.json_rows(start, stop) == [_reference_row(rows[i]) for i in range(start, stop)]
+
+
+def test_match_rows_agree_with_the_events_they_name(long_decode):
+    """Every row, read against the trace itself: its event's exact ts/dur text, tid and
+    stream; rel_ms from the origin, gap_us from the previous row, its cluster's range."""
+    report = find_anchors(long_decode, ANCHOR_RX, workers=0)
+    events = events_of(load_exact(long_decode))
+    origin = Decimal(report["origin_us"])
+    members = {i: c for c, r in enumerate(report["clusters"])
+               for i in range(r["start_index"], r["start_index"] + r["count"])}
+    previous = None
+    for text in report["matches"].json_rows(0, report["count"]):
+        row = json.loads(text, parse_float=lambda t: ("float", t))
+        event = events[row["event"]]
+        ts = Decimal(event["ts"][1])
+        assert (row["ts_us"], row["dur_us"]) == (event["ts"], event["dur"])
+        assert (row["tid"], row["stream"]) == (event["tid"], event["args"]["stream"])
+        assert float(row["rel_ms"][1]) == round(float((ts - origin) / 1000), 6)
+        gap = row["gap_us"]
+        assert (gap if gap is None else float(gap[1])) == (
+            None if previous is None else round(float(ts - previous), 3))
+        assert row["cluster"] == members[row["index"]]
+        previous = ts

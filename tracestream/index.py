@@ -95,6 +95,11 @@ class IndexOptions:
     chunk_bytes: int = CHUNK_BYTES  # size of the chunks the workers get
     moves_gpu: bool = False  # compaction will move GPU events (their keys must be unique)
 
+    @property
+    def slice_facts(self) -> bool:
+        """Whether GPU slices are summarised at all (their bounds, stats or records)."""
+        return self.stats or self.sweep or self.records
+
 
 @dataclass
 class ChunkSpan:
@@ -201,7 +206,7 @@ class IndexBuilder:
     def context(self) -> Context:
         return Context(patterns=self.options.patterns, count_names=self.options.count_names,
                        moves_gpu=self.options.moves_gpu, records=self.options.records,
-                       bounds=self.options.stats or self.options.sweep or self.options.records)
+                       bounds=self.options.slice_facts)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)
@@ -233,8 +238,7 @@ class IndexBuilder:
                 rows[name] = facts.candidates["index" if name == "ordinal" else name]
             rows["ordinal"] += base
             self.spans.append(rows)
-        if len(facts.slices) and (self.options.stats or self.options.sweep
-                                  or self.options.records):
+        if len(facts.slices) and self.options.slice_facts:
             self._slices(facts.slices, tracks, groups, cand_base)
         if len(facts.flows) and self.options.records:
             self._flows(facts, tracks, cand_base)

@@ -538,26 +538,19 @@ class MatchRows(Sequence):
             return [self[k] for k in range(*i.indices(len(self)))]
         if i < 0:
             i += len(self)
-        m = self.anchors[i]
-        t = int(self.times[i])
-        return {
-            "index": i,
-            "ts_us": RawNumber(m.ts_text),
-            "dur_us": RawNumber(m.dur_text),
-            "rel_ms": ms(t, self.origin_ns),
-            "gap_us": round((t - int(self.times[i - 1])) / 1000, 3) if i else None,
-            "stream": m.stream,
-            "tid": m.tid,
-            "cluster": int(self.cluster_of[i]),
-            "event": m.ordinal,
-        }
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        row = {key: values[0] for key, values in self.columns(i, i + 1).items()}
+        row["ts_us"] = RawNumber(row["ts_us"].decode())
+        row["dur_us"] = RawNumber(row["dur_us"].decode())
+        return row
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
     def columns(self, start: int, stop: int) -> dict[str, list]:
-        """Rows start..stop a column at a time (the values of `self[i]`, exact times as
-        bytes): no dict, Match or RawNumber per row."""
+        """Rows start..stop a column at a time, exact times as bytes: no dict, Match or
+        RawNumber per row (`self[i]` is row i of this)."""
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
         ts_texts, dur_texts = table.texts_of(picked)

@@ -246,7 +246,7 @@ class MatchTable(Sequence):
         wanted = [g for g, key in enumerate(self._groups) if key == (pid, device)]
         rows = self.rows
         # rows are in file order, so a stable sort by start breaks ties by ordinal
-        if (rows["group"] == wanted[0]).all() if len(wanted) == 1 else False:
+        if len(wanted) == 1 and (rows["group"] == wanted[0]).all():
             order = np.argsort(rows["start"], kind="stable")  # one GPU: no selection to copy
         else:
             picked = np.flatnonzero(np.isin(rows["group"], wanted))

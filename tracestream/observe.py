@@ -267,7 +267,6 @@ class _Observer:
         self.tracks: dict[tuple, int] = {}
         self.groups: dict[tuple, int] = {}
         self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
-        self.scan = KeyScan(data)
 
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
@@ -590,9 +589,10 @@ class _Observer:
         starts, ends = self.spans
         idx = np.array(slices)
         lo, hi = starts[idx], ends[idx]
+        scan = KeyScan(self.data)
         suspect = np.zeros(len(idx), bool)
         for key in _MOVED_KEYS:
-            suspect |= per_event(self.scan.positions(key), lo, hi)[1] > 1
+            suspect |= per_event(scan.positions(key), lo, hi)[1] > 1
         for k in np.flatnonzero(suspect).tolist():
             dup = _duplicate_key(self.raw(slices[k]))
             if dup is not None:

@@ -19,7 +19,7 @@ import numpy as np
 from tracestream.edit import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
 from tracestream.errors import TraceError
 from tracestream.index import TraceIndex
-from tracestream.keyscan import KeyScan, per_event
+from tracestream.keyscan import KeyScan, per_event, skip_whitespace
 from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
@@ -279,34 +279,13 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     return b"".join(out)
 
 
-_WHITESPACE = np.array(list(b" \t\r\n"), np.uint8)
-
-
 def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
                    with_args: np.ndarray) -> list[int]:
-    """Events whose member is not the usual one with a trailing comma: no args, or empty.
-
-    Whitespace after `{` is skipped for all events at once (Kineto indents args
-    on the next line); only a run longer than that is looked at with a regex.
-    """
-    odd = np.flatnonzero(~with_args).tolist()
+    """Events whose member is not the usual one with a trailing comma: no args, or empty."""
     inside = np.flatnonzero(with_args)
-    pos = braces[inside]
-    last = len(view) - 1
-    for _ in range(_INDENT):
-        space = np.isin(view[np.minimum(pos, last)], _WHITESPACE) & (pos < last)
-        if not space.any():
-            break
-        pos = pos + space
-    first = view[np.minimum(pos, last)]
-    odd += inside[first == 0x7D].tolist()
-    unsure = inside[np.isin(first, _WHITESPACE)].tolist()
-    odd += [k for k in unsure
-            if _EMPTY_ARGS.match(data, int(braces[k]) - len(_ARGS)) is not None]
-    return sorted(odd)
-
-
-_INDENT = 16
+    first = skip_whitespace(data, view, braces[inside])
+    empty = inside[(first < len(view)) & (view[np.minimum(first, len(view) - 1)] == 0x7D)]
+    return sorted(np.flatnonzero(~with_args).tolist() + empty.tolist())
 
 
 def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,

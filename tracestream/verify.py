@@ -368,8 +368,6 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
         try:
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{data.get('source_sha256', '')[:16]}… matches the report")
-            index.planned()
-            release_memory()
             _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
         finally:
             index.close()
