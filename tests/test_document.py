@@ -112,18 +112,25 @@ def test_relocation_is_exactly_reversible(raw):
     assert unrelocate(moved) == (raw, 42)
 
 
+@pytest.mark.parametrize("workers,compressed", [(0, False), (2, False), (2, True)])
 @pytest.mark.parametrize("chunk_bytes", [1, 40, 200])
-def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes):
-    """Cuts inside strings and nested values are found by the workers and re-cut exactly."""
+def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes, workers, compressed):
+    """Cuts inside strings and nested values are found by the workers and re-cut exactly,
+    also with several chunks in flight (a plain file's scanner reads only the bytes near
+    each cut, and re-reads them on a rewind)."""
+    import gzip
+
     from tracestream.index import IndexOptions, run_index
     from tracestream.source import TraceSource
+    from tracestream.workers import pool_for
 
     events = TRICKY * 20 + [{"ph": "X", "cat": "kernel", "name": "k},{", "pid": 0, "tid": 7,
                              "ts": 5, "dur": 1, "args": {"device": 0}}]
+    text = json.dumps({"traceEvents": events, "z": [{"a": 1}, {"b": "}]"}]}, indent=1).encode()
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"traceEvents": events, "z": [{"a": 1}, {"b": "}]"}]}, indent=1))
-    with TraceSource(path) as source:
-        index = run_index(source, IndexOptions(chunk_bytes=chunk_bytes))
+    path.write_bytes(gzip.compress(text) if compressed else text)
+    with TraceSource(path) as source, pool_for(str(path), workers) as pool:
+        index = run_index(source, IndexOptions(chunk_bytes=chunk_bytes), pool=pool)
     try:
         assert index.event_count == len(events)
         assert sum(c.count for c in index.chunks) == len(events)

@@ -11,10 +11,12 @@ index.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 
 import msgspec
 import orjson
@@ -47,9 +49,18 @@ class EventChunk:
     """Consecutive events: their bytes, exact per-event slices and absolute position."""
 
     offset: int  # absolute offset of data[0], the first event's first byte
-    data: bytes
+    data: bytes | None  # None: a speculative chunk of a file the caller reads itself (`peek`)
     first_ordinal: int
     events: list  # msgspec.Raw per event, in order
+    length: int = -1
+
+    def __post_init__(self):
+        if self.length < 0:
+            self.length = len(self.data)
+
+
+SETTLE = EventChunk(-1, b"", -1, None)
+"""Yielded by a speculative scanner before it decodes a chunk itself (see DocumentScanner)."""
 
 
 @dataclass
@@ -82,6 +93,7 @@ class _Buffer:
         self.data = bytearray()
         self.base = 0
         self.eof = False
+        self._head: memoryview | None = None  # the unread rest of a block `skip_to` ended in
 
     def take(self, start: int, end: int) -> bytes:
         """data[start:end] as bytes (one copy)."""
@@ -89,6 +101,10 @@ class _Buffer:
             return bytes(view[start:end])
 
     def more(self) -> bool:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self.data += head
+            return True
         if self.eof:
             return False
         for block in self._blocks:
@@ -111,6 +127,25 @@ class _Buffer:
             del self.data[:pos]
             self.base += pos
         return 0
+
+    def skip_to(self, offset: int) -> int:
+        """Drop everything before absolute `offset`, reading past it without copying it;
+        return its relative position (0). The input must reach `offset`."""
+        if offset - self.base <= len(self.data):
+            return self.discard(offset - self.base)
+        self.base += len(self.data)
+        self.data = bytearray()
+        blocks = self._blocks if self._head is None else chain([self._head], self._blocks)
+        self._head = None
+        for block in blocks:
+            if offset - self.base < len(block):
+                self._head = memoryview(block)[offset - self.base:]  # appended by more()
+                self.base = offset
+                return 0
+            self.base += len(block)
+        self.eof = True
+        raise TraceError(f"input ended at byte {self.base}, before byte {offset}: it changed "
+                         "while being read")
 
     def skip_ws(self, pos: int) -> int:
         while True:
@@ -140,12 +175,20 @@ class DocumentScanner:
     `first_ordinal == -1`): the caller validates them (in parallel) and calls
     `confirm(chunk)`, or `rewind(chunk)` when a cut turned out to lie inside a
     string or nested value; the scanner then re-cuts from that chunk exactly.
-    The chunk before the end of the event array is always decoded here.
+    The chunk before the end of the event array is always decoded here. Before
+    it decodes a chunk itself, the scanner yields `SETTLE`: the caller confirms
+    or rewinds every speculative chunk it holds (a wrong cut before would make
+    the decoded chunk start inside a value, which reads as malformed JSON).
+
+    `peek` (a plain file that the caller's workers read themselves) lets the
+    scanner cut from the bytes near each cut alone; speculative chunks then
+    carry no `data`, only their `length`.
     """
 
     def __init__(self, blocks: Iterable[bytes], *, chunk_bytes: int = CHUNK_BYTES,
-                 speculative: bool = False):
+                 speculative: bool = False, peek: FilePeek | None = None):
         self._buf = _Buffer(blocks)
+        self._peek = peek
         self._chunk_bytes = chunk_bytes
         self.layout = Layout()
         self.speculative = speculative
@@ -313,14 +356,24 @@ class DocumentScanner:
             if pos > (len(buf.data) >> 1):
                 pos = buf.discard(pos)
             if self.speculative and not self._exact_next:
-                cut = self._speculative_cut(pos)
+                cut = (self._peeked_cut(pos) if self._peek is not None
+                       else self._speculative_cut(pos))
                 if cut is not None:
                     chunk, end = cut
+                    if self._peek is not None:  # a rewind reads the file again
+                        self._history.append((chunk, b""))
+                        yield chunk
+                        pos = buf.skip_to(end - 1)
+                        continue
                     # the chunk's own bytes plus the separator after it: enough to rewind
                     after = chunk.offset - buf.base + len(chunk.data)
                     self._history.append((chunk, buf.take(after, end - 1)))
                     yield chunk
                     pos = end - 1
+                    continue
+            if self._history:
+                yield SETTLE
+                if self._rewind_to is not None:
                     continue
             self._exact_next = False
             chunk, end, closed = self._next_chunk(pos)
@@ -329,7 +382,7 @@ class DocumentScanner:
             yield chunk
             if self._rewind_to is not None:  # an earlier speculative chunk was cut wrongly
                 continue
-            layout.last_event_end = chunk.offset + len(chunk.data)
+            layout.last_event_end = chunk.offset + chunk.length
             if closed:
                 layout.events_close = buf.base + end - 1
                 layout.event_count = ordinal
@@ -356,13 +409,31 @@ class DocumentScanner:
         data = buf.take(start, close_brace + 1)
         return EventChunk(buf.base + start, data, -1, None), after
 
+    def _peeked_cut(self, start: int):
+        """`_speculative_cut` of a file, from the bytes around the cut alone (`peek`).
+
+        The chunk carries no bytes (whoever observes it reads them); the window
+        skips past it. Returns the next start as an absolute offset.
+        """
+        peek = self._peek
+        begin = self._buf.base + start
+        if peek.size - begin <= 2 * self._chunk_bytes + 64:
+            return None
+        at = max(begin, begin + self._chunk_bytes - _PEEK_BYTES)
+        around = peek.read(at, begin + self._chunk_bytes - at + 64)
+        cut = _last_cut(around, 0, begin + self._chunk_bytes - at)
+        if cut is None or cut[2]:
+            return None
+        close_brace, after, _ = cut
+        return EventChunk(begin, None, -1, None, at + close_brace + 1 - begin), at + after
+
     def confirm(self, chunk: EventChunk) -> None:
         """A speculative chunk decoded fine: forget the bytes kept for a rewind."""
         while self._history and self._history[0][0] is not chunk:
             self._history.popleft()
         if self._history:
             self._history.popleft()
-        self.layout.last_event_end = chunk.offset + len(chunk.data)
+        self.layout.last_event_end = chunk.offset + chunk.length
 
     def rewind(self, chunk: EventChunk) -> None:
         """A speculative chunk was cut wrongly: continue from its start, decoding exactly."""
@@ -375,7 +446,10 @@ class DocumentScanner:
         kept = list(self._history)
         self._history.clear()
         index = next(i for i, (c, _) in enumerate(kept) if c is chunk)
-        before = b"".join(c.data + sep for c, sep in kept[index:])
+        if self._peek is not None:
+            before = self._peek.read(chunk.offset, buf.base + pos - chunk.offset)
+        else:
+            before = b"".join(c.data + sep for c, sep in kept[index:])
         buf.data = bytearray(before) + buf.data[pos:]
         buf.base = chunk.offset
         self._exact_next = True
@@ -463,6 +537,24 @@ class DocumentScanner:
             f"input ends inside the event array (last complete data before byte "
             f"{buf.base + len(buf.data)}): the trace is truncated"
         )
+
+
+_PEEK_BYTES = 64 << 10  # read before a speculative cut to find an event boundary in
+
+
+class FilePeek:
+    """Random reads of a plain trace file (a speculative cut needs only the bytes near it)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.size = os.path.getsize(path)
+
+    def read(self, offset: int, length: int) -> bytes:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
 
 
 @dataclass

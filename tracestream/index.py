@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from tracestream import timebase
-from tracestream.document import CHUNK_BYTES, DocumentScanner, EventChunk, Layout
+from tracestream.document import (
+    CHUNK_BYTES,
+    SETTLE,
+    DocumentScanner,
+    EventChunk,
+    FilePeek,
+    Layout,
+)
 from tracestream.errors import TraceError
 from tracestream.events import KERNEL
 from tracestream.matches import Match, MatchTable
@@ -228,7 +235,7 @@ class IndexBuilder:
     def add(self, facts: ChunkFacts, chunk: EventChunk) -> None:
         """Merge one chunk's facts (chunk-local numbering) into the global index."""
         base = self.event_count
-        self.chunks.append(ChunkSpan(chunk.offset, len(chunk.data), base, facts.count))
+        self.chunks.append(ChunkSpan(chunk.offset, chunk.length, base, facts.count))
         tracks = np.array([self._track(*t) for t in facts.tracks] or [0], dtype=np.int32)
         groups = np.array([self._group(*g) for g in facts.groups] or [0], dtype=np.int32)
         cand_base = len(self.spans)
@@ -393,7 +400,11 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         if progress is not None:
             blocks = progress.wrap(blocks, "index")
         pool = pool if pool is not None else InlinePool()
-        scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes)
+        by_path = str(source.path) if (pool.workers and source.compression == "none"
+                                        and not source.is_stdin) else None
+        # a file the workers read themselves: the scanner reads only the bytes near each cut
+        scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes,
+                                  peek=FilePeek(by_path) if by_path is not None else None)
         inflight: deque = deque()
         window = _WINDOW_PER_WORKER * pool.workers
 
@@ -415,23 +426,20 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
                 release_memory()
             return True
 
-        by_path = str(source.path) if (pool.workers and source.compression == "none"
-                                        and not source.is_stdin) else None
         for chunk in scanner.chunks():
+            if chunk is SETTLE:
+                while inflight and settle(*inflight.popleft()):
+                    pass
+                continue
             if chunk.events is None:
                 if by_path is not None:
                     task = pool.submit(observe_file_chunk, by_path, chunk.offset,
-                                       len(chunk.data), context)
+                                       chunk.length, context)
                 else:
                     task = pool.submit(observe_chunk, chunk.data, chunk.offset, context)
                 inflight.append((chunk, task))
                 while len(inflight) > window:
                     settle(*inflight.popleft())
-                continue
-            rewound = False
-            while inflight and not rewound:
-                rewound = not settle(*inflight.popleft())
-            if rewound:
                 continue
             try:
                 facts = observe_chunk(chunk.data, chunk.offset, context)
