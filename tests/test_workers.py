@@ -1,5 +1,5 @@
 """Worker processes change nothing: every command gives the same bytes with 2 workers as
-with none, on a trace of several 4 MB chunks (plain: workers read their spans; gzip:
+with none, on a trace of several 2 MB chunks (plain: workers read their spans; gzip:
 chunks travel through pipes)."""
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ import orjson
 
 from tracestream.errors import TraceError
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 2 << 20
+"""Bytes of events per worker task. 4 MB chunks held ~50 MiB more in flight (chunks
+sent through pipes, results, windows) at the same speed (measured on 1 GB)."""
 _WS = b" \t\r\n"
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")

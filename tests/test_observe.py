@@ -1,0 +1,61 @@
+"""Reading a whole `ts`/`dur` column at once must decide exactly as one value at a time."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tracestream.observe import kineto_decimals
+
+# what the column fast path accepts, written out as the regular expressions it replaces
+_THREE_DECIMALS = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})\.[0-9]{3}")
+_INTEGER = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})")
+
+
+def reference(texts: list[bytes], signed: bool) -> int | None:
+    if not signed and any(t.startswith(b"-") for t in texts):
+        return None
+    if all(_THREE_DECIMALS.fullmatch(t) for t in texts):
+        return 3
+    if all(_INTEGER.fullmatch(t) for t in texts):
+        return 0
+    return None
+
+
+def json_number(draw_int: int, decimals: int, negative: bool) -> bytes:
+    text = str(draw_int).encode()
+    if decimals:
+        text += b"." + str(draw_int % 10 ** decimals).zfill(decimals).encode()
+    return (b"-" if negative else b"") + text
+
+
+numbers = st.builds(
+    json_number,
+    st.one_of(st.integers(0, 10 ** 3), st.integers(0, 10 ** 17),
+              st.integers(8 * 10 ** 15, 10 ** 16)),
+    st.sampled_from([0, 1, 2, 3, 3, 3, 4, 6]),
+    st.booleans(),
+)
+other_json = st.sampled_from([b'"1.000"', b"1e3", b"1.5e3", b"null", b"true", b"[1,2]",
+                              b'{"a":1}', b"-0.000", b"0", b"9000000000000000"])
+
+
+@given(st.lists(st.one_of(numbers, numbers, numbers, other_json), min_size=1, max_size=8),
+       st.booleans())
+def test_column_shape_matches_one_value_at_a_time(texts, signed):
+    blob = b",".join(texts)
+    assert kineto_decimals(blob, texts, signed=signed) == reference(texts, signed)
+
+
+def test_kineto_columns():
+    ts = [b"1764400000000000.000", b"1764400000000012.345", b"-5.000"]
+    assert kineto_decimals(b",".join(ts), ts, signed=True) == 3
+    assert kineto_decimals(b",".join(ts), ts, signed=False) is None  # a negative dur
+    ints = [b"17", b"8999999999999999"]
+    assert kineto_decimals(b",".join(ints), ints, signed=False) == 0
+    too_big = [b"9000000000000000.000"]  # 9e15 µs: past int64 nanoseconds' safe range
+    assert kineto_decimals(too_big[0], too_big, signed=True) is None
+    mixed = [b"1.000", b"2"]
+    assert kineto_decimals(b",".join(mixed), mixed, signed=True) is None
