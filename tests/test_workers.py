@@ -50,3 +50,40 @@ def test_inspect_and_anchors_report_the_same_with_workers(several_chunks):
                           workers=w) for w in (0, 2)]
     assert found[0]["count"] > 500
     assert b"".join(anchors_json(found[0])) == b"".join(anchors_json(found[1]))
+
+
+@pytest.mark.parametrize("slot_bytes", [4096, 2_150_000])
+def test_results_too_big_for_their_slot_come_through_the_pipe(several_chunks, tmp_path,
+                                                              monkeypatch, slot_bytes):
+    """No rewritten chunk fits 4 KB, some fit 2.15 MB: the output is the same bytes."""
+    from tracestream import workers as workers_module
+
+    outputs = []
+    for workers in (0, 2):
+        if workers:
+            monkeypatch.setattr(workers_module, "SLOT_BYTES", slot_bytes)
+        folder = tmp_path / f"workers{workers}"
+        folder.mkdir()
+        compact(several_chunks, folder / "compact.json", CompactSpec(max_lanes=10),
+                workers=workers)
+        outputs.append((folder / "compact.json").read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_result_slots_hand_back_what_was_put_in_them(monkeypatch):
+    from tracestream import workers as workers_module
+    from tracestream.workers import ResultSlots, collect, deliver
+
+    slots = ResultSlots(2, 16)
+    monkeypatch.setattr(workers_module, "_SLOTS", slots)  # as in a worker
+    try:
+        first, second = slots.acquire(), slots.acquire()
+        assert slots.acquire() is None  # all taken: the next result comes as bytes
+        assert deliver(b"0123456789", first) == 10
+        assert deliver(b"x" * 17, second) == b"x" * 17  # does not fit
+        assert deliver(b"abc", None) == b"abc"
+        assert collect(10, first, slots) == b"0123456789"
+        assert collect(b"x" * 17, second, slots) == b"x" * 17
+        assert sorted([slots.acquire(), slots.acquire()]) == [0, 1]  # both free again
+    finally:
+        slots.close()

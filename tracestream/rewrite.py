@@ -25,9 +25,15 @@ from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import take_rows
-from tracestream.workers import InlinePool, collector_paused, release_memory
+from tracestream.workers import (
+    RESULT_SLOTS_PER_WORKER,
+    InlinePool,
+    collect,
+    collector_paused,
+    deliver,
+    release_memory,
+)
 
-_WINDOW_PER_WORKER = 2
 _TRIM_EVERY = 2
 
 
@@ -289,9 +295,20 @@ def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
 
 
 def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
-                       actions: np.ndarray, targets: dict) -> tuple[bytes, bool]:
-    """`rewrite_chunk` of a span of a plain file, read by the worker itself."""
-    return rewrite_chunk(read_span(path, offset, length), offset, rows, actions, targets)
+                       actions: np.ndarray, targets: dict,
+                       slot: int | None = None) -> tuple[bytes | int, bool]:
+    """`rewrite_chunk` of a span of a plain file, read by the worker itself (the result
+    goes to a shared slot when given one: see workers.deliver)."""
+    data, dropped_last = rewrite_chunk(read_span(path, offset, length), offset, rows, actions,
+                                       targets)
+    return deliver(data, slot), dropped_last
+
+
+def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
+                       targets: dict, slot: int | None = None) -> tuple[bytes | int, bool]:
+    """`rewrite_chunk` of bytes sent to the worker (the result as in rewrite_file_chunk)."""
+    data, dropped_last = rewrite_chunk(data, offset, rows, actions, targets)
+    return deliver(data, slot), dropped_last
 
 
 def _after_separator(data: bytes, pos: int) -> int:
@@ -392,7 +409,7 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         member = None
     # items in output order: (separator bytes, payload bytes or a worker's future)
     pending: deque = deque()
-    window = _WINDOW_PER_WORKER * pool.workers
+    window = RESULT_SLOTS_PER_WORKER * pool.workers  # one slot per chunk in flight, and one
     dropped_last = False
     first = True
 
@@ -403,30 +420,33 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         flushed += 1
         if flushed % _TRIM_EVERY == 0:
             release_memory()
-        separator, payload, conditional = pending.popleft()
+        separator, payload, conditional, slot = pending.popleft()
         if not (conditional and dropped_last):
             out.write(separator)
         if isinstance(payload, bytes):
             out.write(payload)
             dropped_last = False
         else:
-            data, dropped_last = payload.result()
-            out.write(data)
+            result, dropped_last = payload.result()
+            out.write(collect(result, slot, pool.slots))
 
     by_path = str(source.path) if (pool.workers and source.compression == "none"
                                     and not source.is_stdin) else None
     for chunk, rows, actions in chunk_edits(index, plan):
         separator = cursor.take(chunk.offset - cursor.pos)
+        slot = None
         if len(rows) and by_path is not None:
             cursor.skip(chunk.length)
+            slot = pool.slots.acquire() if pool.slots is not None else None
             payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
-                                  actions, plan.targets)
+                                  actions, plan.targets, slot)
         elif len(rows):
-            payload = pool.submit(rewrite_chunk, cursor.take(chunk.length), chunk.offset, rows,
-                                  actions, plan.targets)
+            slot = pool.slots.acquire() if pool.slots is not None else None
+            payload = pool.submit(rewrite_sent_chunk, cursor.take(chunk.length), chunk.offset,
+                                  rows, actions, plan.targets, slot)
         else:
             payload = cursor.take(chunk.length)
-        pending.append((separator, payload, not first))
+        pending.append((separator, payload, not first, slot))
         first = False
         while len(pending) > window:
             flush_one()

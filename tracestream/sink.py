@@ -354,5 +354,11 @@ def commit_together(files: Sequence[OutputFile]) -> None:
                 if f.path is not None:
                     remove_committed(f.path)
     if received:
-        os.kill(os.getpid(), received[0])
+        # the handler itself, now: a re-sent signal's Python handler runs only at the
+        # interpreter's next check, which a `raise` right after it can beat (a SIGTERM
+        # then exited as an interrupt, 130 instead of 143)
+        handler = signal.getsignal(received[0])
+        if callable(handler):
+            handler(received[0], None)
+        os.kill(os.getpid(), received[0])  # the default action (or none, when ignored)
         raise KeyboardInterrupt  # if the handler returned without raising

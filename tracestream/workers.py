@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import mmap
 import multiprocessing
 import os
 import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from tracestream.document import CHUNK_BYTES
 from tracestream.errors import TraceError
 
+RESULT_SLOTS_PER_WORKER = 2  # the rewrite keeps this many chunks per worker in flight
+SLOT_BYTES = 2 * CHUNK_BYTES
+"""A rewritten chunk grows by its relocated events' provenance: twice a chunk holds any
+(a larger result comes back through the pipe)."""
 PARALLEL_MIN_BYTES = 48 << 20
 """Inputs smaller than this (decompressed) are processed in one process: forking costs more."""
 _COMPRESSION_RATIO = 8  # a gzip/zstd trace file holds roughly this many times its size
@@ -104,11 +110,69 @@ def collector_paused():
             gc.enable()
 
 
+class ResultSlots:
+    """Shared memory for the workers' large results (rewritten chunks), by slot.
+
+    Mapped before the workers are forked, so they share it: a worker puts its
+    result in the slot it was given and returns only the length, instead of
+    pickling megabytes through a pipe for the parent to unpickle.
+    """
+
+    def __init__(self, count: int, size: int):
+        self.size = size
+        self.memory = mmap.mmap(-1, count * size)  # anonymous and shared with children
+        self._free = list(range(count))
+
+    def acquire(self) -> int | None:
+        """A free slot, or None when all are taken (the result then comes as bytes)."""
+        return self._free.pop() if self._free else None
+
+    def take(self, slot: int, length: int) -> bytes:
+        """The result in `slot` (copied out); the slot is free again."""
+        start = slot * self.size
+        data = self.memory[start : start + length]
+        self._free.append(slot)
+        return data
+
+    def release(self, slot: int | None) -> None:
+        if slot is not None:
+            self._free.append(slot)
+
+    def close(self) -> None:
+        self.memory.close()
+
+
+_SLOTS: ResultSlots | None = None  # the slots of the pool that forked this worker
+
+
+def deliver(data: bytes, slot: int | None) -> bytes | int:
+    """In a worker: `data` put in its slot (its length returned), or `data` itself if it
+    has no slot or does not fit."""
+    slots = _SLOTS
+    if slot is None or slots is None or len(data) > slots.size:
+        return data
+    start = slot * slots.size
+    slots.memory[start : start + len(data)] = data
+    return len(data)
+
+
+def collect(result: bytes | int, slot: int | None, slots: ResultSlots | None) -> bytes:
+    """In the parent: what `deliver` handed back, as bytes (the slot is free again)."""
+    if isinstance(result, int):
+        return slots.take(slot, result)
+    if slots is not None:
+        slots.release(slot)
+    return result
+
+
 class WorkerPool:
     """A fixed set of forked worker processes with an executor's submit()."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, *, slots: int = 0, slot_bytes: int = 0):
+        global _SLOTS
         self.workers = workers
+        self.slots = ResultSlots(slots, slot_bytes) if slots else None
+        _SLOTS = self.slots  # inherited by the workers forked below
         context = multiprocessing.get_context("fork")
         gc.freeze()  # the workers share these pages; do not let collections copy them
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context,
@@ -122,6 +186,7 @@ class WorkerPool:
             self._executor.submit(_ready).result()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            _SLOTS = None  # the workers have theirs; this process only collects
 
     def submit(self, fn, *args) -> Future:
         try:
@@ -131,6 +196,8 @@ class WorkerPool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+        if self.slots is not None:
+            self.slots.close()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -161,6 +228,7 @@ class InlinePool:
     """Runs submitted work immediately in this process."""
 
     workers = 0
+    slots = None
 
     def submit(self, fn, *args) -> _Done:
         return _Done(fn, args)
@@ -207,4 +275,5 @@ def pool_for(path: str | None, workers: int | None):
         workers = default_workers() if (size is None or size >= PARALLEL_MIN_BYTES) else 0
     if workers <= 0:
         return InlinePool()
-    return WorkerPool(workers)
+    return WorkerPool(workers, slots=RESULT_SLOTS_PER_WORKER * workers + 1,
+                      slot_bytes=SLOT_BYTES)
