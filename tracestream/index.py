@@ -75,7 +75,7 @@ _FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
 _NO_ID = NO_ID
 _WINDOW_PER_WORKER = 2
-_TRIM_EVERY = 2  # chunks between giving freed memory back (see workers.release_memory)
+_TRIM_EVERY = 8  # chunks between giving freed memory back (see workers.release_memory)
 
 
 @dataclass

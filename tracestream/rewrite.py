@@ -34,7 +34,7 @@ from tracestream.workers import (
     release_memory,
 )
 
-_TRIM_EVERY = 2
+_TRIM_EVERY = 8
 
 
 class StreamCursor:
