@@ -469,18 +469,27 @@ class _Observer:
             return rows, {}, kernel_names
         events = self.events
         sev = [events[i] for i in slices]
-        pids = [e.pid for e in sev]
         kind_list = [kinds[i] for i in slices]
         devices = [SCOPES if k == GPU_SCOPE else (e.args.device if e.args is not None else None)
                    for e, k in zip(sev, kind_list)]
-        tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
         try:
-            groups = _intern(self.group, list(zip(pids, devices)))
+            set(devices)
         except TypeError:  # an object or array as args.device
             k = next(k for k, d in enumerate(devices) if not _hashable(d))
             raise self.fail(slices[k], "`args.device` of a GPU event must be a number or a "
                                        f"string, not {_json_type(devices[k])}") from None
-        idx = np.array(slices)
+        if not (self.ctx.bounds or self.ctx.records or self.ctx.count_names):
+            # `anchors`: no per-slice facts are kept, so only the matched kernels go on
+            keep = self._matching(slices, sev, kind_list)
+            slices = [slices[k] for k in keep]
+            sev = [sev[k] for k in keep]
+            kind_list = [kind_list[k] for k in keep]
+            devices = [devices[k] for k in keep]
+            rows = np.empty(len(slices), SLICE_DTYPE)
+        pids = [e.pid for e in sev]
+        tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
+        groups = _intern(self.group, list(zip(pids, devices)))
+        idx = np.array(slices, np.int64)
         start = ts_ns[idx]
         dur = dur_ns[idx]
         end = start + dur
@@ -517,9 +526,8 @@ class _Observer:
                                     tracks, groups)
         return rows, matches, kernel_names
 
-    def _matches(self, slices, sev, kernels, names, ts_texts, dur_texts, start, dur, tracks,
-                 groups) -> dict[str, tuple]:
-        """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
+    def _hits(self, slices, sev, kernels, names) -> dict:
+        """The patterns each distinct kernel name matches (names that match none left out)."""
         patterns = self.ctx.patterns
         hits = {}
         try:
@@ -533,6 +541,22 @@ class _Observer:
             found = [p for p, rx in patterns.items() if rx.search(text)]
             if found:
                 hits[name] = found
+        return hits
+
+    def _matching(self, slices, sev, kind_list) -> list[int]:
+        """Positions (among the slices) of the kernels whose name matches a pattern."""
+        if not self.ctx.patterns:
+            return []
+        kernels = [k for k, kind in enumerate(kind_list) if kind == KERNEL]
+        names = [sev[k].name for k in kernels]
+        hits = self._hits(slices, sev, kernels, names)
+        return [k for k, name in zip(kernels, names) if name in hits]
+
+    def _matches(self, slices, sev, kernels, names, ts_texts, dur_texts, start, dur, tracks,
+                 groups) -> dict[str, tuple]:
+        """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
+        patterns = self.ctx.patterns
+        hits = self._hits(slices, sev, kernels, names)
         picked = [j for j, name in enumerate(names) if name in hits]
         found = [kernels[j] for j in picked]  # positions among the slices
         events = [slices[k] for k in found]
