@@ -409,7 +409,8 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         member = None
     # items in output order: (separator bytes, payload bytes or a worker's future)
     pending: deque = deque()
-    window = RESULT_SLOTS_PER_WORKER * pool.workers  # one slot per chunk in flight, and one
+    # the pool has a result slot for each chunk in flight (up to window + 1, see pool_for)
+    window = RESULT_SLOTS_PER_WORKER * pool.workers
     dropped_last = False
     first = True
 

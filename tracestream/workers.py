@@ -84,7 +84,9 @@ def _ready() -> int:
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _worker_start(parent: int) -> None:
+def _worker_start(parent: int, slots: ResultSlots | None) -> None:
+    global _SLOTS
+    _SLOTS = slots  # the pool's shared memory, mapped before this process was forked
     # chunk work makes many short-lived acyclic objects: the cycle collector only costs
     gc.disable()
     # Ctrl-C and SIGTERM reach the whole process group: the parent stops the pool; a
@@ -169,15 +171,13 @@ class WorkerPool:
     """A fixed set of forked worker processes with an executor's submit()."""
 
     def __init__(self, workers: int, *, slots: int = 0, slot_bytes: int = 0):
-        global _SLOTS
         self.workers = workers
         self.slots = ResultSlots(slots, slot_bytes) if slots else None
-        _SLOTS = self.slots  # inherited by the workers forked below
         context = multiprocessing.get_context("fork")
         gc.freeze()  # the workers share these pages; do not let collections copy them
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                              initializer=_worker_start,
-                                             initargs=(os.getpid(),))
+                                             initargs=(os.getpid(), self.slots))
         # the first submit forks every worker (fork context), while we are single-threaded;
         # workers start with Ctrl-C/SIGTERM held until they ignore them (the parent gets
         # any that arrive meanwhile when they are released here)
@@ -186,7 +186,6 @@ class WorkerPool:
             self._executor.submit(_ready).result()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            _SLOTS = None  # the workers have theirs; this process only collects
 
     def submit(self, fn, *args) -> Future:
         try:
