@@ -383,13 +383,14 @@ class _Observer:
         whole = len(present) == len(texts)
         blob = b",".join(present)
         parsed = None
-        decimals = kineto_decimals(blob, present, signed=key != "dur") if present else None
         if not present:
             parsed = np.zeros(0, np.int64), np.zeros(0, bool)
-        elif decimals == 3:
-            parsed = _ints(blob.replace(b".", b"")), np.zeros(len(present), bool)
-        elif decimals == 0:
-            parsed = _ints(blob) * 1000, np.ones(len(present), bool)
+        else:
+            decimals = kineto_decimals(blob, present, signed=key != "dur")
+            if decimals == 3:
+                parsed = _ints(blob.replace(b".", b"")), np.zeros(len(present), bool)
+            elif decimals == 0:
+                parsed = _ints(blob) * 1000, np.ones(len(present), bool)
         if parsed is None:
             parsed = self._column_slowly(texts, present, key)
         ns, integer = parsed
