@@ -306,28 +306,40 @@ Ctrl-C/SIGTERM must neither kill it (exit 143 with complete outputs) nor make it
 that nothing was written; the process exits 0 right after."""
 
 
+class _HeldSignals:
+    """SIGINT/SIGTERM that arrived while files were being linked into place."""
+
+    def __init__(self):
+        self.received: list[int] = []
+        self.committed = False  # set once the files stay: later signals do not undo them
+
+
 @contextlib.contextmanager
 def _signals_held():
-    """Hold SIGINT/SIGTERM while files are linked into place; report what arrived."""
-    received: list[int] = []
+    """Hold SIGINT/SIGTERM while files are linked into place; report what arrived.
+
+    The caller decides from `received` whether the commit stands and says so in
+    `committed`; the handlers that come back follow that decision, not a second
+    look at `received` (a signal between the two would otherwise undo a commit the
+    caller had kept).
+    """
+    held = _HeldSignals()
     if threading.current_thread() is not threading.main_thread():
-        yield received
+        yield held
         return
     wanted = (signal.SIGINT, signal.SIGTERM)
     previous = {signum: signal.getsignal(signum) for signum in wanted}
 
     def hold(signum, frame):
-        received.append(signum)
+        held.received.append(signum)
 
     for signum in wanted:
         signal.signal(signum, hold)
-    committed = False
     try:
-        yield received
-        committed = not received
+        yield held
     finally:
         for signum, handler in previous.items():
-            if committed and IGNORE_SIGNALS_AFTER_COMMIT:
+            if held.committed and IGNORE_SIGNALS_AFTER_COMMIT:
                 handler = signal.SIG_IGN
             signal.signal(signum, handler)
 
@@ -336,10 +348,12 @@ def commit_together(files: Sequence[OutputFile]) -> None:
     """Commit several files as one: all appear, or none (also when interrupted meanwhile).
 
     An interrupt that arrives during the commits is held until they finish, then
-    the committed files are removed again and the interrupt is delivered.
+    the committed files are removed again and the interrupt is delivered. One that
+    arrives after that decision leaves the files in place; the CLI ignores it, a
+    library caller gets it delivered.
     """
     done: list[OutputFile] = []
-    with _signals_held() as received:
+    with _signals_held() as held:
         try:
             for f in files:
                 f.commit()
@@ -349,16 +363,27 @@ def commit_together(files: Sequence[OutputFile]) -> None:
                 if f.path is not None:
                     remove_committed(f.path)
             raise
-        if received:
+        interrupted = list(held.received)
+        if interrupted:
             for f in done:
                 if f.path is not None:
                     remove_committed(f.path)
-    if received:
-        # the handler itself, now: a re-sent signal's Python handler runs only at the
-        # interpreter's next check, which a `raise` right after it can beat (a SIGTERM
-        # then exited as an interrupt, 130 instead of 143)
-        handler = signal.getsignal(received[0])
-        if callable(handler):
-            handler(received[0], None)
-        os.kill(os.getpid(), received[0])  # the default action (or none, when ignored)
-        raise KeyboardInterrupt  # if the handler returned without raising
+        else:
+            held.committed = True
+    late = held.received[len(interrupted):]
+    if interrupted or (late and not IGNORE_SIGNALS_AFTER_COMMIT):
+        _deliver((interrupted or late)[0])
+
+
+def _deliver(signum: int) -> None:
+    """Act on a held signal now, through its handler (restored by now).
+
+    The handler is called directly: a re-sent signal's Python handler runs only at
+    the interpreter's next check, which a `raise` right after it can beat (a SIGTERM
+    then exited as an interrupt, 130 instead of 143).
+    """
+    handler = signal.getsignal(signum)
+    if callable(handler):
+        handler(signum, None)
+    os.kill(os.getpid(), signum)  # the default action (or none, when ignored)
+    raise KeyboardInterrupt  # if the handler returned without raising

@@ -330,6 +330,53 @@ def test_committed_outputs_are_not_undone_by_a_late_signal(tmp_path, monkeypatch
             signal.signal(signum, handler)
 
 
+class _LateSignal(Exception):
+    pass
+
+
+@pytest.mark.parametrize("as_program", [True, False])
+def test_a_signal_after_the_commit_decision_keeps_the_files(tmp_path, monkeypatch, as_program):
+    """A SIGTERM that lands after the commit was judged complete, while the handlers are
+    being put back, leaves both files: the CLI ignores it, a library caller gets it (here
+    a handler that raises). It used to undo the commit and exit as an interrupt (130)."""
+    from tracestream import sink
+
+    monkeypatch.setattr(sink, "IGNORE_SIGNALS_AFTER_COMMIT", as_program)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def late(signum, frame):
+        raise _LateSignal()
+
+    real_signal = signal.signal
+    sent = []
+
+    def restoring(signum, handler):
+        holding = getattr(signal.getsignal(signum), "__name__", "") == "hold"
+        if not sent and holding and signum == signal.SIGINT:
+            sent.append(signum)  # the first handler put back: SIGTERM is still held
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)  # the held handler runs here
+        return real_signal(signum, handler)
+
+    real_signal(signal.SIGTERM, late)
+    try:
+        files = [OutputFile(str(tmp_path / name)) for name in ("a.json", "b.json")]
+        for f in files:
+            f.write(b"{}")
+        monkeypatch.setattr(signal, "signal", restoring)
+        if as_program:
+            sink.commit_together(files)
+        else:
+            with pytest.raises(_LateSignal):
+                sink.commit_together(files)
+        assert sent == [signal.SIGINT]
+        assert leftovers(tmp_path) == ["a.json", "b.json"]
+    finally:
+        monkeypatch.undo()
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
 def test_sigkill_leaves_no_workers(large, tmp_path):
     """A killed run (OOM killer, kill -9) leaves no output and no orphaned worker process."""
     folder = tmp_path / "out"
