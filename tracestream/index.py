@@ -400,8 +400,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         if progress is not None:
             blocks = progress.wrap(blocks, "index")
         pool = pool if pool is not None else InlinePool()
-        by_path = str(source.path) if (pool.workers and source.compression == "none"
-                                        and not source.is_stdin) else None
+        by_path = source.plain_path if pool.workers else None
         # a file the workers read themselves: the scanner reads only the bytes near each cut
         scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes,
                                   peek=FilePeek(by_path) if by_path is not None else None)

@@ -548,6 +548,11 @@ class MatchRows(Sequence):
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def batches(self, size: int = 4096) -> Iterator[tuple[int, int]]:
+        """(start, stop) of consecutive row ranges: output is streamed a batch at a time."""
+        for start in range(0, len(self), size):
+            yield start, min(start + size, len(self))
+
     def columns(self, start: int, stop: int) -> dict[str, list]:
         """Rows start..stop a column at a time, exact times as bytes: no dict, Match or
         RawNumber per row (`self[i]` is row i of this)."""
@@ -709,9 +714,8 @@ def anchors_json(report: dict) -> Iterator[bytes]:
         _ROWS_PLACEHOLDER)
     yield head + b"["
     rows = report["matches"]
-    for start in range(0, len(rows), 4096):
-        batch = rows.json_rows(start, min(start + 4096, len(rows)))
-        yield (b", " if start else b"") + b", ".join(batch)
+    for start, stop in rows.batches():
+        yield (b", " if start else b"") + b", ".join(rows.json_rows(start, stop))
     yield b"]" + tail
 
 
@@ -727,8 +731,8 @@ def anchors_lines(report: dict) -> Iterator[str]:
 
     def match_cells():
         rows = report["matches"]
-        for start in range(0, len(rows), 4096):
-            c = rows.columns(start, min(start + 4096, len(rows)))
+        for start, stop in rows.batches():
+            c = rows.columns(start, stop)
             yield from zip(c["index"], [f"{v:,.3f}" for v in c["rel_ms"]], c["stream"],
                            [t.decode() for t in c["dur_us"]],
                            [None if v is None else f"{v:,.3f}" for v in c["gap_us"]],

@@ -297,16 +297,15 @@ def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
 def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
                        actions: np.ndarray, targets: dict,
                        slot: int | None = None) -> tuple[bytes | int, bool]:
-    """`rewrite_chunk` of a span of a plain file, read by the worker itself (the result
-    goes to a shared slot when given one: see workers.deliver)."""
-    data, dropped_last = rewrite_chunk(read_span(path, offset, length), offset, rows, actions,
-                                       targets)
-    return deliver(data, slot), dropped_last
+    """`rewrite_sent_chunk` of a span of a plain file, read by the worker itself."""
+    return rewrite_sent_chunk(read_span(path, offset, length), offset, rows, actions, targets,
+                              slot)
 
 
 def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
                        targets: dict, slot: int | None = None) -> tuple[bytes | int, bool]:
-    """`rewrite_chunk` of bytes sent to the worker (the result as in rewrite_file_chunk)."""
+    """`rewrite_chunk` in a worker; the result goes to a shared slot when it was given one
+    (see workers.deliver)."""
     data, dropped_last = rewrite_chunk(data, offset, rows, actions, targets)
     return deliver(data, slot), dropped_last
 
@@ -431,18 +430,15 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
             result, dropped_last = payload.result()
             out.write(collect(result, slot, pool.slots))
 
-    by_path = str(source.path) if (pool.workers and source.compression == "none"
-                                    and not source.is_stdin) else None
+    by_path = source.plain_path if pool.workers else None
     for chunk, rows, actions in chunk_edits(index, plan):
         separator = cursor.take(chunk.offset - cursor.pos)
-        slot = None
+        slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
         if len(rows) and by_path is not None:
             cursor.skip(chunk.length)
-            slot = pool.slots.acquire() if pool.slots is not None else None
             payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
                                   actions, plan.targets, slot)
         elif len(rows):
-            slot = pool.slots.acquire() if pool.slots is not None else None
             payload = pool.submit(rewrite_sent_chunk, cursor.take(chunk.length), chunk.offset,
                                   rows, actions, plan.targets, slot)
         else:

@@ -99,6 +99,14 @@ class TraceSource:
     def is_stdin(self) -> bool:
         return self._stdin is not None
 
+    @property
+    def plain_path(self) -> str | None:
+        """The path of an uncompressed file on disk (worker processes can read spans of it
+        themselves), else None."""
+        if self.is_stdin or self.compression != "none":
+            return None
+        return str(self.path)
+
     def close(self) -> None:
         if self._spool is not None:
             self._spool.unlink(missing_ok=True)

@@ -475,6 +475,38 @@ CHANGES = {"truncated": _truncate, "appended": _append, "replaced": _replace, "r
            "edited_in_place": _edit_in_place}
 
 
+def test_input_that_shrinks_while_the_index_pass_reads_it(large, tmp_path, monkeypatch):
+    """With workers on a plain file, the scanner cuts chunks from the file itself while the
+    stream (hashed for the change check) is read in order; when the stream ends before a
+    chunk the file still had, the run is refused: exit 2, one line, nothing written."""
+    from click.testing import CliRunner
+
+    from tracestream.cli import main
+    from tracestream.source import TraceSource
+
+    from .support import Outcome
+
+    read = TraceSource.read
+
+    def shrunk(self, stats=None):  # the file loses its tail while this pass reads it
+        seen = 0
+        for block in read(self, stats):
+            if seen >= large.stat().st_size // 3:
+                return
+            seen += len(block)
+            yield block
+
+    before = sha256(large)
+    monkeypatch.setattr(TraceSource, "read", shrunk)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    result = CliRunner().invoke(main, command("compact", large, folder / "out.json",
+                                              "--workers", "2"))
+    out = Outcome(result.exit_code, result.stdout_bytes, result.stderr, 0.0, "in-process")
+    assert_refused(out, "changed while being read", empty=folder)
+    assert sha256(large) == before
+
+
 @pytest.mark.parametrize("change", sorted(CHANGES))
 @pytest.mark.parametrize("kind", ["layers", "compact"])
 def test_input_changed_between_passes(medium, tmp_path, change, kind):
