@@ -1,9 +1,12 @@
 """The greedy lane allocator and the record store it reads from."""
 
+import heapq
+
 import numpy as np
 import pytest
 
-from tracestream.lanes import allocate, peak_overlap
+from tracestream.index import SWEEP_DTYPE
+from tracestream.lanes import FLOW_KIND, GroupLanes, Sweep, allocate, peak_overlap
 from tracestream.spill import RecordStore
 
 
@@ -49,6 +52,80 @@ def test_lane_count_equals_peak_overlap_and_lanes_never_overlap(seed):
     for slices in by_lane.values():
         for (_s0, e0), (s1, _e1) in zip(slices, slices[1:]):
             assert e0 <= s1
+
+
+def _heap_greedy(lo, hi):
+    """The allocator as one would write it per slice: a heap of (end, placed, lane)."""
+    heap, lanes, count, peak_at = [], [], 0, None
+    for placed, (s, e) in enumerate(zip(lo, hi)):
+        if heap and heap[0][0] <= s:
+            lane = heapq.heapreplace(heap, (e, placed, heap[0][2]))[2]
+        else:
+            lane, count, peak_at = count, count + 1, s
+            heapq.heappush(heap, (e, placed, lane))
+        lanes.append(lane)
+    return lanes, count, peak_at
+
+
+def _random_slices(rng, n):
+    """Sorted slices with many equal starts, touching ends and zero-length slices."""
+    lo = np.sort(rng.integers(0, n * 3, n))
+    hi = lo + rng.choice([0, 0, 1, 2, 3, 5, 40], n)
+    return lo, hi
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_blockwise_lanes_equal_the_per_slice_heap(seed):
+    """The numpy allocator, fed in blocks of any size, places every slice where the heap does."""
+    rng = np.random.default_rng(seed)
+    lo, hi = _random_slices(rng, 600)
+    cuts = np.sort(rng.choice(np.arange(1, 600), rng.integers(0, 12), replace=False))
+    group, lanes = GroupLanes(), []
+    for block_lo, block_hi in zip(np.split(lo, cuts), np.split(hi, cuts)):
+        lanes += group.place_block(block_lo, block_hi).tolist()
+    assert (lanes, group.lanes, group.peak_at_ns) == _heap_greedy(lo.tolist(), hi.tolist())
+
+
+def _reference_binding(kernels, flows):
+    """Flow -> kernel per the rule: the one starting exactly at its time, else the one
+    containing it; None when there are several or none."""
+    bound = []
+    for track, t in flows:
+        exact = [k for k, (kt, s, e) in enumerate(kernels) if kt == track and s == t]
+        inside = [k for k, (kt, s, e) in enumerate(kernels) if kt == track and s <= t <= e]
+        bound.append(exact[0] if len(exact) == 1 else
+                     inside[0] if not exact and len(inside) == 1 else None)
+    return bound
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_flows_bind_like_the_rule_says_across_blocks(seed):
+    rng = np.random.default_rng(seed)
+    lo, hi = _random_slices(rng, 300)
+    kernels = list(zip(rng.integers(0, 3, 300).tolist(), lo.tolist(), hi.tolist()))
+    flows = [(int(rng.integers(0, 3)), int(t)) for t in rng.integers(0, 900, 60)]
+    rows = np.zeros(len(kernels) + len(flows), SWEEP_DTYPE)
+    rows["track"] = [k[0] for k in kernels] + [f[0] for f in flows]
+    rows["key"] = rows["start"] = [k[1] for k in kernels] + [f[1] for f in flows]
+    rows["end"] = rows["hi"] = [k[2] for k in kernels] + [f[1] for f in flows]
+    rows["kind"] = [1] * len(kernels) + [FLOW_KIND] * len(flows)
+    rows["group"] = [0] * len(kernels) + [-1] * len(flows)
+    rows["cand"] = np.arange(len(rows))
+    rows["tie"] = rows["cand"] + np.where(rows["kind"] == FLOW_KIND, 1 << 62, 0)
+    rows = rows[np.lexsort((rows["tie"], rows["key"]))]
+    cuts = np.sort(rng.choice(np.arange(1, len(rows)), rng.integers(0, 15), replace=False))
+    actions = np.zeros(len(rows), np.uint16)
+    sweep = Sweep(relocated_tracks={0, 1, 2}, compacted_groups={0})
+    sweep.run(np.split(rows, cuts), actions, {0: 1}, {0, 1, 2})
+    expected = _reference_binding(kernels, flows)
+    problems = {p.cand for p in sweep.flow_problems}
+    for f, kernel in enumerate(expected):
+        cand = len(kernels) + f
+        if kernel is None:
+            assert cand in problems and actions[cand] == 0
+        else:
+            assert cand not in problems and actions[cand] == actions[kernel]
+    assert len(problems) == expected.count(None)
 
 
 @pytest.mark.parametrize("budget", [1 << 30, 4096])

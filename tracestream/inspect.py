@@ -314,10 +314,7 @@ def peak_overlaps(index: TraceIndex, groups: set[int]) -> dict[int, GroupLanes]:
             mask = keep & (block["group"] == g)
             if not mask.any():
                 continue
-            place = states[g].place
-            los, his = block["key"][mask].tolist(), block["hi"][mask].tolist()
-            for lo, hi in zip(los, his, strict=True):
-                place(lo, hi)
+            states[g].place_block(block["key"][mask], block["hi"][mask])
     return states
 
 

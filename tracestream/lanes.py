@@ -6,14 +6,21 @@ else opens a new lane, so the lane count equals the peak overlap. Bounds are
 the conservative nanosecond bounds from `timebase`, so lanes stay free of
 overlap in the exact values and in Perfetto's imported ones.
 
-Flows on a relocated track bind, during the same sweep, to the activity on
-their original track that starts exactly at the flow's time, else to the one
-activity containing it.
+The greedy choice runs a block of slices at a time in numpy, without a Python
+step per slice. Every slice leaves a *token* (its end bound) when placed; a
+slice consumes the smallest free token, ties going to the token placed first.
+Consumed tokens therefore come in sorted order, so slice ``i`` of a block
+consumes sorted token ``i - opened`` (``opened``: lanes opened before it in the
+block) when that token is free by then, and opens a lane otherwise. The lanes
+opened so far are a running maximum of the overlap, and each slice inherits the
+lane of the slice whose token it took.
+
+Flows on a relocated track bind to the activity on their original track that
+starts exactly at the flow's time, else to the one activity containing it.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -25,36 +32,94 @@ FLOW_KIND = 8  # same code as index.FLOW; kept here so this module stays standal
 SCOPE_KIND = 5  # events.GPU_SCOPE: scopes get lanes but never bind flows
 LANE_CAP = 62  # lanes beyond this share a code; more than 10 lanes is refused anyway
 
+_EMPTY = np.zeros(0, np.int64)
+
 
 @dataclass
 class GroupLanes:
-    """Allocator state of one group (a GPU device, or one pid's scopes)."""
+    """Allocator state of one group (a GPU device, or one pid's scopes).
 
-    heap: list = field(default_factory=list)  # (end bound, lane)
+    Between blocks, each lane keeps one free-from token: its last slice's end
+    bound and that slice's place in the group's order (the tie-break).
+    """
+
     lanes: int = 0
     peak_at_ns: int | None = None  # time at which the last (highest) lane opened
     count: int = 0
+    token_end: np.ndarray = field(default_factory=lambda: _EMPTY)
+    token_seq: np.ndarray = field(default_factory=lambda: _EMPTY)
+    token_lane: np.ndarray = field(default_factory=lambda: _EMPTY)
 
-    def place(self, lo: int, hi: int, start: int | None = None) -> int:
-        """Lane for a slice with bounds [lo, hi]; `start` (exact) is what a peak reports."""
-        heap = self.heap
-        self.count += 1
-        if heap and heap[0][0] <= lo:
-            lane = heap[0][1]
-            heapq.heapreplace(heap, (hi, lane))
-            return lane
-        lane = self.lanes
-        self.lanes += 1
-        self.peak_at_ns = lo if start is None else start
-        heapq.heappush(heap, (hi, lane))
+    def place_block(self, lo: np.ndarray, hi: np.ndarray,
+                    start: np.ndarray | None = None) -> np.ndarray:
+        """Lanes for slices in start order with bounds [lo, hi] (int64 arrays).
+
+        `start` (exact) is what a peak reports; it defaults to `lo`.
+        """
+        n = len(lo)
+        if not n:
+            return _EMPTY
+        lo = np.asarray(lo, np.int64)
+        hi = np.asarray(hi, np.int64)
+        carried = self.lanes
+        ends = np.concatenate([self.token_end, hi])
+        seqs = np.concatenate([self.token_seq, np.arange(self.count, self.count + n)])
+        order = np.lexsort((seqs, ends))
+        position = np.arange(n)
+        # free tokens when slice i starts: those ended by lo[i], minus the zero-length
+        # slices at lo[i] that come at or after i (their tokens do not exist yet)
+        free = np.searchsorted(ends[order], lo, "right") - _zero_length_from_here(lo, hi)
+        opened_after = np.maximum.accumulate(np.maximum(position - free + 1, 0))
+        opened_before = np.concatenate([[0], opened_after[:-1]])
+        opens = opened_after > opened_before
+
+        lane = np.empty(n, np.int64)
+        lane[opens] = carried + opened_before[opens]
+        takes = np.flatnonzero(~opens)
+        token = order[takes - opened_before[takes]]
+        from_carried = token < carried
+        lane[takes[from_carried]] = self.token_lane[token[from_carried]]
+        parent = position.copy()
+        parent[takes[~from_carried]] = token[~from_carried] - carried
+        lane = lane[_roots(parent)]
+
+        consumed = n - int(opened_after[-1])
+        left = order[consumed:]
+        self.token_end = ends[left]
+        self.token_seq = seqs[left]
+        self.token_lane = np.concatenate([self.token_lane, lane])[left]
+        if opens.any():
+            last = int(np.flatnonzero(opens)[-1])
+            self.peak_at_ns = int((lo if start is None else start)[last])
+        self.lanes = carried + int(opened_after[-1])
+        self.count += n
         return lane
+
+
+def _zero_length_from_here(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each i: zero-length slices j >= i with lo[j] == lo[i] (lo sorted)."""
+    zero = (hi == lo).astype(np.int64)
+    if not zero.any():
+        return np.zeros(len(lo), np.int64)
+    suffix = np.concatenate([np.cumsum(zero[::-1])[::-1], [0]])
+    run_end = np.searchsorted(lo, lo, "right")
+    return suffix[:-1] - suffix[run_end]
+
+
+def _roots(parent: np.ndarray) -> np.ndarray:
+    """Follow parent links (parent[i] <= i) to their roots by pointer jumping."""
+    while True:
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            return parent
+        parent = grand
 
 
 def allocate(lo: Iterable[int], hi: Iterable[int]) -> tuple[list[int], int, int | None]:
     """Lanes for slices given in start order: (lane per slice, lane count, peak time)."""
     group = GroupLanes()
-    lanes = [group.place(s, e) for s, e in zip(lo, hi)]
-    return lanes, group.lanes, group.peak_at_ns
+    lanes = group.place_block(np.fromiter(lo, np.int64), np.fromiter(hi, np.int64))
+    return lanes.tolist(), group.lanes, group.peak_at_ns
 
 
 def peak_overlap(lo: np.ndarray, hi: np.ndarray) -> int:
@@ -77,6 +142,24 @@ class FlowProblem:
     reason: str
 
 
+@dataclass
+class _Activities:
+    """Activities on flow tracks that a later flow may still bind to (end >= its time)."""
+
+    track: np.ndarray = field(default_factory=lambda: _EMPTY)
+    start: np.ndarray = field(default_factory=lambda: _EMPTY)
+    end: np.ndarray = field(default_factory=lambda: _EMPTY)
+    code: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    def extended(self, track, start, end, code) -> _Activities:
+        return _Activities(*(np.concatenate([a, b]) for a, b in zip(
+            (self.track, self.start, self.end, self.code), (track, start, end, code))))
+
+    def ending_from(self, t: int) -> _Activities:
+        keep = self.end >= t
+        return _Activities(self.track[keep], self.start[keep], self.end[keep], self.code[keep])
+
+
 class Sweep:
     """Walks sorted sweep blocks once: allocates lanes and binds flows.
 
@@ -89,8 +172,8 @@ class Sweep:
         self.relocated = relocated_tracks
         self.compacted = compacted_groups
         self.groups: dict[int, GroupLanes] = {}
-        self.open_by_track: dict[int, list] = {}  # track -> [(start, end, group, lane)]
         self.flow_problems: list[FlowProblem] = []
+        self._open = _Activities()
 
     def run(self, blocks: Iterable[np.ndarray], actions: np.ndarray, base_code: dict[int, int],
             flow_tracks: set[int]) -> None:
@@ -98,11 +181,8 @@ class Sweep:
 
         `flow_tracks`: relocated tracks that have flows (only those need binding state).
         """
-        self._base_code = base_code
-        groups = self.groups
         compacted = np.array(sorted(self.compacted), np.int64)
         flow_track_ids = np.array(sorted(flow_tracks), np.int64)
-        open_by_track = self.open_by_track
         for block in blocks:
             is_flow = block["kind"] == FLOW_KIND
             keep = (~is_flow & np.isin(block["group"], compacted)) | (
@@ -110,66 +190,69 @@ class Sweep:
             if not keep.any():
                 continue
             block = take_rows(block, keep)
-            cands = block["cand"]
-            codes = []
-            reasons = {}  # position in the block -> why that flow does not bind
-            for key, hi, start, end, track, group, kind in zip(
-                    block["key"].tolist(), block["hi"].tolist(), block["start"].tolist(),
-                    block["end"].tolist(), block["track"].tolist(), block["group"].tolist(),
-                    block["kind"].tolist()):
-                if kind == FLOW_KIND:
-                    code = self._bind(track, key)
-                    if code is None:
-                        reasons[len(codes)] = self._reason
-                    codes.append(code)
-                    continue
-                state = groups.get(group)
+            is_flow = block["kind"] == FLOW_KIND
+            codes = np.zeros(len(block), np.int64)
+            group = block["group"]
+            for g in np.unique(group[~is_flow]).tolist():
+                rows = np.flatnonzero((group == g) & ~is_flow)
+                state = self.groups.get(g)
                 if state is None:
-                    state = groups[group] = GroupLanes()
-                heap = state.heap
-                state.count += 1
-                if heap and heap[0][0] <= key:
-                    lane = heap[0][1]
-                    heapq.heapreplace(heap, (hi, lane))
-                else:
-                    lane = state.lanes
-                    state.lanes += 1
-                    state.peak_at_ns = start
-                    heapq.heappush(heap, (hi, lane))
-                codes.append(base_code[group] + (lane if lane < LANE_CAP else LANE_CAP))
-                if track in flow_tracks and kind != SCOPE_KIND:
-                    entries = open_by_track.get(track)
-                    if entries is None:
-                        entries = open_by_track[track] = []
-                    elif len(entries) > 16:
-                        entries[:] = [e for e in entries if e[1] >= key]
-                    entries.append((start, end, group, lane))
-            if reasons:  # flows that bind to nothing or to several activities: rare
-                for k, reason in reasons.items():
-                    self.flow_problems.append(
-                        FlowProblem(int(cands[k]), int(block["key"][k]), reason))
-                bound = np.array([code is not None for code in codes])
-                codes = [code for code in codes if code is not None]
-                cands = cands[bound]
-            actions[cands] = codes
+                    state = self.groups[g] = GroupLanes()
+                lanes = state.place_block(block["key"][rows], block["hi"][rows],
+                                          block["start"][rows])
+                codes[rows] = base_code[g] + np.minimum(lanes, LANE_CAP)
+            binds = ~is_flow & (block["kind"] != SCOPE_KIND) & np.isin(block["track"],
+                                                                       flow_track_ids)
+            self._open = self._open.extended(
+                block["track"][binds].astype(np.int64), block["start"][binds],
+                block["end"][binds], codes[binds])
+            flows = np.flatnonzero(is_flow)
+            if len(flows):
+                codes[flows] = self._bind(block["track"][flows].astype(np.int64),
+                                          block["key"][flows], block["cand"][flows])
+            self._open = self._open.ending_from(int(block["key"][-1]))
+            bound = codes > 0
+            actions[block["cand"][bound]] = codes[bound]
 
-    def _bind(self, track: int, t: int):
-        """The lane code of the activity a flow at `t` binds to, or None (reason kept)."""
-        entries = self.open_by_track.get(track)
-        if entries:
-            entries[:] = [e for e in entries if e[1] >= t]
-        if not entries:
-            self._reason = "binds to no GPU activity"
+    def _bind(self, track: np.ndarray, t: np.ndarray, cands: np.ndarray) -> np.ndarray:
+        """Lane code of the activity each flow binds to; 0 (a problem kept) if none."""
+        act = self._open
+        # one sortable key per (track, time): times replaced by their rank
+        ranks = np.unique(np.concatenate([act.start, act.end, t]), return_inverse=True)[1]
+        m = len(act.start)
+        start_key = (act.track << 32) | ranks[:m]
+        end_key = np.sort((act.track << 32) | ranks[m:2 * m])
+        by_start = np.argsort(start_key, kind="stable")
+        start_key = start_key[by_start]
+        flow_key = (track << 32) | ranks[2 * m:]
+        track_key = track << 32
+        first = np.searchsorted(start_key, flow_key, "left")
+        after = np.searchsorted(start_key, flow_key, "right")
+        exact = after - first
+        started = after - np.searchsorted(start_key, track_key, "left")
+        ended = np.searchsorted(end_key, flow_key, "left") - np.searchsorted(
+            end_key, track_key, "left")
+        inside = started - ended  # an activity that ended before t also started before it
+        codes = np.zeros(len(t), np.int64)
+        one = exact == 1
+        codes[one] = act.code[by_start[first[one]]]
+        for k in np.flatnonzero(exact != 1).tolist():
+            code = self._bind_inside(int(track[k]), int(t[k]), int(exact[k]), int(inside[k]))
+            if code is None:
+                self.flow_problems.append(FlowProblem(int(cands[k]), int(t[k]), self._reason))
+            else:
+                codes[k] = code
+        return codes
+
+    def _bind_inside(self, track: int, t: int, exact: int, inside: int) -> int | None:
+        """The code of the one activity containing `t`, or None (reason kept)."""
+        if exact > 1:
+            self._reason = f"starts exactly at {exact} activities"
             return None
-        exact = [e for e in entries if e[0] == t]
-        if len(exact) > 1:
-            self._reason = f"starts exactly at {len(exact)} activities"
+        if inside != 1:
+            self._reason = ("binds to no GPU activity" if not inside
+                            else f"lies inside {inside} activities")
             return None
-        if not exact:
-            exact = [e for e in entries if e[0] <= t <= e[1]]
-            if len(exact) != 1:
-                self._reason = ("binds to no GPU activity" if not exact
-                                else f"lies inside {len(exact)} activities")
-                return None
-        _, _, group, lane = exact[0]
-        return self._base_code[group] + min(lane, LANE_CAP)
+        act = self._open
+        (k,) = np.flatnonzero((act.track == track) & (act.start <= t) & (act.end >= t))
+        return int(act.code[k])
