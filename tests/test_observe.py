@@ -1,4 +1,5 @@
-"""Reading a whole `ts`/`dur` column at once must decide exactly as one value at a time."""
+"""What one chunk's observation decides: `ts`/`dur` columns read at once decide exactly
+as one value at a time; provenance is a key of `args`, not a string anywhere."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracestream.observe import kineto_decimals
+from tracestream.observe import Context, kineto_decimals, observe_chunk
 
 # what the column fast path accepts, written out as the regular expressions it replaces
 _THREE_DECIMALS = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})\.[0-9]{3}")
@@ -59,3 +60,17 @@ def test_kineto_columns():
     assert kineto_decimals(too_big[0], too_big, signed=True) is None
     mixed = [b"1.000", b"2"]
     assert kineto_decimals(b",".join(mixed), mixed, signed=True) is None
+
+
+def test_provenance_is_the_first_event_with_the_key_in_its_args():
+    """A tracestream output carries `_compact_gpu_track` in the args of moved events; the
+    same words in a name, a string value or a nested object are not provenance."""
+    events = [
+        b'{"ph": "X", "name": "_compact_gpu_track", "pid": 1, "tid": 1, "ts": 1, "dur": 1}',
+        b'{"ph": "X", "name": "k", "args": {"note": "\\"_compact_gpu_track\\": 1"}}',
+        b'{"ph": "i", "name": "k", "args": {"nested": {"_compact_gpu_track": 1}}}',
+        b'{"ph": "X", "name": "k", "args": {"_compact_gpu_track": null}}',
+        b'{"ph": "X", "name": "k", "args": {"_compact_gpu_track": {"pid": 0}}}',
+    ]
+    assert observe_chunk(b", ".join(events), 0, Context()).provenance == 3
+    assert observe_chunk(b", ".join(events[:3]), 0, Context()).provenance is None

@@ -289,17 +289,19 @@ class IndexBuilder:
         self.event_count += facts.count
 
     def _slices(self, rows: np.ndarray, tracks, groups, cand_base: int) -> None:
-        track = tracks[rows["track"]]
-        group = groups[rows["group"]]
+        local_track = rows["track"]
+        local_group = rows["group"]
         kind = rows["kind"]
-        for g in np.unique(group).tolist():
-            mask = group == g
-            stats = self.group_stats[g]
-            k, counts = np.unique(kind[mask], return_counts=True)
-            for kk, cc in zip(k.tolist(), counts.tolist()):
-                stats.kinds[kk] += cc
-            stats.tracks.update(np.unique(track[mask]).tolist())
-            stats.kernel_tracks.update(np.unique(track[mask & (kind == KERNEL)]).tolist())
+        # chunk-local ids are small: count them with bincount, translate the few seen
+        for local in np.flatnonzero(np.bincount(local_group)).tolist():
+            mask = local_group == local
+            stats = self.group_stats[int(groups[local])]
+            counts = np.bincount(kind[mask])
+            for kk in np.flatnonzero(counts).tolist():
+                stats.kinds[kk] += int(counts[kk])
+            stats.tracks.update(tracks[np.flatnonzero(np.bincount(local_track[mask]))].tolist())
+            kernel_tracks = np.bincount(local_track[mask & (kind == KERNEL)])
+            stats.kernel_tracks.update(tracks[np.flatnonzero(kernel_tracks)].tolist())
             first, last = int(rows["lo"][mask].min()), int(rows["hi"][mask].max())
             stats.first_ns = first if stats.first_ns is None else min(stats.first_ns, first)
             stats.last_ns = last if stats.last_ns is None else max(stats.last_ns, last)
@@ -312,8 +314,8 @@ class IndexBuilder:
         batch["hi"] = rows["hi"]
         batch["start"] = rows["start"]
         batch["end"] = rows["end"]
-        batch["track"] = track
-        batch["group"] = group
+        batch["track"] = tracks[local_track]
+        batch["group"] = groups[local_group]
         batch["kind"] = kind
         batch["cand"] = cand
         self.sweep.append(batch)

@@ -57,6 +57,7 @@ NO_ID = np.iinfo(np.int64).min
 class _Args(msgspec.Struct, gc=False):
     device: Any = None
     stream: Any = None
+    provenance: Any = msgspec.field(default=msgspec.UNSET, name=PROVENANCE_KEY)
 
 
 class Event(msgspec.Struct, gc=False):
@@ -75,7 +76,6 @@ class Event(msgspec.Struct, gc=False):
 
 _EVENTS = msgspec.json.Decoder(list[Event])
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
-_PROVENANCE = b'"' + PROVENANCE_KEY.encode() + b'"'
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 _MOVED_KEYS = _INTERPRETED_KEYS[:4]
 
@@ -305,8 +305,9 @@ class _Observer:
         events = self.events
         n = len(events)
         phs = [e.ph for e in events]
-        ts_texts = list(map(bytes, [e.ts for e in events]))
-        dur_texts = list(map(bytes, [e.dur for e in events]))
+        # msgspec.Raw texts (bytes-like, empty when absent): bytes only where one is read
+        ts_texts = [e.ts for e in events]
+        dur_texts = [e.dur for e in events]
         ts_ns, ts_int = self._column(ts_texts, "ts")
         dur_ns, dur_int = self._column(dur_texts, "dur")
         kinds_of = CategoryKinds()
@@ -315,7 +316,8 @@ class _Observer:
         except TypeError:  # an unhashable category: classify one by one
             kinds = [_kind_of(kinds_of, e.cat) if ph == "X" else -1
                      for e, ph in zip(events, phs)]
-        slices = [i for i, k in enumerate(kinds) if KERNEL <= k <= GPU_SCOPE]
+        kind_of = np.array(kinds, np.int8)
+        slices = np.flatnonzero((kind_of >= KERNEL) & (kind_of <= GPU_SCOPE)).tolist()
         for i in slices:
             e = events[i]
             if not ts_texts[i] or not dur_texts[i] or e.pid is None or e.tid is None:
@@ -327,26 +329,26 @@ class _Observer:
         flows = [i for i, ph in enumerate(phs) if ph in FLOW_PHASES and ts_texts[i]
                  and events[i].pid is not None and events[i].tid is not None]
         metas = [i for i, ph in enumerate(phs) if ph == "M"]
-        guides = [i for i, k in enumerate(kinds) if k == LAYER_GUIDE]
-        taken = set(slices)
-        taken.update(flows)
-        taken.update(metas)
-        others = [i for i in range(n) if i not in taken]
+        guides = np.flatnonzero(kind_of == LAYER_GUIDE).tolist()
+        other_mask = np.ones(n, bool)
+        for taken in (slices, flows, metas):
+            other_mask[taken] = False
+        others = np.flatnonzero(other_mask).tolist()
         keys = [(events[i].pid, events[i].tid) for i in others]
         other = dict(zip(reversed(keys), reversed(others)))  # first event per track wins
-        annotations = ([events[i].name for i, k in enumerate(kinds) if k == CPU_ANNOTATION]
+        annotations = ([events[i].name for i in np.flatnonzero(kind_of == CPU_ANNOTATION).tolist()]
                        if self.ctx.count_names else [])
-        origin = self._chunk_origin(phs, ts_texts, ts_ns)
+        origin = self._chunk_origin(metas, ts_texts, ts_ns)
         thread_meta, process_meta, meta_cands = self._metadata(metas)
         candidates, cand_of = self._candidates(slices, flows, meta_cands)
         if len(slices) and len(candidates):
-            candidates["kind"][cand_of[slices]] = [kinds[i] for i in slices]
+            candidates["kind"][cand_of[slices]] = kind_of[slices]
         slice_rows, matches, kernel_names = self._slices(
-            slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kinds, cand_of)
+            slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of, cand_of)
         flow_rows, flow_ids, flow_categories = self._flows(flows, ts_ns, cand_of)
         other_on_track = {
             self.track(*key): OtherOnTrack(i, events[i].ph, events[i].name,
-                                           ts_texts[i].decode() or None)
+                                           bytes(ts_texts[i]).decode() or None)
             for key, i in other.items()
         }
         guide_events = [self._guide(i) for i in guides]
@@ -406,9 +408,10 @@ class _Observer:
     def _column_slowly(self, texts, present, key):
         ns = []
         integer = []
-        for i, t in enumerate(texts):
-            if not t:
+        for i, raw in enumerate(texts):
+            if not raw:
                 continue
+            t = bytes(raw)
             try:
                 value = timebase.parse_decimal(t)
             except timebase.OutOfRange as exc:
@@ -427,15 +430,16 @@ class _Observer:
             integer.append(timebase.is_integer_text(t))
         return np.array(ns, np.int64), np.array(integer, bool)
 
-    def _chunk_origin(self, phs, ts_texts, ts_ns) -> tuple[int, str] | None:
+    def _chunk_origin(self, metas, ts_texts, ts_ns) -> tuple[int, str] | None:
         """The smallest ts of the chunk's events (metadata excluded): (floor ns, exact text)."""
-        usable = np.array([bool(t) and ph != "M" for ph, t in zip(phs, ts_texts)], bool)
+        usable = np.fromiter(map(len, ts_texts), np.int64, len(ts_texts)) > 0
+        usable[metas] = False
         if not usable.any():
             return None
         low = ts_ns[usable].min()
         tied = np.flatnonzero(usable & (ts_ns == low)).tolist()
-        best = min(tied, key=lambda i: timebase.parse_decimal(ts_texts[i]))
-        return int(low), ts_texts[best].decode()
+        best = min(tied, key=lambda i: timebase.parse_decimal(bytes(ts_texts[i])))
+        return int(low), bytes(ts_texts[best]).decode()
 
     # -- assembling the facts ---------------------------------------------------
 
@@ -459,7 +463,7 @@ class _Observer:
             rows["kind"] = kind_of[index]
         return rows, cand_of
 
-    def _slices(self, slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kinds,
+    def _slices(self, slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of,
                 cand_of) -> tuple:
         patterns = self.ctx.patterns
         matches: dict[str, tuple] = {}
@@ -470,7 +474,7 @@ class _Observer:
             return rows, {}, kernel_names
         events = self.events
         sev = [events[i] for i in slices]
-        kind_list = [kinds[i] for i in slices]
+        kind_list = kind_of[slices].tolist()
         devices = [SCOPES if k == GPU_SCOPE else (e.args.device if e.args is not None else None)
                    for e, k in zip(sev, kind_list)]
         try:
@@ -497,8 +501,8 @@ class _Observer:
         inexact = [k for k, i in enumerate(slices) if i in self.inexact] if self.inexact else []
         for k in inexact:  # digits below 1 ns: the exact sum, rounded up
             i = slices[k]
-            ts = timebase.parse_decimal(ts_texts[i])
-            end[k] = (ts + timebase.parse_decimal(dur_texts[i])).ceil_ns()
+            ts = timebase.parse_decimal(bytes(ts_texts[i]))
+            end[k] = (ts + timebase.parse_decimal(bytes(dur_texts[i]))).ceil_ns()
         if self.ctx.bounds:
             ts_f = _doubles(start, [ts_texts[i] for i in slices], inexact)
             dur_f = _doubles(dur, [dur_texts[i] for i in slices], inexact)
@@ -575,8 +579,8 @@ class _Observer:
         matched_names = [names[j] for j in picked]
         name_codes = [name_ids.setdefault((type(n), n), len(name_ids)) for n in matched_names]
         at = np.array(found, np.int64)
-        ts_of = [ts_texts[i] for i in events]
-        dur_of = [dur_texts[i] for i in events]
+        ts_of = [bytes(ts_texts[i]) for i in events]
+        dur_of = [bytes(dur_texts[i]) for i in events]
         forms = number_forms(ts_of, dur_of, start[at], dur[at])
         packed = np.empty(len(found), MATCH_DTYPE)
         packed["ordinal"] = events
@@ -690,15 +694,10 @@ class _Observer:
         return GuideEvent(i, e.pid, e.tid, args if isinstance(args, dict) else {})
 
     def _provenance(self) -> int | None:
-        if _PROVENANCE not in self.data:
-            return None
-        for i in range(len(self.events)):
-            raw = self.raw(i)
-            if _PROVENANCE in raw:
-                args = orjson.loads(raw).get("args")
-                if isinstance(args, dict) and PROVENANCE_KEY in args:
-                    return i
-        return None
+        """The first event whose args hold the provenance key (whatever its value)."""
+        unset = msgspec.UNSET
+        return next((i for i, e in enumerate(self.events)
+                     if e.args is not None and e.args.provenance is not unset), None)
 
 
 _NUMBER_BYTES = np.zeros(256, bool)
@@ -746,7 +745,7 @@ def _ints(blob: bytes) -> np.ndarray:
         return np.fromstring(blob, dtype=np.int64, sep=",")
 
 
-def _doubles(ns: np.ndarray, texts: list[bytes], inexact: list[int]) -> np.ndarray:
+def _doubles(ns: np.ndarray, texts: list, inexact: list[int]) -> np.ndarray:
     """double(text) for each value, computed from its exact nanoseconds without rounding twice.
 
     Below 2**53 ns the integer is exact in a double and one division rounds
@@ -760,9 +759,9 @@ def _doubles(ns: np.ndarray, texts: list[bytes], inexact: list[int]) -> np.ndarr
         out[big] = q.astype(np.float64) + r.astype(np.float64) / 1000.0
         unsafe = np.flatnonzero(big)[(np.abs(q) < 1000) | (np.abs(q) >= 2**52)].tolist()
         for k in unsafe:
-            out[k] = float(texts[k])
+            out[k] = float(bytes(texts[k]))
     for k in inexact:
-        out[k] = float(texts[k])
+        out[k] = float(bytes(texts[k]))
     return out
 
 

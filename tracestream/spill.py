@@ -77,7 +77,7 @@ class RecordStore:
                 self._file = tempfile.TemporaryFile(prefix="tracestream-spill-", dir=self.tmpdir)
             first = sum(count for _, count in self._runs)
             self._file.seek(first * self.dtype.itemsize)
-            self._file.write(data.tobytes())
+            self._file.write(np.ascontiguousarray(data).data)
             self._file.flush()
         except OSError as exc:  # a full disk is bad luck, not a bug: say so in one line
             folder = self.tmpdir or tempfile.gettempdir()
