@@ -22,6 +22,10 @@ SHAPES = {
                b'"ts": 1000.%03d, "dur": 1%.0d}',
     "args first": b'{"args": {"stream": %d}, "ph": "X", "name": "k", "pid": 0, "tid": %d, '
                   b'"ts": 1000.%03d, "dur": 1%.0d}',
+    # the top-level keys written without a space; Kineto's spelling only in a nested object
+    "nested spaced keys": b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid":0, "tid":%d, '
+                          b'"meta": {"pid": 5, "tid": 6, "x": 1}, "ts": 1000.%03d, '
+                          b'"args": {"stream": %d}}',
 }
 TARGETS = {1: (b"1000", None), 2: (b"1001", None), 3: (b"7", b"1000000")}
 
@@ -59,6 +63,8 @@ def _one_by_one(data: bytes, rows: np.ndarray, actions: list[int]) -> bytes:
     ["args", "empty args", "args", "no args"],
     ["spaced empty args", "args", "no args", "no args"],
     ["args", "args first", "args"],
+    ["nested spaced keys"] * 2,
+    ["args", "nested spaced keys", "args"],
 ])
 @pytest.mark.parametrize("actions", [[1, 2, 1, 2], [3, 1, 3, 3]])
 def test_chunk_rewrite_equals_relocating_each_event(shapes, actions):

@@ -1,6 +1,6 @@
 """Worker processes change nothing: every command gives the same bytes with 2 workers as
 with none, on a trace of several 2 MB chunks (plain: workers read their spans; gzip:
-chunks travel through pipes)."""
+chunks travel through shared slots, or pipes when they do not fit)."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def test_inspect_and_anchors_report_the_same_with_workers(several_chunks):
 
 
 @pytest.mark.parametrize("slot_bytes", [4096, 2_150_000])
-def test_results_too_big_for_their_slot_come_through_the_pipe(several_chunks, tmp_path,
-                                                              monkeypatch, slot_bytes):
-    """No rewritten chunk fits 4 KB, some fit 2.15 MB: the output is the same bytes."""
+def test_chunks_too_big_for_their_slot_go_through_the_pipe(several_chunks, tmp_path,
+                                                           monkeypatch, slot_bytes):
+    """No chunk fits 4 KB, some fit 2.15 MB (read chunks of gzip input going out, rewritten
+    chunks coming back): the output is the same bytes."""
     from tracestream import workers as workers_module
 
     outputs = []
@@ -70,11 +71,11 @@ def test_results_too_big_for_their_slot_come_through_the_pipe(several_chunks, tm
     assert outputs[0] == outputs[1]
 
 
-def test_result_slots_hand_back_what_was_put_in_them(monkeypatch):
+def test_chunk_slots_hand_over_what_was_put_in_them(monkeypatch):
     from tracestream import workers as workers_module
-    from tracestream.workers import ResultSlots, collect, deliver
+    from tracestream.workers import ChunkSlots, collect, deliver, received
 
-    slots = ResultSlots(2, 16)
+    slots = ChunkSlots(2, 16)
     monkeypatch.setattr(workers_module, "_SLOTS", slots)  # as in a worker
     try:
         first, second = slots.acquire(), slots.acquire()
@@ -85,5 +86,7 @@ def test_result_slots_hand_back_what_was_put_in_them(monkeypatch):
         assert collect(10, first, slots) == b"0123456789"
         assert collect(b"x" * 17, second, slots) == b"x" * 17
         assert sorted([slots.acquire(), slots.acquire()]) == [0, 1]  # both free again
+        assert slots.put(1, b"input chunk") and received(1, 11) == b"input chunk"
+        assert not slots.put(0, b"y" * 17)  # too big: the chunk goes through the pipe
     finally:
         slots.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter, deque
 from collections.abc import Iterable
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ from tracestream.observe import (
     OtherOnTrack,
     observe_chunk,
     observe_file_chunk,
+    observe_received_chunk,
 )
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
@@ -409,18 +411,25 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         inflight: deque = deque()
         window = _WINDOW_PER_WORKER * pool.workers
 
-        def settle(chunk: EventChunk, result) -> bool:
+        def settle(chunk: EventChunk, result, slot: int | None) -> bool:
             """Merge one speculative result; False when the scanner had to rewind."""
             try:
                 facts = result.result()
             except BadCut:
                 scanner.rewind(chunk)
-                for _, later in inflight:
+                for _, later, _ in inflight:
                     later.cancel()
+                for _, later, later_slot in inflight:  # a slot is free once no worker reads it
+                    if later_slot is not None:
+                        futures.wait([later])
+                        pool.slots.release(later_slot)
                 inflight.clear()
                 return False
             except ChunkError as exc:
                 raise _chunk_error(exc, builder.event_count) from None
+            finally:
+                if slot is not None:
+                    pool.slots.release(slot)
             builder.add(facts, chunk)
             scanner.confirm(chunk)
             if len(builder.chunks) % _TRIM_EVERY == 0:
@@ -433,12 +442,22 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
                     pass
                 continue
             if chunk.events is None:
+                slot = None
                 if by_path is not None:
                     task = pool.submit(observe_file_chunk, by_path, chunk.offset,
                                        chunk.length, context)
                 else:
-                    task = pool.submit(observe_chunk, chunk.data, chunk.offset, context)
-                inflight.append((chunk, task))
+                    # decompressed input goes through shared memory, not a pipe, if it can
+                    slot = pool.slots.acquire() if pool.slots is not None else None
+                    if slot is not None and not pool.slots.put(slot, chunk.data):
+                        pool.slots.release(slot)
+                        slot = None
+                    if slot is not None:
+                        task = pool.submit(observe_received_chunk, slot, chunk.length,
+                                           chunk.offset, context)
+                    else:
+                        task = pool.submit(observe_chunk, chunk.data, chunk.offset, context)
+                inflight.append((chunk, task, slot))
                 while len(inflight) > window:
                     settle(*inflight.popleft())
                 continue

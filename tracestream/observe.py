@@ -38,6 +38,7 @@ from tracestream.events import (
 )
 from tracestream.keyscan import KeyScan, per_event, separators
 from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_forms
+from tracestream.workers import received
 
 FLOW = 8  # candidate kind of flow events
 META = 9  # candidate kind of thread metadata events
@@ -255,6 +256,11 @@ def read_span(path: str, offset: int, length: int) -> bytes:
 def observe_file_chunk(path: str, offset: int, length: int, ctx: Context) -> ChunkFacts:
     """`observe_chunk` of a span of a plain file (the chunk's bytes never cross a pipe)."""
     return observe_chunk(read_span(path, offset, length), offset, ctx)
+
+
+def observe_received_chunk(slot: int, length: int, offset: int, ctx: Context) -> ChunkFacts:
+    """`observe_chunk` of a chunk the parent put in a shared slot (see workers.ChunkSlots)."""
+    return observe_chunk(received(slot, length), offset, ctx)
 
 
 class _Observer:

@@ -26,7 +26,7 @@ from tracestream.sink import OutputFile
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import take_rows
 from tracestream.workers import (
-    RESULT_SLOTS_PER_WORKER,
+    SLOTS_PER_WORKER,
     InlinePool,
     collect,
     collector_paused,
@@ -141,17 +141,23 @@ _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 def _value_spans(scan: KeyScan, literal: bytes, starts, ends) -> tuple[np.ndarray, np.ndarray]:
     """Per event: the span of the integer value after its only `"key": `, or (-1, -1).
 
-    Kineto writes `"pid": 0, "tid": 7,`: the value is an integer followed by a
-    comma, for every event of the chunk, or all of them go the careful way.
+    The key is counted in every spelling (`"pid"`): when it occurs only once in
+    the event, that one is the top-level key; it must then be spelled as Kineto
+    does. Kineto writes `"pid": 0, "tid": 7,`: the value is an integer followed
+    by a comma, for every event of the chunk, or all of them go the careful way.
     """
-    positions = scan.positions(literal)
+    key = literal[: literal.index(b'"', 1) + 1]
+    positions = scan.positions(key)
     which = _only(positions, starts, ends)
     value_start = np.full(len(starts), -1, np.int64)
     value_end = np.full(len(starts), -1, np.int64)
-    found = which >= 0
-    if not found.any():
+    found = np.flatnonzero(which >= 0)
+    at = positions[which[found]]
+    spelled = np.isin(at, scan.followed_by(at, literal))
+    found, at = found[spelled], at[spelled]
+    if not len(found):
         return value_start, value_end
-    begin = positions[which[found]] + len(literal)
+    begin = at + len(literal)
     end = scan.integer_ends(begin)
     if (end < 0).any():
         return value_start, value_end
@@ -408,8 +414,8 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         member = None
     # items in output order: (separator bytes, payload bytes or a worker's future)
     pending: deque = deque()
-    # the pool has a result slot for each chunk in flight (up to window + 1, see pool_for)
-    window = RESULT_SLOTS_PER_WORKER * pool.workers
+    # the pool has a slot for each chunk in flight (up to window + 1, see pool_for)
+    window = SLOTS_PER_WORKER * pool.workers
     dropped_last = False
     first = True
 

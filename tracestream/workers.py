@@ -20,10 +20,10 @@ from concurrent.futures.process import BrokenProcessPool
 from tracestream.document import CHUNK_BYTES
 from tracestream.errors import TraceError
 
-RESULT_SLOTS_PER_WORKER = 2  # the rewrite keeps this many chunks per worker in flight
+SLOTS_PER_WORKER = 2  # each pass keeps this many chunks per worker in flight, each in a slot
 SLOT_BYTES = 2 * CHUNK_BYTES
 """A rewritten chunk grows by its relocated events' provenance: twice a chunk holds any
-(a larger result comes back through the pipe)."""
+(a larger chunk goes through the pipe)."""
 PARALLEL_MIN_BYTES = 48 << 20
 """Inputs smaller than this (decompressed) are processed in one process: forking costs more."""
 _COMPRESSION_RATIO = 8  # a gzip/zstd trace file holds roughly this many times its size
@@ -84,7 +84,7 @@ def _ready() -> int:
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _worker_start(parent: int, slots: ResultSlots | None) -> None:
+def _worker_start(parent: int, slots: ChunkSlots | None) -> None:
     global _SLOTS
     _SLOTS = slots  # the pool's shared memory, mapped before this process was forked
     # chunk work makes many short-lived acyclic objects: the cycle collector only costs
@@ -112,12 +112,14 @@ def collector_paused():
             gc.enable()
 
 
-class ResultSlots:
-    """Shared memory for the workers' large results (rewritten chunks), by slot.
+class ChunkSlots:
+    """Shared memory for the chunks passed between the parent and its workers, by slot.
 
-    Mapped before the workers are forked, so they share it: a worker puts its
-    result in the slot it was given and returns only the length, instead of
-    pickling megabytes through a pipe for the parent to unpickle.
+    Mapped before the workers are forked, so they share it. The parent puts a
+    chunk of decompressed input in a slot for the index pass; a worker puts its
+    rewritten chunk in the slot it was given. Only slot numbers and lengths go
+    through the pipes, instead of megabytes pickled on one side and unpickled on
+    the other.
     """
 
     def __init__(self, count: int, size: int):
@@ -126,8 +128,16 @@ class ResultSlots:
         self._free = list(range(count))
 
     def acquire(self) -> int | None:
-        """A free slot, or None when all are taken (the result then comes as bytes)."""
+        """A free slot, or None when all are taken (the chunk then goes as bytes)."""
         return self._free.pop() if self._free else None
+
+    def put(self, slot: int, data: bytes) -> bool:
+        """In the parent: copy `data` into `slot` for a worker; False if it does not fit."""
+        if len(data) > self.size:
+            return False
+        start = slot * self.size
+        self.memory[start : start + len(data)] = data
+        return True
 
     def take(self, slot: int, length: int) -> bytes:
         """The result in `slot` (copied out); the slot is free again."""
@@ -144,7 +154,13 @@ class ResultSlots:
         self.memory.close()
 
 
-_SLOTS: ResultSlots | None = None  # the slots of the pool that forked this worker
+_SLOTS: ChunkSlots | None = None  # the slots of the pool that forked this worker
+
+
+def received(slot: int, length: int) -> bytes:
+    """In a worker: the chunk the parent `put` in `slot` (copied out)."""
+    start = slot * _SLOTS.size
+    return _SLOTS.memory[start : start + length]
 
 
 def deliver(data: bytes, slot: int | None) -> bytes | int:
@@ -158,7 +174,7 @@ def deliver(data: bytes, slot: int | None) -> bytes | int:
     return len(data)
 
 
-def collect(result: bytes | int, slot: int | None, slots: ResultSlots | None) -> bytes:
+def collect(result: bytes | int, slot: int | None, slots: ChunkSlots | None) -> bytes:
     """In the parent: what `deliver` handed back, as bytes (the slot is free again)."""
     if isinstance(result, int):
         return slots.take(slot, result)
@@ -172,7 +188,7 @@ class WorkerPool:
 
     def __init__(self, workers: int, *, slots: int = 0, slot_bytes: int = 0):
         self.workers = workers
-        self.slots = ResultSlots(slots, slot_bytes) if slots else None
+        self.slots = ChunkSlots(slots, slot_bytes) if slots else None
         context = multiprocessing.get_context("fork")
         gc.freeze()  # the workers share these pages; do not let collections copy them
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context,
@@ -274,5 +290,5 @@ def pool_for(path: str | None, workers: int | None):
         workers = default_workers() if (size is None or size >= PARALLEL_MIN_BYTES) else 0
     if workers <= 0:
         return InlinePool()
-    return WorkerPool(workers, slots=RESULT_SLOTS_PER_WORKER * workers + 1,
+    return WorkerPool(workers, slots=SLOTS_PER_WORKER * workers + 1,
                       slot_bytes=SLOT_BYTES)
