@@ -31,6 +31,7 @@ from tracestream.workers import (
     collect,
     collector_paused,
     deliver,
+    received,
     release_memory,
 )
 
@@ -308,6 +309,12 @@ def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
                               slot)
 
 
+def rewrite_received_chunk(slot: int, length: int, offset: int, rows: np.ndarray,
+                           actions: np.ndarray, targets: dict) -> tuple[bytes | int, bool]:
+    """`rewrite_sent_chunk` of a chunk the parent put in `slot`; the result goes back in it."""
+    return rewrite_sent_chunk(received(slot, length), offset, rows, actions, targets, slot)
+
+
 def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
                        targets: dict, slot: int | None = None) -> tuple[bytes | int, bool]:
     """`rewrite_chunk` in a worker; the result goes to a shared slot when it was given one
@@ -445,8 +452,13 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
             payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
                                   actions, plan.targets, slot)
         elif len(rows):
-            payload = pool.submit(rewrite_sent_chunk, cursor.take(chunk.length), chunk.offset,
-                                  rows, actions, plan.targets, slot)
+            data = cursor.take(chunk.length)
+            if slot is not None and pool.slots.put(slot, data):  # out and back in one slot
+                payload = pool.submit(rewrite_received_chunk, slot, len(data), chunk.offset,
+                                      rows, actions, plan.targets)
+            else:
+                payload = pool.submit(rewrite_sent_chunk, data, chunk.offset, rows, actions,
+                                      plan.targets, slot)
         else:
             payload = cursor.take(chunk.length)
         pending.append((separator, payload, not first, slot))
