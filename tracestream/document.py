@@ -16,7 +16,6 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
 
 import msgspec
 import orjson
@@ -88,33 +87,49 @@ class _Buffer:
     is dropped without moving the rest, so each byte is copied once into the
     window (and once out, by `take`) instead of once per block that follows it.
     Values that leave the scanner are `take`n as bytes.
+
+    Blocks can also be held *ahead* of the window without copying them into it
+    (`lookahead`): a speculative cut of a compressed stream reads only the bytes
+    around the cut and the chunk itself (`peek`), then `skip_to` passes them.
     """
 
     def __init__(self, blocks: Iterable[bytes]):
         self._blocks = iter(blocks)
         self.data = bytearray()
         self.base = 0
-        self.eof = False
-        self._head: memoryview | None = None  # the unread rest of a block `skip_to` ended in
+        self._exhausted = False  # every block has been read (some may still be held ahead)
+        self._ahead: deque = deque()  # blocks (or their unread rest) after the window, in order
+        self._ahead_bytes = 0
 
     def take(self, start: int, end: int) -> bytes:
         """data[start:end] as bytes (one copy)."""
         with memoryview(self.data) as view:
             return bytes(view[start:end])
 
+    def _next_block(self):
+        """The next block after the window (held ahead, else read), or None at the end."""
+        if self._ahead:
+            block = self._ahead.popleft()
+            self._ahead_bytes -= len(block)
+            return block
+        if not self._exhausted:
+            for block in self._blocks:
+                if block:
+                    return block
+            self._exhausted = True
+        return None
+
+    @property
+    def eof(self) -> bool:
+        """The window holds the rest of the input."""
+        return self._exhausted and not self._ahead
+
     def more(self) -> bool:
-        if self._head is not None:
-            head, self._head = self._head, None
-            self.data += head
-            return True
-        if self.eof:
+        block = self._next_block()
+        if block is None:
             return False
-        for block in self._blocks:
-            if block:
-                self.data += block
-                return True
-        self.eof = True
-        return False
+        self.data += block
+        return True
 
     def ensure(self, pos: int, count: int) -> bool:
         """Make data[pos:pos+count] available if the input has it; False at EOF."""
@@ -122,6 +137,40 @@ class _Buffer:
             if not self.more():
                 return False
         return True
+
+    def lookahead(self, pos: int, count: int) -> int:
+        """Hold blocks ahead until `count` bytes from `pos` are there (or the input ends);
+        return how many there are, up to that point."""
+        while len(self.data) + self._ahead_bytes < pos + count and not self._exhausted:
+            for block in self._blocks:
+                if block:
+                    self._ahead.append(block)
+                    self._ahead_bytes += len(block)
+                    break
+            else:
+                self._exhausted = True
+        return len(self.data) + self._ahead_bytes - pos
+
+    def peek(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the window and the blocks held ahead of it (one copy)."""
+        size = len(self.data)
+        if end <= size:
+            return self.take(start, end)
+        with memoryview(self.data) as view:
+            parts = [view[start:size]] if start < size else []
+            at = size
+            for block in self._ahead:
+                if at >= end:
+                    break
+                lo, hi = max(start - at, 0), min(end - at, len(block))
+                if lo < hi:
+                    parts.append(memoryview(block)[lo:hi])
+                at += len(block)
+            try:
+                return b"".join(parts)
+            finally:
+                for part in parts:
+                    part.release()
 
     def discard(self, pos: int) -> int:
         """Drop data before `pos` (relative); return the new relative position 0."""
@@ -137,15 +186,14 @@ class _Buffer:
             return self.discard(offset - self.base)
         self.base += len(self.data)
         self.data = bytearray()
-        blocks = self._blocks if self._head is None else chain([self._head], self._blocks)
-        self._head = None
-        for block in blocks:
+        while (block := self._next_block()) is not None:
             if offset - self.base < len(block):
-                self._head = memoryview(block)[offset - self.base:]  # appended by more()
+                rest = memoryview(block)[offset - self.base:]  # appended by more()
+                self._ahead.appendleft(rest)
+                self._ahead_bytes += len(rest)
                 self.base = offset
                 return 0
             self.base += len(block)
-        self.eof = True
         raise TraceError(f"input ended at byte {self.base}, before byte {offset}: it changed "
                          "while being read")
 
@@ -362,16 +410,13 @@ class DocumentScanner:
                        else self._speculative_cut(pos))
                 if cut is not None:
                     chunk, end = cut
-                    if self._peek is not None:  # a rewind reads the file again
-                        self._history.append((chunk, b""))
-                        yield chunk
-                        pos = buf.skip_to(end - 1)
-                        continue
-                    # the chunk's own bytes plus the separator after it: enough to rewind
-                    after = chunk.offset - buf.base + len(chunk.data)
-                    self._history.append((chunk, buf.take(after, end - 1)))
+                    # a rewind reads the file again, or joins the chunks' own bytes and
+                    # the separators after them
+                    separator = b"" if self._peek is not None else buf.peek(
+                        chunk.offset + chunk.length - buf.base, end - 1 - buf.base)
+                    self._history.append((chunk, separator))
                     yield chunk
-                    pos = end - 1
+                    pos = buf.skip_to(end - 1)
                     continue
             if self._history:
                 yield SETTLE
@@ -394,22 +439,30 @@ class DocumentScanner:
     # -- speculative chunks (validated elsewhere, e.g. in worker processes) -----
 
     def _speculative_cut(self, start: int):
-        """(chunk, end) cut at a `}` `,` `{` candidate, not decoded; None near the array end.
+        """(chunk, absolute end) cut at a `}` `,` `{` candidate, not decoded; None near the
+        array end.
 
         A cut before `]` is always decoded here instead, so the top level after the
-        event array is only ever parsed from a validated position.
+        event array is only ever parsed from a validated position. The bytes ahead
+        stay in their blocks: the cut is looked for in the last 64 KB before the
+        target (in the whole chunk only if there is none), and the chunk is copied
+        out of the blocks once.
         """
         buf = self._buf
         target = self._chunk_bytes
-        buf.ensure(start, 2 * target + 64)
-        if buf.eof and len(buf.data) - start <= 2 * target:
+        available = buf.lookahead(start, 2 * target + 64)
+        if available <= 2 * target:  # the input ends there
             return None
-        cut = _last_cut(buf.data, start, start + target)
+        at = max(start, start + target - _PEEK_BYTES)
+        cut = _last_cut(buf.peek(at, start + target + 64), 0, start + target - at)
+        if cut is None and at > start:  # an event of more than 64 KB spans the target
+            at = start
+            cut = _last_cut(buf.peek(at, start + target + 64), 0, target)
         if cut is None or cut[2]:
             return None
         close_brace, after, _ = cut
-        data = buf.take(start, close_brace + 1)
-        return EventChunk(buf.base + start, data, -1, None), after
+        data = buf.peek(start, at + close_brace + 1)
+        return EventChunk(buf.base + start, data, -1, None), buf.base + at + after
 
     def _peeked_cut(self, start: int):
         """`_speculative_cut` of a file, from the bytes around the cut alone (`peek`).

@@ -67,7 +67,7 @@ class StreamCursor:
             self.pos = self._base + end
 
     def take(self, length: int) -> bytes:
-        """The next `length` bytes."""
+        """The next `length` bytes (copied once, even across blocks)."""
         parts = []
         need = length
         while need:
@@ -75,11 +75,11 @@ class StreamCursor:
             if rel >= len(self._data):
                 self._next_block()
                 continue
-            piece = self._data[rel : rel + need]
+            piece = memoryview(self._data)[rel : rel + need]
             parts.append(piece)
             need -= len(piece)
             self.pos += len(piece)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
     def skip(self, length: int) -> None:
         """Advance past the next `length` bytes without copying them."""
