@@ -140,6 +140,24 @@ def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes, worke
         index.close()
 
 
+@pytest.mark.parametrize("big", [10_000, 100_000])
+def test_a_speculative_cut_goes_before_an_event_spanning_the_target(big):
+    """The cut is looked for in the 64 KB before the chunk's target; when one event covers
+    all of them, the chunk still ends at the last boundary before it (not decoded here)."""
+    small = [{"ph": "i", "name": f"e{i}", "pid": 0, "tid": 1, "ts": i} for i in range(1500)]
+    events = small + [{"ph": "i", "name": "x" * big, "pid": 0, "tid": 1, "ts": 0}] + small * 8
+    data = json.dumps({"traceEvents": events}).encode()
+    target = data.index(b"x" * big) + big - 1000  # the chunk target lies near its end
+    first = data.index(b"{", 1)
+    blocks = [data[i : i + 4096] for i in range(0, len(data), 4096)]
+    scanner = DocumentScanner(blocks, chunk_bytes=target - first, speculative=True)
+    chunk = next(scanner.chunks())
+    assert chunk.events is None  # speculative: a worker decodes it
+    assert chunk.offset == first
+    assert data[chunk.offset + chunk.length - 1 :].startswith(b'}, {"ph": "i", "name": "xxx')
+    assert chunk.data == data[chunk.offset : chunk.offset + chunk.length]
+
+
 @pytest.mark.parametrize("suffix", ["gz", "zst"])
 def test_compressed_input_is_read_whole_in_small_pieces(tmp_path, suffix):
     """A multi-member/multi-frame file of very compressible JSON comes back byte for byte,
