@@ -382,6 +382,24 @@ class IndexBuilder:
         )
 
 
+def _submit(pool, chunk: EventChunk, by_path: str | None, context: Context):
+    """A speculative chunk handed to a worker: (its task, the slot holding its bytes).
+
+    A worker reads a plain file's chunk itself; a decompressed chunk goes through a
+    shared slot when one is free and it fits, else through the pipe.
+    """
+    if by_path is not None:
+        return pool.submit(observe_file_chunk, by_path, chunk.offset, chunk.length,
+                           context), None
+    slot = pool.slots.acquire() if pool.slots is not None else None
+    if slot is not None and pool.slots.put(slot, chunk.data):
+        return pool.submit(observe_received_chunk, slot, chunk.length, chunk.offset,
+                           context), slot
+    if slot is not None:
+        pool.slots.release(slot)
+    return pool.submit(observe_chunk, chunk.data, chunk.offset, context), None
+
+
 def _chunk_error(exc: ChunkError, base: int) -> TraceError:
     where = f"event {base + exc.local} (byte {exc.offset})" if exc.local is not None else (
         f"byte {exc.offset} (in or after event {base})")
@@ -442,22 +460,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
                     pass
                 continue
             if chunk.events is None:
-                slot = None
-                if by_path is not None:
-                    task = pool.submit(observe_file_chunk, by_path, chunk.offset,
-                                       chunk.length, context)
-                else:
-                    # decompressed input goes through shared memory, not a pipe, if it can
-                    slot = pool.slots.acquire() if pool.slots is not None else None
-                    if slot is not None and not pool.slots.put(slot, chunk.data):
-                        pool.slots.release(slot)
-                        slot = None
-                    if slot is not None:
-                        task = pool.submit(observe_received_chunk, slot, chunk.length,
-                                           chunk.offset, context)
-                    else:
-                        task = pool.submit(observe_chunk, chunk.data, chunk.offset, context)
-                inflight.append((chunk, task, slot))
+                inflight.append((chunk, *_submit(pool, chunk, by_path, context)))
                 while len(inflight) > window:
                     settle(*inflight.popleft())
                 continue
