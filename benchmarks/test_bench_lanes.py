@@ -57,7 +57,7 @@ def sweep_blocks():
 
 def sweep_all() -> Sweep:
     actions = np.zeros(INTERVALS, np.uint16)
-    sweep = Sweep(relocated_tracks=set(range(8)), compacted_groups={0})
+    sweep = Sweep(compacted_groups={0})
     sweep.run(sweep_blocks(), actions, {0: 1}, set())
     assert int(actions.max()) == 3
     return sweep

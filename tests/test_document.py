@@ -131,6 +131,8 @@ def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes, worke
     path.write_bytes(gzip.compress(text) if compressed else text)
     with TraceSource(path) as source, pool_for(str(path), workers) as pool:
         index = run_index(source, IndexOptions(chunk_bytes=chunk_bytes), pool=pool)
+        if pool.slots is not None:  # every chunk's slot is free again, rewound ones too
+            assert pool.slots.free == workers * 2 + 1
     try:
         assert index.event_count == len(events)
         assert sum(c.count for c in index.chunks) == len(events)

@@ -115,7 +115,7 @@ def test_flows_bind_like_the_rule_says_across_blocks(seed):
     rows = rows[np.lexsort((rows["tie"], rows["key"]))]
     cuts = np.sort(rng.choice(np.arange(1, len(rows)), rng.integers(0, 15), replace=False))
     actions = np.zeros(len(rows), np.uint16)
-    sweep = Sweep(relocated_tracks={0, 1, 2}, compacted_groups={0})
+    sweep = Sweep(compacted_groups={0})
     sweep.run(np.split(rows, cuts), actions, {0: 1}, {0, 1, 2})
     expected = _reference_binding(kernels, flows)
     problems = {p.cand for p in sweep.flow_problems}

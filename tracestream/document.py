@@ -90,7 +90,7 @@ class _Buffer:
 
     Blocks can also be held *ahead* of the window without copying them into it
     (`lookahead`): a speculative cut of a compressed stream reads only the bytes
-    around the cut and the chunk itself (`peek`), then `skip_to` passes them.
+    around the cut and the chunk itself (`read`), then `skip_to` passes them.
     """
 
     def __init__(self, blocks: Iterable[bytes]):
@@ -151,8 +151,11 @@ class _Buffer:
                 self._exhausted = True
         return len(self.data) + self._ahead_bytes - pos
 
-    def peek(self, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the window and the blocks held ahead of it (one copy)."""
+    def read(self, offset: int, length: int) -> bytes:
+        """`length` bytes from absolute `offset`, in the window or the blocks held ahead of
+        it (one copy; the same call as FilePeek.read)."""
+        start = offset - self.base
+        end = start + length
         size = len(self.data)
         if end <= size:
             return self.take(start, end)
@@ -406,14 +409,14 @@ class DocumentScanner:
             if pos > (len(buf.data) >> 1):
                 pos = buf.discard(pos)
             if self.speculative and not self._exact_next:
-                cut = (self._peeked_cut(pos) if self._peek is not None
-                       else self._speculative_cut(pos))
+                cut = self._speculative_cut(pos)
                 if cut is not None:
                     chunk, end = cut
                     # a rewind reads the file again, or joins the chunks' own bytes and
                     # the separators after them
-                    separator = b"" if self._peek is not None else buf.peek(
-                        chunk.offset + chunk.length - buf.base, end - 1 - buf.base)
+                    chunk_end = chunk.offset + chunk.length
+                    separator = b"" if self._peek is not None else buf.read(
+                        chunk_end, end - 1 - chunk_end)
                     self._history.append((chunk, separator))
                     yield chunk
                     pos = buf.skip_to(end - 1)
@@ -443,44 +446,32 @@ class DocumentScanner:
         array end.
 
         A cut before `]` is always decoded here instead, so the top level after the
-        event array is only ever parsed from a validated position. The bytes ahead
-        stay in their blocks: the cut is looked for in the last 64 KB before the
-        target (in the whole chunk only if there is none), and the chunk is copied
-        out of the blocks once.
+        event array is only ever parsed from a validated position. Only the bytes
+        near the cut are read (from the blocks held ahead, or from the file with
+        `peek`): the cut is looked for in the last 64 KB before the target, in the
+        whole chunk only if there is none. A file's chunk carries no bytes (whoever
+        observes it reads them); a stream's is copied out of its blocks once.
         """
         buf = self._buf
         target = self._chunk_bytes
-        available = buf.lookahead(start, 2 * target + 64)
-        if available <= 2 * target:  # the input ends there
+        begin = buf.base + start
+        if self._peek is not None:
+            read, available = self._peek.read, self._peek.size - begin
+        else:
+            read, available = buf.read, buf.lookahead(start, 2 * target + 64)
+        if available <= 2 * target + 64:  # the input ends there, or soon after
             return None
-        at = max(start, start + target - _PEEK_BYTES)
-        cut = _last_cut(buf.peek(at, start + target + 64), 0, start + target - at)
-        if cut is None and at > start:  # an event of more than 64 KB spans the target
-            at = start
-            cut = _last_cut(buf.peek(at, start + target + 64), 0, target)
+        at = max(begin, begin + target - _PEEK_BYTES)
+        cut = _last_cut(read(at, begin + target - at + 64), 0, begin + target - at)
+        if cut is None and at > begin:  # an event of more than 64 KB spans the target
+            at = begin
+            cut = _last_cut(read(at, target + 64), 0, target)
         if cut is None or cut[2]:
             return None
         close_brace, after, _ = cut
-        data = buf.peek(start, at + close_brace + 1)
-        return EventChunk(buf.base + start, data, -1, None), buf.base + at + after
-
-    def _peeked_cut(self, start: int):
-        """`_speculative_cut` of a file, from the bytes around the cut alone (`peek`).
-
-        The chunk carries no bytes (whoever observes it reads them); the window
-        skips past it. Returns the next start as an absolute offset.
-        """
-        peek = self._peek
-        begin = self._buf.base + start
-        if peek.size - begin <= 2 * self._chunk_bytes + 64:
-            return None
-        at = max(begin, begin + self._chunk_bytes - _PEEK_BYTES)
-        around = peek.read(at, begin + self._chunk_bytes - at + 64)
-        cut = _last_cut(around, 0, begin + self._chunk_bytes - at)
-        if cut is None or cut[2]:
-            return None
-        close_brace, after, _ = cut
-        return EventChunk(begin, None, -1, None, at + close_brace + 1 - begin), at + after
+        length = at + close_brace + 1 - begin
+        data = None if self._peek is not None else read(begin, length)
+        return EventChunk(begin, data, -1, None, length), at + after
 
     def confirm(self, chunk: EventChunk) -> None:
         """A speculative chunk decoded fine: forget the bytes kept for a rewind."""

@@ -49,7 +49,12 @@ from tracestream.observe import (
 )
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import InlinePool, collector_paused, release_memory
+from tracestream.workers import (
+    SLOTS_PER_WORKER,
+    InlinePool,
+    collector_paused,
+    release_memory,
+)
 
 __all__ = [
     "FLOW", "META", "SCOPES", "GuideEvent", "IndexOptions", "Match", "MatchTable", "MetaEvent",
@@ -76,7 +81,6 @@ SWEEP_DTYPE = np.dtype([
 _FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
 _NO_ID = NO_ID
-_WINDOW_PER_WORKER = 2
 _TRIM_EVERY = 8  # chunks between giving freed memory back (see workers.release_memory)
 
 
@@ -427,7 +431,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes,
                                   peek=FilePeek(by_path) if by_path is not None else None)
         inflight: deque = deque()
-        window = _WINDOW_PER_WORKER * pool.workers
+        window = SLOTS_PER_WORKER * pool.workers  # (a compressed chunk in flight has a slot)
 
         def settle(chunk: EventChunk, result, slot: int | None) -> bool:
             """Merge one speculative result; False when the scanner had to rewind."""

@@ -163,13 +163,12 @@ class _Activities:
 class Sweep:
     """Walks sorted sweep blocks once: allocates lanes and binds flows.
 
-    `relocated` says which tracks move; flows elsewhere are skipped. For every
-    slice of a compacted group and every bound flow, `lane_code(group, lane)` is
-    written to `actions[cand]`.
+    For every slice of a compacted group and every bound flow on one of the
+    `flow_tracks` given to `run`, `lane_code(group, lane)` is written to
+    `actions[cand]`; other flows are skipped.
     """
 
-    def __init__(self, relocated_tracks: set[int], compacted_groups: set[int]):
-        self.relocated = relocated_tracks
+    def __init__(self, compacted_groups: set[int]):
         self.compacted = compacted_groups
         self.groups: dict[int, GroupLanes] = {}
         self.flow_problems: list[FlowProblem] = []
@@ -237,22 +236,21 @@ class Sweep:
         one = exact == 1
         codes[one] = act.code[by_start[first[one]]]
         for k in np.flatnonzero(exact != 1).tolist():
-            code = self._bind_inside(int(track[k]), int(t[k]), int(exact[k]), int(inside[k]))
-            if code is None:
-                self.flow_problems.append(FlowProblem(int(cands[k]), int(t[k]), self._reason))
-            else:
-                codes[k] = code
+            reason = _unbound(int(exact[k]), int(inside[k]))
+            if reason is not None:
+                self.flow_problems.append(FlowProblem(int(cands[k]), int(t[k]), reason))
+                continue
+            (hit,) = np.flatnonzero((act.track == track[k]) & (act.start <= t[k])
+                                    & (act.end >= t[k]))
+            codes[k] = act.code[hit]
         return codes
 
-    def _bind_inside(self, track: int, t: int, exact: int, inside: int) -> int | None:
-        """The code of the one activity containing `t`, or None (reason kept)."""
-        if exact > 1:
-            self._reason = f"starts exactly at {exact} activities"
-            return None
-        if inside != 1:
-            self._reason = ("binds to no GPU activity" if not inside
-                            else f"lies inside {inside} activities")
-            return None
-        act = self._open
-        (k,) = np.flatnonzero((act.track == track) & (act.start <= t) & (act.end >= t))
-        return int(act.code[k])
+
+def _unbound(exact: int, inside: int) -> str | None:
+    """Why a flow starting at no activity or at several binds to none; None when exactly
+    one activity contains it (it binds to that one)."""
+    if exact > 1:
+        return f"starts exactly at {exact} activities"
+    if inside != 1:
+        return "binds to no GPU activity" if not inside else f"lies inside {inside} activities"
+    return None

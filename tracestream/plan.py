@@ -257,7 +257,7 @@ class Planner:
             relocated |= index.group_stats[g].tracks
         self._check_other_events(relocated)
 
-        sweep = Sweep(relocated, set(compacted))
+        sweep = Sweep(set(compacted))
         base_code = {group: s * _LANE_SLOTS + 1 for group, s in slot.items()}
         sweep.run(index.sweep.sorted_blocks(), self.actions, base_code,
                   index.flow_tracks & relocated)

@@ -127,22 +127,31 @@ class ChunkSlots:
         self.memory = mmap.mmap(-1, count * size)  # anonymous and shared with children
         self._free = list(range(count))
 
+    @property
+    def free(self) -> int:
+        """How many slots no chunk holds."""
+        return len(self._free)
+
     def acquire(self) -> int | None:
         """A free slot, or None when all are taken (the chunk then goes as bytes)."""
         return self._free.pop() if self._free else None
 
     def put(self, slot: int, data: bytes) -> bool:
-        """In the parent: copy `data` into `slot` for a worker; False if it does not fit."""
+        """Copy `data` into `slot` (for the other side); False if it does not fit."""
         if len(data) > self.size:
             return False
         start = slot * self.size
         self.memory[start : start + len(data)] = data
         return True
 
-    def take(self, slot: int, length: int) -> bytes:
-        """The result in `slot` (copied out); the slot is free again."""
+    def read(self, slot: int, length: int) -> bytes:
+        """The `length` bytes in `slot` (copied out)."""
         start = slot * self.size
-        data = self.memory[start : start + length]
+        return self.memory[start : start + length]
+
+    def take(self, slot: int, length: int) -> bytes:
+        """In the parent: the result in `slot` (copied out); the slot is free again."""
+        data = self.read(slot, length)
         self._free.append(slot)
         return data
 
@@ -159,19 +168,15 @@ _SLOTS: ChunkSlots | None = None  # the slots of the pool that forked this worke
 
 def received(slot: int, length: int) -> bytes:
     """In a worker: the chunk the parent `put` in `slot` (copied out)."""
-    start = slot * _SLOTS.size
-    return _SLOTS.memory[start : start + length]
+    return _SLOTS.read(slot, length)
 
 
 def deliver(data: bytes, slot: int | None) -> bytes | int:
     """In a worker: `data` put in its slot (its length returned), or `data` itself if it
     has no slot or does not fit."""
-    slots = _SLOTS
-    if slot is None or slots is None or len(data) > slots.size:
-        return data
-    start = slot * slots.size
-    slots.memory[start : start + len(data)] = data
-    return len(data)
+    if slot is not None and _SLOTS is not None and _SLOTS.put(slot, data):
+        return len(data)
+    return data
 
 
 def collect(result: bytes | int, slot: int | None, slots: ChunkSlots | None) -> bytes:
