@@ -7,7 +7,15 @@ import re
 import numpy as np
 import pytest
 
-from tracestream.keyscan import KeyScan, per_event, separators
+from tracestream.keyscan import (
+    CAREFUL,
+    NO_ARGS,
+    ODD_ARGS,
+    KeyScan,
+    per_event,
+    separators,
+    splice_positions,
+)
 
 CHUNK = (b'{"ph": "X", "pid": 0, "tid": 7, "args": {"pid": "x"}},\n'
          b'{"pid": -12, "tid": 123456789012, "name": "\\"pid\\": 3"},'
@@ -66,3 +74,36 @@ SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 def test_separators_are_the_regex_matches(data):
     starts, ends = separators(data)
     assert list(zip(starts.tolist(), ends.tolist())) == [m.span() for m in SEPARATOR.finditer(data)]
+
+
+def test_splice_positions_trust_only_kineto_spelled_keys_that_occur_once():
+    events = [
+        b'{"ph": "X", "name": "k", "pid": 0, "tid": 7, "ts": 1, "args": {"stream": 7}}',
+        b'{"ph": "f", "id": 3, "pid": 0, "tid": -12, "ts": 1, "bp": "e"}',
+        b'{"ph": "X", "pid":0, "tid":7, "meta": {"pid": 5, "tid": 6}, "args": {}}',
+        b'{"ph": "X", "pid": 0, "tid": "7", "ts": 1}',
+        b'{"ph": "X", "pid": 0, "tid": 7, "args": {"args": 1}}',
+        b'{"ph": "X", "pid": 0, "tid": 7, "args":{"stream": 7}}',
+    ]
+    data = b", ".join(events)
+    starts = np.array([data.index(e) for e in events])
+    got = splice_positions(KeyScan(data), starts, starts + [len(e) for e in events])
+    first = events[0]
+    assert first[got["pid_start"][0]:got["pid_end"][0]] == b"0"
+    assert first[got["tid_start"][0]:got["tid_end"][0]] == b"7"
+    assert first[got["args_brace"][0]:].startswith(b'"stream"')
+    flow = events[1]
+    assert flow[got["tid_start"][1]:got["tid_end"][1]] == b"-12"
+    assert got["args_brace"][1] == NO_ARGS
+    # "pid" twice (once nested), a string tid, "args" twice, args spelled without a space
+    assert got["pid_start"][2] == got["tid_start"][2] == CAREFUL
+    assert got["pid_start"][3] >= 0 and got["tid_start"][3] == CAREFUL
+    assert got["args_brace"][4] == got["args_brace"][5] == ODD_ARGS
+    assert got["pid_start"][4] >= 0 and got["pid_start"][5] >= 0
+
+
+def test_splice_positions_trust_nothing_in_a_chunk_with_backslashes():
+    data = b'{"ph": "X", "name": "a\\"b", "pid": 0, "tid": 7, "args": {}}'
+    got = splice_positions(KeyScan(data), np.array([0]), np.array([len(data)]))
+    assert got["pid_start"][0] == got["tid_start"][0] == CAREFUL
+    assert got["args_brace"][0] == ODD_ARGS

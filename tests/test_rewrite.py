@@ -1,4 +1,7 @@
-"""rewrite_chunk splices whole chunks at once; every shape must give relocate()'s bytes."""
+"""rewrite_chunk splices whole chunks at once; every shape must give relocate()'s bytes.
+
+The splice positions come from keyscan.splice_positions, as the index pass finds them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import pytest
 
 from tracestream.edit import relocate
 from tracestream.index import SPAN_DTYPE
+from tracestream.keyscan import KeyScan, splice_positions
 from tracestream.plan import DELETE
 from tracestream.rewrite import rewrite_chunk
 
@@ -40,9 +44,13 @@ def _chunk(shapes: list[str]) -> tuple[bytes, np.ndarray]:
     for i, event in enumerate(events):
         pos = data.index(event, pos)
         if i != 1:
-            rows[k] = (100 + i, 5000 + pos, len(event), 0)
+            rows[["ordinal", "offset", "length"]][k] = (100 + i, 5000 + pos, len(event))
             k += 1
         pos += len(event)
+    starts = rows["offset"] - 5000
+    where = splice_positions(KeyScan(data), starts, starts + rows["length"])
+    for name in where.dtype.names:
+        rows[name] = where[name]
     return data, rows
 
 

@@ -30,6 +30,7 @@ from tracestream.document import (
 )
 from tracestream.errors import TraceError
 from tracestream.events import KERNEL
+from tracestream.keyscan import SPLICE_FIELDS
 from tracestream.matches import Match, MatchTable
 from tracestream.observe import (
     FLOW,
@@ -61,9 +62,10 @@ __all__ = [
     "OtherOnTrack", "TraceIndex", "run_index",
 ]
 
-SPAN_DTYPE = np.dtype([("ordinal", "<i8"), ("offset", "<i8"), ("length", "<i4"), ("kind", "i1")])
+SPAN_DTYPE = np.dtype([("ordinal", "<i8"), ("offset", "<i8"), ("length", "<i4"), ("kind", "i1"),
+                       *SPLICE_FIELDS])
 """Every event the rewrite may touch, in file order: GPU activity, scopes, flows, thread
-metadata."""
+metadata; with where compaction splices it (keyscan.splice_positions)."""
 
 SWEEP_DTYPE = np.dtype([
     ("key", "<i8"),  # lo bound for slices, exact ns for flows: the sweep's time order

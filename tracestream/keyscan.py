@@ -26,6 +26,7 @@ class KeyScan:
     """One chunk's bytes as a numpy array, and literal lookups in it."""
 
     def __init__(self, data: bytes):
+        self.data = data
         self.view = np.frombuffer(data, np.uint8)
         # the bytes as 16-bit pairs at even and at odd offsets: a two-byte prefix is one
         # comparison per pair
@@ -57,6 +58,15 @@ class KeyScan:
             self._prefixes[byte] = found
         return found
 
+    def continues(self, positions: np.ndarray, literal: bytes) -> np.ndarray:
+        """Per position: does `literal` start there?"""
+        view = self.view
+        last = len(view) - 1
+        ok = positions <= len(view) - len(literal)
+        for k, byte in enumerate(literal):
+            ok &= view[np.minimum(positions + k, last)] == byte
+        return ok
+
     def followed_by(self, positions: np.ndarray, literal: bytes) -> np.ndarray:
         """The positions (of a `literal` found before) that also continue with `literal`."""
         found = positions[positions <= len(self.view) - len(literal)]
@@ -85,6 +95,80 @@ def per_event(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     """Per event [start, end): (index of its first occurrence, number of occurrences)."""
     first = np.searchsorted(positions, starts)
     return first, np.searchsorted(positions, ends) - first
+
+
+SPLICE_FIELDS = [("pid_start", "<i4"), ("pid_end", "<i4"), ("tid_start", "<i4"),
+                 ("tid_end", "<i4"), ("args_brace", "<i4")]
+"""Where an event's pid and tid values are and where its args object's members begin,
+relative to the event's first byte (see `splice_positions`)."""
+CAREFUL = -1  # pid_start/tid_start: the keys are not where a splice may trust them
+NO_ARGS = -1  # args_brace: the event has no "args" at all
+ODD_ARGS = -2  # args_brace: "args" occurs otherwise (twice, or spelled `"args":{`)
+
+_PID = b'"pid": '
+_TID = b'"tid": '
+_ARGS = b'"args": {'
+
+
+def splice_positions(scan: KeyScan, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per event [start, end) of a chunk: its SPLICE_FIELDS, relative to its start.
+
+    Compaction rewrites the pid and tid of most GPU events and adds a member to
+    their args. The index pass finds where once, a chunk at a time, so the rewrite
+    pass only copies bytes. Where "pid", "tid" and "args" occur once in an event of
+    a chunk without backslashes, they are its top-level keys (every `"` delimits a
+    string); each must then be spelled as Kineto does (`"pid": 0, "tid": 7,`,
+    `"args": {`). Anything else is marked for the careful way (edit.relocate).
+    """
+    out = np.empty(len(starts), SPLICE_FIELDS)
+    out["pid_start"] = out["pid_end"] = out["tid_start"] = out["tid_end"] = CAREFUL
+    out["args_brace"] = ODD_ARGS
+    if not len(starts) or b"\\" in scan.data:
+        return out
+    for literal, first, last in ((_PID, "pid_start", "pid_end"), (_TID, "tid_start", "tid_end")):
+        found, begin, end = _value_spans(scan, literal, starts, ends)
+        out[first][found] = begin - starts[found]
+        out[last][found] = end - starts[found]
+    brace = _args_braces(scan, starts, ends)
+    out["args_brace"] = np.where(brace >= 0, brace - starts, brace)
+    return out
+
+
+def _value_spans(scan: KeyScan, literal: bytes, starts, ends):
+    """(events, value starts, value ends) of the events whose only `"key"` is spelled
+    `literal` and followed by an integer and a comma.
+
+    The key is counted in every spelling (`"pid"`), so an event whose top-level key
+    is spelled otherwise is not fooled by Kineto's spelling in a nested object.
+    """
+    positions = scan.positions(literal[: literal.index(b'"', 1) + 1])
+    first, count = per_event(positions, starts, ends)
+    found = np.flatnonzero(count == 1)
+    at = positions[first[found]]
+    spelled = scan.continues(at, literal)
+    found, at = found[spelled], at[spelled]
+    begin = at + len(literal)
+    end = scan.integer_ends(begin)
+    ok = end >= 0
+    return found[ok], begin[ok], end[ok]
+
+
+def _args_braces(scan: KeyScan, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per event: the position after its `"args": {`, NO_ARGS or ODD_ARGS.
+
+    Counting every `"args"` token, not only Kineto's spelling, keeps an event whose
+    args are spelled differently from getting a second "args" member.
+    """
+    positions = scan.positions(b'"args"')
+    first, count = per_event(positions, starts, ends)
+    braces = np.where(count == 0, NO_ARGS, ODD_ARGS)
+    kineto = scan.followed_by(positions, _ARGS)
+    if len(kineto):
+        one = np.flatnonzero(count == 1)
+        start = positions[first[one]]
+        good = one[kineto[np.minimum(np.searchsorted(kineto, start), len(kineto) - 1)] == start]
+        braces[good] = positions[first[good]] + len(_ARGS)
+    return braces
 
 
 _WHITESPACE = np.zeros(256, bool)

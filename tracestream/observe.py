@@ -36,7 +36,14 @@ from tracestream.events import (
     CategoryKinds,
     describe_validation_error,
 )
-from tracestream.keyscan import KeyScan, per_event, separators
+from tracestream.keyscan import (
+    CAREFUL,
+    SPLICE_FIELDS,
+    KeyScan,
+    per_event,
+    separators,
+    splice_positions,
+)
 from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_forms
 from tracestream.workers import received
 
@@ -44,7 +51,7 @@ FLOW = 8  # candidate kind of flow events
 META = 9  # candidate kind of thread metadata events
 
 CANDIDATE_DTYPE = np.dtype([("index", "<i4"), ("offset", "<i8"), ("length", "<i4"),
-                            ("kind", "i1")])
+                            ("kind", "i1"), *SPLICE_FIELDS])
 SLICE_DTYPE = np.dtype([
     ("cand", "<i4"), ("track", "<i4"), ("group", "<i4"), ("kind", "i1"),
     ("start", "<i8"), ("end", "<i8"), ("lo", "<i8"), ("hi", "<i8"),
@@ -271,6 +278,7 @@ class _Observer:
         self.ctx = ctx
         self.events = events
         self._spans: tuple[np.ndarray, np.ndarray] | None = None
+        self._scan: KeyScan | None = None  # shared by the duplicate check and the splices
         self.tracks: dict[tuple, int] = {}
         self.groups: dict[tuple, int] = {}
         self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
@@ -280,6 +288,12 @@ class _Observer:
         if self._spans is None:
             self._spans = event_spans(self.data, len(self.events))
         return self._spans
+
+    @property
+    def scan(self) -> KeyScan:
+        if self._scan is None:
+            self._scan = KeyScan(self.data)
+        return self._scan
 
     def span(self, i: int) -> tuple[int, int]:
         starts, ends = self.spans
@@ -468,6 +482,13 @@ class _Observer:
             rows["offset"] = starts[index] + self.offset
             rows["length"] = ends[index] - starts[index]
             rows["kind"] = kind_of[index]
+            if self.ctx.moves_gpu:
+                where = splice_positions(self.scan, starts[index], ends[index])
+                for name in where.dtype.names:
+                    rows[name] = where[name]
+            else:  # nothing is relocated
+                for name, _ in SPLICE_FIELDS:
+                    rows[name] = CAREFUL
         return rows, cand_of
 
     def _slices(self, slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of,
@@ -625,7 +646,7 @@ class _Observer:
         starts, ends = self.spans
         idx = np.array(slices)
         lo, hi = starts[idx], ends[idx]
-        scan = KeyScan(self.data)
+        scan = self.scan
         suspect = np.zeros(len(idx), bool)
         for key in _MOVED_KEYS:
             suspect |= per_event(scan.positions(key), lo, hi)[1] > 1

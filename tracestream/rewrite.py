@@ -19,7 +19,7 @@ import numpy as np
 from tracestream.edit import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
 from tracestream.errors import TraceError
 from tracestream.index import TraceIndex
-from tracestream.keyscan import KeyScan, per_event, skip_whitespace
+from tracestream.keyscan import skip_whitespace
 from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
@@ -106,65 +106,14 @@ class StreamCursor:
             self._data = block
 
 
-_PID = b'"pid": '
-_TID = b'"tid": '
-_ARGS = b'"args": {'
-
-
-def _only(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per event [start, end): the index of its only occurrence, or -1 (none or several)."""
-    first, count = per_event(positions, starts, ends)
-    return np.where(count == 1, first, -1)
-
-
-def _args_braces(scan: KeyScan, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per event: the position after its `"args": {`, -1 when it has no "args" at all, or
-    -2 when "args" occurs otherwise (twice, or spelled `"args":{`): the careful way.
-
-    Counting every `"args"` token, not only Kineto's spelling, keeps an event whose
-    args are spelled differently from getting a second "args" member.
-    """
-    positions = scan.positions(b'"args"')
-    first, count = per_event(positions, starts, ends)
-    braces = np.where(count == 0, -1, -2)
-    kineto = scan.followed_by(positions, _ARGS)
-    if len(kineto):
-        one = np.flatnonzero(count == 1)
-        start = positions[first[one]]
-        good = one[kineto[np.minimum(np.searchsorted(kineto, start), len(kineto) - 1)] == start]
-        braces[good] = positions[first[good]] + len(_ARGS)
-    return braces
-
-
+_ARGS_LENGTH = len(b'"args": {')
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 
 
-def _value_spans(scan: KeyScan, literal: bytes, starts, ends) -> tuple[np.ndarray, np.ndarray]:
-    """Per event: the span of the integer value after its only `"key": `, or (-1, -1).
-
-    The key is counted in every spelling (`"pid"`): when it occurs only once in
-    the event, that one is the top-level key; it must then be spelled as Kineto
-    does. Kineto writes `"pid": 0, "tid": 7,`: the value is an integer followed
-    by a comma, for every event of the chunk, or all of them go the careful way.
-    """
-    key = literal[: literal.index(b'"', 1) + 1]
-    positions = scan.positions(key)
-    which = _only(positions, starts, ends)
-    value_start = np.full(len(starts), -1, np.int64)
-    value_end = np.full(len(starts), -1, np.int64)
-    found = np.flatnonzero(which >= 0)
-    at = positions[which[found]]
-    spelled = np.isin(at, scan.followed_by(at, literal))
-    found, at = found[spelled], at[spelled]
-    if not len(found):
-        return value_start, value_end
-    begin = at + len(literal)
-    end = scan.integer_ends(begin)
-    if (end < 0).any():
-        return value_start, value_end
-    value_start[found] = begin
-    value_end[found] = end
-    return value_start, value_end
+def _absolute(rows: np.ndarray, starts: np.ndarray, field: str) -> np.ndarray:
+    """A SPLICE_FIELDS column as chunk positions (negative markers stay as they are)."""
+    relative = rows[field].astype(np.int64)
+    return np.where(relative >= 0, relative + starts, relative)
 
 
 def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
@@ -176,25 +125,18 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     it; True comes back when that was the chunk's last event (the caller then skips
     the separator after the chunk).
 
-    Where "pid", "tid" and "args" occur once in an event of a chunk without
-    backslashes, they are its top-level keys; their positions come from one scan
-    of the chunk per key, and the event is spliced directly. Anything else goes
+    Where the index pass found the event's "pid", "tid" and "args" keys (see
+    keyscan.splice_positions), the event is spliced directly; anything else goes
     through `relocate`.
     """
     starts = rows["offset"] - offset
     ends = starts + rows["length"]
-    if b"\\" in data:
-        pid = tid = args = None
-    else:
-        scan = KeyScan(data)
-        pid = _value_spans(scan, _PID, starts, ends)
-        tid = _value_spans(scan, _TID, starts, ends)
-        args = (_args_braces(scan, starts, ends),)
-    if pid is not None:
-        spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid,
-                                   args[0])
-        if spliced is not None:
-            return spliced, False
+    pid = _absolute(rows, starts, "pid_start"), _absolute(rows, starts, "pid_end")
+    tid = _absolute(rows, starts, "tid_start"), _absolute(rows, starts, "tid_end")
+    braces = _absolute(rows, starts, "args_brace")
+    spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid, braces)
+    if spliced is not None:
+        return spliced, False
     out = []
     append = out.append
     extend = out.extend
@@ -206,14 +148,10 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     codes = actions.tolist()
     new_tids = [targets[c][0] if c != DELETE else b"" for c in codes]
     new_pids = [targets[c][1] if c != DELETE else None for c in codes]
-    empty_args = {m.start() for m in _EMPTY_ARGS.finditer(data)} if pid is not None else set()
+    empty_args = {m.start() for m in _EMPTY_ARGS.finditer(data)}
     columns = [starts.tolist(), ends.tolist(), rows["ordinal"].tolist(), codes, new_tids,
-               new_pids]
-    if pid is not None:
-        columns += [pid[0].tolist(), pid[1].tolist(), tid[0].tolist(), tid[1].tolist(),
-                    args[0].tolist()]
-    else:
-        columns += [[-1] * len(starts)] * 5
+               new_pids, pid[0].tolist(), pid[1].tolist(), tid[0].tolist(), tid[1].tolist(),
+               braces.tolist()]
     for start, end, ordinal, action, new_tid, new_pid, p0, p1, t0, t1, brace in zip(*columns):
         if action == DELETE:
             append(data[pos:start])
@@ -230,7 +168,7 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
             if brace > t1:
                 member = with_args % (data[p0:p1], data[t0:t1], ordinal)
                 extend((data[t1:brace],
-                        member if brace - len(_ARGS) in empty_args else member + b", "))
+                        member if brace - _ARGS_LENGTH in empty_args else member + b", "))
                 pos = brace
             else:  # no args: add one holding the provenance
                 extend((data[t1 : end - 1], without_args % (data[p0:p1], data[t0:t1], ordinal)))
