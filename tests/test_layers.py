@@ -274,6 +274,22 @@ def test_compressed_round_trips(decode_trace, tmp_path, suffix):
         assert_verified(source, out)
 
 
+def test_gzip_output_levels(decode_trace, tmp_path):
+    """Default: ISA-L's fast level; `--compress-level N` is zlib's. Both are plain gzip."""
+    trace, _ = decode_trace
+    outputs = {}
+    for level in (None, 1, 9):
+        (tmp_path / str(level)).mkdir()
+        out = tmp_path / str(level) / "out.json.gz"  # the name goes into the trace
+        extra = () if level is None else ("--compress-level", str(level))
+        assert run(*layers_args(trace, out, *extra, passes=1)).returncode == 0
+        outputs[level] = out.read_bytes()
+    plain = {level: gzip.decompress(data) for level, data in outputs.items()}
+    assert plain[None] == plain[1] == plain[9]
+    assert outputs[1] != outputs[None]  # zlib's level 1 is not what the default writes
+    assert len(outputs[9]) < len(outputs[None])
+
+
 def test_stdin_and_stdout(decode_trace, tmp_path):
     trace, _ = decode_trace
     report = tmp_path / "r.json"

@@ -115,7 +115,7 @@ _compress_option = click.option(
 )
 _level_option = click.option(
     "--compress-level", type=int, default=None, metavar="N",
-    help="gzip level (default 1) or zstd level (default 3).",
+    help="gzip level, zlib's 1-9 (default: ISA-L's fast level 1) or zstd level (default 3).",
 )
 _quiet_option = click.option(
     "--quiet", is_flag=True, help="No progress and no summary on stderr (errors still appear).")

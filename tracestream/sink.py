@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import zstandard
+from isal import isal_zlib
 
 from tracestream.errors import TraceError
 
 GZIP_LEVEL = 1
-"""Default gzip level: level 1 deflates JSON ~8x at several times the speed of level 6."""
+"""Default gzip level, ISA-L's level 1: JSON deflates as well as with zlib's level 1 (~12x on
+Kineto traces) at ~4x its speed. An explicit level is zlib's (1-9, as gzip's own)."""
 ZSTD_LEVEL = 3
 _BLOCK = 4 << 20
 
@@ -61,7 +63,8 @@ class _Encoder:
     def __init__(self, compression: str, level: int | None):
         self.compression = compression
         if compression == "gzip":
-            self._obj = zlib.compressobj(GZIP_LEVEL if level is None else level, zlib.DEFLATED, 31)
+            self._obj = (isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31) if level is None
+                         else zlib.compressobj(level, zlib.DEFLATED, 31))
         elif compression == "zstd":
             ctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL if level is None else level)
             self._obj = ctx.compressobj()

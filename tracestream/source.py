@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard
+from isal import isal_zlib
 
 from tracestream.errors import TraceError
 
@@ -258,7 +259,7 @@ class _GzipDecoder:
 
     def __init__(self, name: str):
         self.name = name
-        self._obj = zlib.decompressobj(wbits=31)
+        self._obj = isal_zlib.decompressobj(wbits=31)
         self._started = False
 
     def feed(self, data: bytes, offset: int):
@@ -271,7 +272,7 @@ class _GzipDecoder:
                         and not self._obj.eof:
                     out = self._obj.decompress(b"", OUT_BLOCK)
                     pieces.append(out)
-            except zlib.error as exc:
+            except isal_zlib.error as exc:
                 raise TraceError(
                     f"{self.name}: corrupt gzip data near compressed byte {offset}: {exc}"
                 ) from None
@@ -287,7 +288,7 @@ class _GzipDecoder:
                 rest = self._obj.unused_data
                 offset += len(data) - len(rest)
                 data = rest
-                self._obj = zlib.decompressobj(wbits=31)
+                self._obj = isal_zlib.decompressobj(wbits=31)
                 self._started = False
                 if data and not data.startswith(GZIP_MAGIC):
                     if data.strip(b"\0"):
