@@ -30,6 +30,27 @@ GZIP_LEVEL = 1
 Kineto traces) at ~4x its speed. An explicit level is zlib's (1-9, as gzip's own)."""
 ZSTD_LEVEL = 3
 _BLOCK = 4 << 20
+_SYNC_EVERY = 32 << 20
+"""The writer thread starts the disk write of every 32 MB written (Linux: sync_file_range).
+
+The commit must fsync anyway; a GB of dirty pages left for then costs more, as the kernel
+throttles writers that pile them up: writing and syncing 1 GB here took 1.4-1.6 s longer
+(writes) plus 0.5 s (the final fsync) than with the writes started as they go."""
+
+
+def _writeback_starter():
+    """glibc's sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE), or a no-op."""
+    try:
+        import ctypes
+
+        call = ctypes.CDLL("libc.so.6").sync_file_range
+    except (OSError, AttributeError):  # not Linux/glibc: the final fsync does it all
+        return lambda fd, offset, length: None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return lambda fd, offset, length: call(fd, offset, length, 2)  # does not wait
+
+
+_start_writeback = _writeback_starter()
 
 
 def compression_for(path: str, explicit: str | None) -> str:
@@ -101,6 +122,7 @@ class OutputFile:
         self._fd = -1
         self._temp_name: str | None = None
         self.bytes_written = 0
+        self._synced = 0  # bytes_written at the last sync
         if self.stdout:
             self._fd = sys.stdout.buffer.fileno()
             sys.stdout.flush()
@@ -177,6 +199,9 @@ class OutputFile:
             written = os.write(self._fd, view)
             view = view[written:]
             self.bytes_written += written
+        if self.bytes_written - self._synced >= _SYNC_EVERY and not self.stdout:
+            _start_writeback(self._fd, self._synced, self.bytes_written - self._synced)
+            self._synced = self.bytes_written
 
     def _raise(self):
         exc = self._error
