@@ -71,9 +71,10 @@ def test_chunks_too_big_for_their_slot_go_through_the_pipe(several_chunks, tmp_p
     assert outputs[0] == outputs[1]
 
 
-def test_chunk_slots_hand_over_what_was_put_in_them(monkeypatch):
+def test_chunk_slots_hand_over_what_was_put_in_them(monkeypatch, tmp_path):
     from tracestream import workers as workers_module
-    from tracestream.workers import ChunkSlots, collect, deliver, received
+    from tracestream.sink import OutputFile
+    from tracestream.workers import ChunkSlots, deliver, received, write_result
 
     slots = ChunkSlots(2, 16)
     monkeypatch.setattr(workers_module, "_SLOTS", slots)  # as in a worker
@@ -83,10 +84,45 @@ def test_chunk_slots_hand_over_what_was_put_in_them(monkeypatch):
         assert deliver(b"0123456789", first) == 10
         assert deliver(b"x" * 17, second) == b"x" * 17  # does not fit
         assert deliver(b"abc", None) == b"abc"
-        assert collect(10, first, slots) == b"0123456789"
-        assert collect(b"x" * 17, second, slots) == b"x" * 17
+        with OutputFile(str(tmp_path / "out")) as out:
+            write_result(out, 10, first, slots)  # written from the slot itself
+            write_result(out, b"x" * 17, second, slots)
+            out.commit()
+        assert (tmp_path / "out").read_bytes() == b"0123456789" + b"x" * 17
         assert sorted([slots.acquire(), slots.acquire()]) == [0, 1]  # both free again
         assert slots.put(1, b"input chunk") and received(1, 11) == b"input chunk"
         assert not slots.put(0, b"y" * 17)  # too big: the chunk goes through the pipe
+    finally:
+        slots.close()
+
+
+def test_a_failed_write_still_frees_the_slots_it_was_lent(monkeypatch, tmp_path):
+    import errno
+    import os
+    import time
+
+    from tracestream import sink
+    from tracestream.errors import TraceError
+    from tracestream.workers import ChunkSlots, write_result
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    slots = ChunkSlots(2, 16)
+    try:
+        first, second = slots.acquire(), slots.acquire()
+        out = sink.OutputFile(str(tmp_path / "out"))
+        monkeypatch.setattr(sink.os, "write", full_disk)
+        with out:
+            slots.put(first, b"chunk")
+            write_result(out, 5, first, slots)  # the writer takes it, fails, frees it
+            while not out.failed:
+                time.sleep(0.01)
+            slots.put(second, b"chunk")
+            with pytest.raises(TraceError, match="no space left"):
+                write_result(out, 5, second, slots)  # refused at once, freed all the same
+        monkeypatch.setattr(sink.os, "write", os.write)
+        assert slots.free == 2
+        assert not (tmp_path / "out").exists()
     finally:
         slots.close()

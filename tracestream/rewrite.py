@@ -28,11 +28,11 @@ from tracestream.spill import take_rows
 from tracestream.workers import (
     SLOTS_PER_WORKER,
     InlinePool,
-    collect,
     collector_paused,
     deliver,
     received,
     release_memory,
+    write_result,
 )
 
 _TRIM_EVERY = 8
@@ -379,7 +379,7 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
             dropped_last = False
         else:
             result, dropped_last = payload.result()
-            out.write(collect(result, slot, pool.slots))
+            write_result(out, result, slot, pool.slots)
 
     by_path = source.plain_path if pool.workers else None
     for chunk, rows, actions in chunk_edits(index, plan):

@@ -30,6 +30,9 @@ GZIP_LEVEL = 1
 Kineto traces) at ~4x its speed. An explicit level is zlib's (1-9, as gzip's own)."""
 ZSTD_LEVEL = 3
 _BLOCK = 4 << 20
+_QUEUE_DEPTH = 2
+WRITER_HOLDS = _QUEUE_DEPTH + 1
+"""Blocks an OutputFile may hold at once: those queued and the one being written."""
 _SYNC_EVERY = 32 << 20
 """The writer thread starts the disk write of every 32 MB written (Linux: sync_file_range).
 
@@ -128,7 +131,7 @@ class OutputFile:
             sys.stdout.flush()
         else:
             self._open_temp()
-        self._queue: queue.Queue = queue.Queue(maxsize=2)
+        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_DEPTH)
         self._thread = threading.Thread(target=self._drain, name=f"write {path}", daemon=True)
         self._thread.start()
 
@@ -160,6 +163,19 @@ class OutputFile:
         if self._pending_size >= _BLOCK:
             self._flush_pending()
 
+    def write_then(self, data: memoryview, done) -> None:
+        """Write `data` (not copied), then call `done()` from the writer thread.
+
+        For bytes the caller must keep as they are until written (a worker's
+        result in shared memory); `done` frees them, also when writing fails.
+        """
+        try:
+            self._flush_pending()
+            self._put((data, done))
+        except BaseException:  # refused before the writer took it: free it here
+            done()
+            raise
+
     def _flush_pending(self) -> None:
         if self._error is not None:
             self._raise()
@@ -180,17 +196,29 @@ class OutputFile:
                 continue
 
     def _drain(self) -> None:
+        item = None
         try:
             while True:
                 item = self._queue.get()
                 if item is _STOP:
                     self._write_all(self._encoder.finish())
                     return
-                self._write_all(self._encoder.encode(item))
+                if isinstance(item, tuple):
+                    data, done = item
+                    self._write_all(self._encoder.encode(data))
+                    done()
+                else:
+                    self._write_all(self._encoder.encode(item))
+                item = None
         except BaseException as exc:  # reported to the writer at its next call
-            self._error = exc
-            while True:  # keep the producer from blocking on a full queue
-                if self._queue.get() is _STOP:
+            # without its frames, which hold the block being written (maybe lent memory)
+            self._error = exc.with_traceback(None)
+            data = None
+            while True:  # keep the producer from blocking on a full queue; free what it lent
+                if isinstance(item, tuple):
+                    item[1]()
+                item = self._queue.get()
+                if item is _STOP:
                     return
 
     def _write_all(self, data: bytes) -> None:

@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from tracestream.document import CHUNK_BYTES
 from tracestream.errors import TraceError
+from tracestream.sink import WRITER_HOLDS
 
 SLOTS_PER_WORKER = 2  # each pass keeps this many chunks per worker in flight, each in a slot
 SLOT_BYTES = 2 * CHUNK_BYTES
@@ -149,18 +150,20 @@ class ChunkSlots:
         start = slot * self.size
         return self.memory[start : start + length]
 
-    def take(self, slot: int, length: int) -> bytes:
-        """In the parent: the result in `slot` (copied out); the slot is free again."""
-        data = self.read(slot, length)
-        self._free.append(slot)
-        return data
+    def view(self, slot: int, length: int) -> memoryview:
+        """The `length` bytes in `slot`, not copied (valid until the slot is released)."""
+        start = slot * self.size
+        return memoryview(self.memory)[start : start + length]
 
     def release(self, slot: int | None) -> None:
         if slot is not None:
             self._free.append(slot)
 
     def close(self) -> None:
-        self.memory.close()
+        try:
+            self.memory.close()
+        except BufferError:  # a failed write's traceback still holds a view: unmapped with it
+            pass
 
 
 _SLOTS: ChunkSlots | None = None  # the slots of the pool that forked this worker
@@ -179,13 +182,18 @@ def deliver(data: bytes, slot: int | None) -> bytes | int:
     return data
 
 
-def collect(result: bytes | int, slot: int | None, slots: ChunkSlots | None) -> bytes:
-    """In the parent: what `deliver` handed back, as bytes (the slot is free again)."""
+def write_result(out, result: bytes | int, slot: int | None, slots: ChunkSlots | None) -> None:
+    """In the parent: write what `deliver` handed back to `out` (an OutputFile).
+
+    A result in a slot is written from the shared memory itself; the writer frees
+    the slot once the bytes are out, so no copy is made of a GB of rewritten chunks.
+    """
     if isinstance(result, int):
-        return slots.take(slot, result)
+        out.write_then(slots.view(slot, result), lambda: slots.release(slot))
+        return
     if slots is not None:
         slots.release(slot)
-    return result
+    out.write(result)
 
 
 class WorkerPool:
@@ -295,5 +303,5 @@ def pool_for(path: str | None, workers: int | None):
         workers = default_workers() if (size is None or size >= PARALLEL_MIN_BYTES) else 0
     if workers <= 0:
         return InlinePool()
-    return WorkerPool(workers, slots=SLOTS_PER_WORKER * workers + 1,
+    return WorkerPool(workers, slots=SLOTS_PER_WORKER * workers + 1 + WRITER_HOLDS,
                       slot_bytes=SLOT_BYTES)
