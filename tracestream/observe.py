@@ -181,7 +181,7 @@ def decode_chunk(data: bytes, offset: int) -> list[Event]:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
-    doc = b"[" + data + b"]"
+    doc = b"".join((b"[", data, b"]"))  # one copy of the chunk, not two
     try:
         return _EVENTS.decode(doc)
     except msgspec.ValidationError as exc:
