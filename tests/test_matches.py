@@ -7,7 +7,17 @@ import itertools
 import numpy as np
 
 from tracestream import timebase
-from tracestream.matches import AS_TEXT, INTEGER, THREE_DECIMALS, number_form, number_forms
+from tracestream.matches import (
+    AS_TEXT,
+    INTEGER,
+    MATCH_DTYPE,
+    THREE_DECIMALS,
+    MatchTable,
+    _three,
+    number_form,
+    number_forms,
+    threes,
+)
 
 TS = [b"0.000", b"-0.000", b"-0.001", b"12.345", b"5", b"-5", b"0", b"-0",
       b"1764400000000003.432", b"1.5", b"1.2345", b"-12.000", b"1e3", b"7.0"]
@@ -35,3 +45,42 @@ def test_kineto_columns_take_the_fast_answer():
     assert number_forms(ts, dur, _ns(ts), _ns(dur)).tolist() == [INTEGER] * 2
     ts, dur = [b"-0.000"], [b"1.000"]
     assert number_forms(ts, dur, _ns(ts), _ns(dur)).tolist() == [AS_TEXT]
+
+
+def _table(ts: list[bytes], dur: list[bytes]) -> MatchTable:
+    """A table of one match per (ts, dur), each in the form the index pass would give it."""
+    table = MatchTable([(0, 7)], [(0, 0)])
+    rows = np.zeros(len(ts), MATCH_DTYPE)
+    rows["ordinal"] = np.arange(len(ts))
+    rows["start"], rows["dur"] = _ns(ts), _ns(dur)
+    rows["form"] = number_forms(ts, dur, rows["start"], rows["dur"])
+    rows["name"] = table.intern_name("k")
+    rows["stream"] = table.intern_stream(7)
+    texts = {k: (t.decode(), d.decode()) for k, (t, d, form) in
+             enumerate(zip(ts, dur, rows["form"].tolist())) if form == AS_TEXT}
+    table.extend(rows, texts)
+    return table
+
+
+def test_column_texts_and_ends_equal_each_match():
+    pairs = list(itertools.product(TS, DUR))
+    mixed = _table([t for t, _ in pairs], [d for _, d in pairs])
+    kineto = _table([b"1764400000000003.432", b"0.000", b"12.999", b"7.001"],
+                    [b"12.125", b"0.000", b"0.001", b"1000.000"])
+    for table in (mixed, kineto):
+        which = np.arange(len(table))[::-1]  # any order
+        ts_texts, dur_texts = table.texts_of(which)
+        end_texts, end_ceils = table.ends_of(which)
+        for k, row in enumerate(which.tolist()):
+            match = table.match(row)
+            assert (ts_texts[k], dur_texts[k]) == (match.ts_text.encode(),
+                                                   match.dur_text.encode())
+            assert end_texts[k] == match.end.to_text().encode()
+            assert end_ceils[k] == match.end.ceil_ns()
+
+
+def test_threes_writes_each_value_as_three_decimals():
+    ns = np.array([0, 1, 999, 1000, 1001, 1764400000000003432, 12345], np.int64)
+    assert threes(ns) == [_three(v) for v in ns.tolist()]
+    assert threes(np.array([-1, 5], np.int64)) == [b"-0.001", b"0.005"]
+    assert threes(np.zeros(0, np.int64)) == []

@@ -600,19 +600,30 @@ def _dumped(values: list) -> list[bytes]:
             cache.setdefault(key, orjson.dumps(v)) for v in values]
 
 
-def _cluster_rows(anchors: list[Match], clusters, origin_ns: int) -> list[dict]:
-    rows = []
-    for start, n in clusters:
-        first, last = anchors[start], anchors[start + n - 1]
-        rows.append({
+def _cluster_rows(anchors: MatchView, clusters, origin_ns: int) -> list[dict]:
+    """One row per cluster: its first match's start and its last match's exact end."""
+    if not clusters:
+        return []
+    first = np.array([start for start, _ in clusters], np.int64)
+    last = first + np.array([n for _, n in clusters], np.int64) - 1
+    table = anchors.table
+    starts_ns = table.rows["start"][anchors.order[first]]  # the floor ns of each ts
+    start_texts, _ = table.texts_of(anchors.order[first])
+    end_texts, ends_ns = table.ends_of(anchors.order[last])
+    start_ms = ((starts_ns - origin_ns) / 1e6).tolist()
+    span_ms = ((ends_ns - starts_ns) / 1e6).tolist()
+    return [
+        {
             "start_index": start,
             "count": n,
-            "start_us": RawNumber(first.ts_text),
-            "end_us": RawNumber(last.end.to_text()),
-            "start_ms": ms(first.ts.floor_ns(), origin_ns),
-            "span_ms": round((last.end.ceil_ns() - first.ts.floor_ns()) / 1e6, 6),
-        })
-    return rows
+            "start_us": RawNumber(start_text.decode()),
+            "end_us": RawNumber(end_text.decode()),
+            "start_ms": round(rel, 6),
+            "span_ms": round(span, 6),
+        }
+        for (start, n), start_text, end_text, rel, span in zip(
+            clusters, start_texts, end_texts, start_ms, span_ms)
+    ]
 
 
 def _cross_check(index: TraceIndex, regex: str, anchors: list[Match], clusters,
@@ -705,9 +716,22 @@ def _name_counts(anchors: MatchView) -> dict:
 _ROWS_PLACEHOLDER = b'"\x00matches\x00"'
 
 
+_CLUSTER_ROW = (b'{"start_index": %d, "count": %d, "start_us": %b, "end_us": %b, '
+                b'"start_ms": %b, "span_ms": %b}')
+
+
+def _clusters_json(rows: list[dict]) -> RawJSON:
+    """`dumps(rows)` of the cluster rows, one template per row (there are tens of thousands)."""
+    return RawJSON(b"[" + b", ".join(map(_CLUSTER_ROW.__mod__, zip(
+        [r["start_index"] for r in rows], [r["count"] for r in rows],
+        [r["start_us"].encode() for r in rows], [r["end_us"].encode() for r in rows],
+        _floats([r["start_ms"] for r in rows]), _floats([r["span_ms"] for r in rows])))) + b"]")
+
+
 def anchors_json(report: dict) -> Iterator[bytes]:
     """The anchors report as one JSON object, in pieces: the match rows are streamed."""
-    head, tail = dumps({**report, "matches": RawJSON(_ROWS_PLACEHOLDER)}).split(
+    head, tail = dumps({**report, "matches": RawJSON(_ROWS_PLACEHOLDER),
+                        "clusters": _clusters_json(report["clusters"])}).split(
         _ROWS_PLACEHOLDER)
     yield head + b"["
     rows = report["matches"]

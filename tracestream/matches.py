@@ -100,6 +100,15 @@ def _three(ns: int) -> bytes:
     return b"%s%d.%03d" % (sign, q, r)
 
 
+def threes(ns: np.ndarray) -> list[bytes]:
+    """`_three` of a column: one formatting call for all non-negative values."""
+    if not len(ns) or ns.min() < 0:
+        return list(map(_three, ns.tolist()))
+    pairs = np.empty(2 * len(ns), np.int64)
+    pairs[0::2], pairs[1::2] = np.divmod(ns, 1000)
+    return ((b"%d.%03d," * len(ns)) % tuple(pairs.tolist()))[:-1].split(b",")
+
+
 def _integer(ns: int) -> bytes:
     if ns % 1000:
         return b""
@@ -207,8 +216,7 @@ class MatchTable(Sequence):
         rows = take_rows(self.rows, which)
         forms = rows["form"]
         if (forms == THREE_DECIMALS).all():
-            return (list(map(_three, rows["start"].tolist())),
-                    list(map(_three, rows["dur"].tolist())))
+            return threes(rows["start"]), threes(rows["dur"])
         ts, dur = [], []
         for row, form, start, length in zip(which.tolist(), forms.tolist(),
                                             rows["start"].tolist(), rows["dur"].tolist()):
@@ -222,6 +230,26 @@ class MatchTable(Sequence):
                 ts.append(self.texts[row][0].encode())
                 dur.append(self.texts[row][1].encode())
         return ts, dur
+
+    def ends_of(self, which: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+        """The exact end (ts + dur) of rows `which`: its text, as `match(row).end.to_text()`
+        gives it, and its ceiling in ns."""
+        rows = take_rows(self.rows, which)
+        ns = rows["start"] + rows["dur"]
+        forms = rows["form"]
+        if (forms == THREE_DECIMALS).all():  # exact in ns: the sum is, too
+            return threes(ns), ns
+        texts, ceils = [], ns.copy()
+        for k, (row, form, end) in enumerate(zip(which.tolist(), forms.tolist(), ns.tolist())):
+            if form == THREE_DECIMALS:
+                texts.append(_three(end))
+            elif form == INTEGER:
+                texts.append(_integer(end))
+            else:
+                exact = self.match(row).end
+                texts.append(exact.to_text().encode())
+                ceils[k] = exact.ceil_ns()
+        return texts, ceils
 
     def __getitem__(self, i):
         if isinstance(i, slice):
