@@ -554,21 +554,27 @@ class MatchRows(Sequence):
         """Rows start..stop a column at a time, exact times as bytes: no dict, Match or
         RawNumber per row (`self[i]` is row i of this)."""
         table = self.anchors.table
+        rows, columns = self._columns(start, stop)
+        columns["stream"] = [table.streams[s] for s in rows["stream"].tolist()]
+        columns["tid"] = [table.tid_of(t) for t in rows["track"].tolist()]
+        return columns
+
+    def _columns(self, start: int, stop: int) -> tuple[np.ndarray, dict[str, list]]:
+        """The packed rows start..stop, and every column but stream and tid."""
+        table = self.anchors.table
         picked = self.anchors.order[start:stop]
         ts_texts, dur_texts = table.texts_of(picked)
         times = self.times[start:stop]
         previous = self.times[start - 1 : stop - 1] if start else self.times[: max(stop - 1, 0)]
         following = times if start else times[1:]
         rows = take_rows(table.rows, picked)
-        return {
+        return rows, {
             "index": list(range(start, stop)),
             "ts_us": ts_texts,
             "dur_us": dur_texts,
             "rel_ms": list(map(round, ((times - self.origin_ns) / 1e6).tolist(), repeat(6))),
             "gap_us": ([] if start else [None]) + list(
                 map(round, ((following - previous) / 1000).tolist(), repeat(3))),
-            "stream": [table.streams[s] for s in rows["stream"].tolist()],
-            "tid": [table.tid_of(t) for t in rows["track"].tolist()],
             "cluster": self.cluster_of[start:stop].tolist(),
             "event": rows["ordinal"].tolist(),
         }
@@ -578,10 +584,12 @@ class MatchRows(Sequence):
         their text)."""
         if start >= stop:
             return []
-        c = self.columns(start, stop)
+        table = self.anchors.table
+        rows, c = self._columns(start, stop)
         return list(map(_ROW.__mod__, zip(
             c["index"], c["ts_us"], c["dur_us"], _floats(c["rel_ms"]), _floats(c["gap_us"]),
-            _dumped(c["stream"]), _dumped(c["tid"]), c["cluster"], c["event"])))
+            _dumped(rows["stream"], table.streams.__getitem__),
+            _dumped(rows["track"], table.tid_of), c["cluster"], c["event"])))
 
 
 _ROW = (b'{"index": %d, "ts_us": %b, "dur_us": %b, "rel_ms": %b, "gap_us": %b, "stream": %b, '
@@ -593,11 +601,11 @@ def _floats(values: list) -> list[bytes]:
     return orjson.dumps(values)[1:-1].split(b",") if values else []
 
 
-def _dumped(values: list) -> list[bytes]:
-    """JSON text of each value; each distinct value is dumped once."""
-    cache: dict = {}
-    return [cache[key] if (key := (type(v), v)) in cache else
-            cache.setdefault(key, orjson.dumps(v)) for v in values]
+def _dumped(codes: np.ndarray, value_of) -> list[bytes]:
+    """JSON text of the value behind each code; each distinct code is dumped once."""
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    texts = [orjson.dumps(value_of(code)) for code in distinct.tolist()]
+    return list(map(texts.__getitem__, inverse.tolist()))
 
 
 def _cluster_rows(anchors: MatchView, clusters, origin_ns: int) -> list[dict]:
