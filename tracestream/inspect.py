@@ -554,10 +554,11 @@ class MatchRows(Sequence):
         """Rows start..stop a column at a time, exact times as bytes: no dict, Match or
         RawNumber per row (`self[i]` is row i of this)."""
         table = self.anchors.table
-        rows, columns = self._columns(start, stop)
-        columns["stream"] = [table.streams[s] for s in rows["stream"].tolist()]
-        columns["tid"] = [table.tid_of(t) for t in rows["track"].tolist()]
-        return columns
+        rows, c = self._columns(start, stop)
+        return {**{k: c[k] for k in ("index", "ts_us", "dur_us", "rel_ms", "gap_us")},
+                "stream": [table.streams[s] for s in rows["stream"].tolist()],
+                "tid": [table.tid_of(t) for t in rows["track"].tolist()],
+                "cluster": c["cluster"], "event": c["event"]}
 
     def _columns(self, start: int, stop: int) -> tuple[np.ndarray, dict[str, list]]:
         """The packed rows start..stop, and every column but stream and tid."""
