@@ -15,7 +15,6 @@ import queue
 import sys
 import tempfile
 import threading
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,7 +236,7 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
     for block in raw:
         if digest is not None:
             digest.update(block)
-        crc = zlib.crc32(block, crc)
+        crc = isal_zlib.crc32(block, crc)  # ISA-L: ~7x zlib's speed, same value
         raw_total += len(block)
         if decoder is None:
             data_total += len(block)
