@@ -69,8 +69,11 @@ class ReadStats:
 class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
-    def __init__(self, spec: str | os.PathLike, *, stdin=None):
+    def __init__(self, spec: str | os.PathLike, *, stdin=None, sha256: bool = True):
+        """`sha256=False`: skip hashing the first read (~0.8 CPU-s per GB), for commands
+        whose output does not name the source's hash (inspect, anchors)."""
         self.spec = str(spec)
+        self.hashes = sha256
         self._spool: Path | None = None
         self._stdin = None
         self.first_stats: ReadStats | None = None
@@ -223,7 +226,7 @@ class TraceSource:
 
 
 def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source):
-    digest = hashlib.sha256() if source.first_stats is None else None
+    digest = hashlib.sha256() if source.first_stats is None and source.hashes else None
     crc = 0
     raw_total = 0
     data_total = 0
