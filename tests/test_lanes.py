@@ -149,6 +149,28 @@ def test_record_store_sorted_blocks_equal_a_full_sort(budget):
     store.close()
 
 
+def test_record_store_merges_runs_that_follow_each_other_in_time():
+    """A trace's runs cover successive stretches of time, overlapping a little at their
+    edges, where equal keys across runs must still come out in tie order."""
+    dtype = np.dtype([("key", "<i8"), ("tie", "<i8")])
+    store = RecordStore(dtype, sort_keys=("key", "tie"), budget=4096)  # 256 rows per run
+    rng = np.random.default_rng(3)
+    everything = []
+    for run in range(60):
+        batch = np.zeros(256, dtype=dtype)
+        batch["key"] = run * 1000 + rng.integers(-50, 1000, 256)  # edges overlap
+        batch["key"][:8] = (run // 2) * 2000  # and some keys recur across runs
+        batch["tie"] = rng.permutation(10**6)[:256]
+        store.append(batch)
+        everything.append(batch)
+    assert len(store._runs) == 60
+    blocks = list(store.sorted_blocks())
+    full = np.concatenate(everything)
+    assert np.array_equal(np.concatenate(blocks), full[np.lexsort((full["tie"], full["key"]))])
+    assert len(blocks) <= 4  # merged in blocks of ~8K records, not one per loaded block
+    store.close()
+
+
 def test_merging_many_runs_reads_within_one_budget(monkeypatch):
     """A 10 GB trace spills hundreds of runs; the merge must not hold a block of each."""
     from tracestream import spill

@@ -120,36 +120,76 @@ class RecordStore:
 
 
 def _merge_runs(store: RecordStore, keys: tuple[str, str]) -> Iterator[np.ndarray]:
+    """The runs' records in (primary, secondary) order, through one block per run at a time.
+
+    Each step takes every loaded record up to the smallest last record of any loaded
+    block: nothing still on disk can come before it. Only the runs whose loaded block
+    starts at or before that bound are looked at (a trace's runs cover successive
+    stretches of time, so usually one); the steps' pieces are yielded in blocks of
+    about BLOCK records.
+    """
     primary, secondary = keys
-    cursors = [[first, first + count, None] for first, count in store._runs]
+    runs = store._runs
     # a 10 GB trace spills a few hundred runs: their blocks share one budget, so the
     # merge's memory stays flat as the trace grows
-    rows = max(64, min(BLOCK, MERGE_BYTES // (max(len(cursors), 1) * store.dtype.itemsize)))
+    rows = max(64, min(BLOCK, MERGE_BYTES // (max(len(runs), 1) * store.dtype.itemsize)))
+    blocks: list[np.ndarray | None] = [None] * len(runs)
+    next_row = [first for first, _ in runs]
+    stops = [first + count for first, count in runs]
+    alive = np.zeros(len(runs), bool)
+    first_key, first_tie, last_key, last_tie = (np.zeros(len(runs), np.int64) for _ in range(4))
 
-    def load(cursor):
-        start, stop, _ = cursor
-        cursor[2] = store._read(start, min(rows, stop - start)) if start < stop else None
+    def show(i: int, block: np.ndarray) -> None:
+        blocks[i] = block
+        first_key[i], first_tie[i] = block[primary][0], block[secondary][0]
+        last_key[i], last_tie[i] = block[primary][-1], block[secondary][-1]
 
-    for cursor in cursors:
-        load(cursor)
-    while True:
-        active = [c for c in cursors if c[2] is not None and len(c[2])]
-        if not active:
-            return
-        bound = min((c[2][primary][-1], c[2][secondary][-1]) for c in active)
+    def load(i: int) -> None:
+        start = next_row[i]
+        alive[i] = start < stops[i]
+        blocks[i] = None
+        if alive[i]:
+            show(i, store._read(start, min(rows, stops[i] - start)))
+
+    for i in range(len(runs)):
+        load(i)
+    pending: list[np.ndarray] = []
+    pending_rows = 0
+    while alive.any():
+        live = np.flatnonzero(alive)
+        low = live[last_key[live] == last_key[live].min()]
+        smallest = low[np.argmin(last_tie[low])]
+        bound = (last_key[smallest], last_tie[smallest])
+        reaching = live[(first_key[live] < bound[0])
+                        | ((first_key[live] == bound[0]) & (first_tie[live] <= bound[1]))]
         taken = []
-        for cursor in active:
-            block = cursor[2]
+        for i in reaching.tolist():
+            block = blocks[i]
             n = _count_le(block[primary], block[secondary], bound)
-            if n:
-                taken.append(block[:n])
-                cursor[0] += n
-                if n == len(block):
-                    load(cursor)
-                else:
-                    cursor[2] = block[n:]
-        merged = np.concatenate(taken)
-        yield take_rows(merged, np.lexsort((merged[secondary], merged[primary])))
+            taken.append(block[:n])
+            next_row[i] += n
+            if n == len(block):
+                load(i)
+            else:
+                show(i, block[n:])
+        if len(taken) == 1:  # one run's records: already in order
+            piece = taken[0]
+        else:
+            merged = np.concatenate(taken)
+            piece = take_rows(merged, np.lexsort((merged[secondary], merged[primary])))
+        if len(piece) >= BLOCK:
+            if pending:
+                yield np.concatenate(pending)
+                pending, pending_rows = [], 0
+            yield piece
+            continue
+        pending.append(piece)
+        pending_rows += len(piece)
+        if pending_rows >= BLOCK:
+            yield np.concatenate(pending)
+            pending, pending_rows = [], 0
+    if pending:
+        yield np.concatenate(pending)
 
 
 def _count_le(first: np.ndarray, second: np.ndarray, bound) -> int:
