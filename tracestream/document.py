@@ -112,6 +112,10 @@ class _Buffer:
             block = self._ahead.popleft()
             self._ahead_bytes -= len(block)
             return block
+        return self._read_block()
+
+    def _read_block(self):
+        """The next non-empty block of the input, or None (then it is exhausted)."""
         if not self._exhausted:
             for block in self._blocks:
                 if block:
@@ -141,14 +145,12 @@ class _Buffer:
     def lookahead(self, pos: int, count: int) -> int:
         """Hold blocks ahead until `count` bytes from `pos` are there (or the input ends);
         return how many there are, up to that point."""
-        while len(self.data) + self._ahead_bytes < pos + count and not self._exhausted:
-            for block in self._blocks:
-                if block:
-                    self._ahead.append(block)
-                    self._ahead_bytes += len(block)
-                    break
-            else:
-                self._exhausted = True
+        while len(self.data) + self._ahead_bytes < pos + count:
+            block = self._read_block()
+            if block is None:
+                break
+            self._ahead.append(block)
+            self._ahead_bytes += len(block)
         return len(self.data) + self._ahead_bytes - pos
 
     def read(self, offset: int, length: int) -> bytes:

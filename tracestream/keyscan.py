@@ -69,10 +69,7 @@ class KeyScan:
 
     def followed_by(self, positions: np.ndarray, literal: bytes) -> np.ndarray:
         """The positions (of a `literal` found before) that also continue with `literal`."""
-        found = positions[positions <= len(self.view) - len(literal)]
-        for k, byte in enumerate(literal):
-            found = found[self.view[found + k] == byte]
-        return found
+        return positions[self.continues(positions, literal)]
 
     def integer_ends(self, begin: np.ndarray) -> np.ndarray:
         """Per position: the end of the integer literal starting there when a comma follows

@@ -115,6 +115,10 @@ def _integer(ns: int) -> bytes:
     return b"%d" % (ns // 1000)
 
 
+_WRITE = {THREE_DECIMALS: _three, INTEGER: _integer}
+"""How a (ts, dur) of each form but AS_TEXT is written back from its ns."""
+
+
 def _intern(values: list, ids: dict, value) -> int:
     """The id of `value` in `values`, appending it once (1 and 1.0 and "1" stay apart)."""
     key = (type(value), value)
@@ -197,12 +201,9 @@ class MatchTable(Sequence):
         r = self.rows[row]
         pid, tid = self._tracks[int(r["track"])]
         device = self._groups[int(r["group"])][1]
-        form = int(r["form"])
-        if form == THREE_DECIMALS:
-            ts_text, dur_text = _three(int(r["start"])).decode(), _three(int(r["dur"])).decode()
-        elif form == INTEGER:
-            ts_text = _integer(int(r["start"])).decode()
-            dur_text = _integer(int(r["dur"])).decode()
+        write = _WRITE.get(int(r["form"]))
+        if write is not None:
+            ts_text, dur_text = write(int(r["start"])).decode(), write(int(r["dur"])).decode()
         else:
             ts_text, dur_text = self.texts[row]
         return Match(int(r["ordinal"]), pid, tid, device, self.names[int(r["name"])], ts_text,
@@ -220,12 +221,10 @@ class MatchTable(Sequence):
         ts, dur = [], []
         for row, form, start, length in zip(which.tolist(), forms.tolist(),
                                             rows["start"].tolist(), rows["dur"].tolist()):
-            if form == THREE_DECIMALS:
-                ts.append(_three(start))
-                dur.append(_three(length))
-            elif form == INTEGER:
-                ts.append(_integer(start))
-                dur.append(_integer(length))
+            write = _WRITE.get(form)
+            if write is not None:
+                ts.append(write(start))
+                dur.append(write(length))
             else:
                 ts.append(self.texts[row][0].encode())
                 dur.append(self.texts[row][1].encode())
@@ -241,10 +240,9 @@ class MatchTable(Sequence):
             return threes(ns), ns
         texts, ceils = [], ns.copy()
         for k, (row, form, end) in enumerate(zip(which.tolist(), forms.tolist(), ns.tolist())):
-            if form == THREE_DECIMALS:
-                texts.append(_three(end))
-            elif form == INTEGER:
-                texts.append(_integer(end))
+            write = _WRITE.get(form)
+            if write is not None:
+                texts.append(write(end))
             else:
                 exact = self.match(row).end
                 texts.append(exact.to_text().encode())

@@ -203,13 +203,11 @@ class OutputFile:
                 if item is _STOP:
                     self._write_all(self._encoder.finish())
                     return
-                if isinstance(item, tuple):
-                    data, done = item
-                    self._write_all(self._encoder.encode(data))
+                data, done = item if isinstance(item, tuple) else (item, None)
+                self._write_all(self._encoder.encode(data))
+                if done is not None:
                     done()
-                else:
-                    self._write_all(self._encoder.encode(item))
-                item = None
+                item = data = None
         except BaseException as exc:  # reported to the writer at its next call
             # without its frames, which hold the block being written (maybe lent memory)
             self._error = exc.with_traceback(None)
