@@ -11,6 +11,8 @@ from tracestream.keyscan import (
     CAREFUL,
     NO_ARGS,
     ODD_ARGS,
+    SPLICE_KEYS,
+    EventKeys,
     KeyScan,
     per_event,
     separators,
@@ -62,6 +64,27 @@ def test_positions_at_either_alignment_and_in_tiny_chunks():
         assert KeyScan(data).positions(b'"t').tolist() == expected, data
 
 
+def test_prefixes_found_together_are_those_found_one_by_one():
+    data = CHUNK + b' "d"a"p "t' + CHUNK[1:]
+    together = KeyScan(data)
+    together.find_prefixes(b"ptda")
+    for literal in (b'"p', b'"t', b'"d', b'"a', b'"pid"', b'"args"', b'"x'):
+        assert together.positions(literal).tolist() == KeyScan(data).positions(literal).tolist()
+        assert together.positions(literal).tolist() == [
+            m.start() for m in re.finditer(re.escape(literal), data)]
+
+
+def test_event_keys_count_each_key_per_event():
+    second = CHUNK.index(b'{"pid": -12')
+    starts = np.array([0, second])
+    ends = np.array([CHUNK.index(b"},") + 1, CHUNK.index(b"},", second) + 1])
+    keys = EventKeys(KeyScan(CHUNK), starts, ends, (b'"pid"', b'"tid"'))
+    positions, first, count = keys(b'"pid"')
+    assert count.tolist() == [2, 1]  # the first event's args hold another "pid"
+    assert positions[first].tolist() == [CHUNK.index(b'"pid"'), second + 1]
+    assert keys(b'"args"')[2].tolist() == [1, 0]  # not asked for up front: found all the same
+
+
 SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
 
@@ -87,7 +110,8 @@ def test_splice_positions_trust_only_kineto_spelled_keys_that_occur_once():
     ]
     data = b", ".join(events)
     starts = np.array([data.index(e) for e in events])
-    got = splice_positions(KeyScan(data), starts, starts + [len(e) for e in events])
+    got = splice_positions(EventKeys(KeyScan(data), starts, starts + [len(e) for e in events],
+                                     SPLICE_KEYS))
     first = events[0]
     assert first[got["pid_start"][0]:got["pid_end"][0]] == b"0"
     assert first[got["tid_start"][0]:got["tid_end"][0]] == b"7"
@@ -104,6 +128,7 @@ def test_splice_positions_trust_only_kineto_spelled_keys_that_occur_once():
 
 def test_splice_positions_trust_nothing_in_a_chunk_with_backslashes():
     data = b'{"ph": "X", "name": "a\\"b", "pid": 0, "tid": 7, "args": {}}'
-    got = splice_positions(KeyScan(data), np.array([0]), np.array([len(data)]))
+    keys = EventKeys(KeyScan(data), np.array([0]), np.array([len(data)]), SPLICE_KEYS)
+    got = splice_positions(keys)
     assert got["pid_start"][0] == got["tid_start"][0] == CAREFUL
     assert got["args_brace"][0] == ODD_ARGS

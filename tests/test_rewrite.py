@@ -10,7 +10,7 @@ import pytest
 
 from tracestream.edit import relocate
 from tracestream.index import SPAN_DTYPE
-from tracestream.keyscan import KeyScan, splice_positions
+from tracestream.keyscan import SPLICE_KEYS, EventKeys, KeyScan, splice_positions
 from tracestream.plan import DELETE
 from tracestream.rewrite import rewrite_chunk
 
@@ -48,7 +48,8 @@ def _chunk(shapes: list[str]) -> tuple[bytes, np.ndarray]:
             k += 1
         pos += len(event)
     starts = rows["offset"] - 5000
-    where = splice_positions(KeyScan(data), starts, starts + rows["length"])
+    where = splice_positions(EventKeys(KeyScan(data), starts, starts + rows["length"],
+                                       SPLICE_KEYS))
     for name in where.dtype.names:
         rows[name] = where[name]
     return data, rows

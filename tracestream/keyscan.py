@@ -48,15 +48,29 @@ class KeyScan:
 
     def _starting(self, byte: int) -> np.ndarray:
         """Positions of `"` followed by `byte` (kept: keys share their first letters)."""
-        found = self._prefixes.get(byte)
-        if found is None:
-            pair = _QUOTE | (byte << 8)
-            even, odd = self._pairs
-            found = np.concatenate([np.flatnonzero(even == pair) * 2,
-                                    np.flatnonzero(odd == pair) * 2 + 1])
-            found.sort()
-            self._prefixes[byte] = found
-        return found
+        if byte not in self._prefixes:
+            self.find_prefixes(bytes([byte]))
+        return self._prefixes[byte]
+
+    def find_prefixes(self, letters: bytes) -> None:
+        """Find `"` followed by each of `letters` in one pass over the chunk's pairs."""
+        todo = [byte for byte in dict.fromkeys(letters) if byte not in self._prefixes]
+        if not todo:
+            return
+        pairs = [_QUOTE | (byte << 8) for byte in todo]
+        found, values = [], []
+        for alignment, words in enumerate(self._pairs):
+            hit = words == pairs[0]
+            for pair in pairs[1:]:
+                hit |= words == pair
+            at = np.flatnonzero(hit)
+            found.append(at * 2 + alignment)
+            values.append(words[at])
+        positions = np.concatenate(found)
+        order = np.argsort(positions, kind="stable")
+        positions, values = positions[order], np.concatenate(values)[order]
+        for byte, pair in zip(todo, pairs):
+            self._prefixes[byte] = positions[values == pair]
 
     def continues(self, positions: np.ndarray, literal: bytes) -> np.ndarray:
         """Per position: does `literal` start there?"""
@@ -94,6 +108,30 @@ def per_event(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     return first, np.searchsorted(positions, ends) - first
 
 
+class EventKeys:
+    """Per event [start, end) of a chunk: where quoted keys occur, each key counted once.
+
+    The duplicate check and the splice positions ask about the same keys of the same
+    events; the first letters of the `keys` they will ask about are found in one pass.
+    """
+
+    def __init__(self, scan: KeyScan, starts: np.ndarray, ends: np.ndarray,
+                 keys: tuple[bytes, ...]):
+        self.scan = scan
+        self.starts = starts
+        self.ends = ends
+        scan.find_prefixes(bytes(key[1] for key in keys))
+        self._found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions of `key` in the chunk, per event the index of its first, its count)."""
+        found = self._found.get(key)
+        if found is None:
+            positions = self.scan.positions(key)
+            found = self._found[key] = (positions, *per_event(positions, self.starts, self.ends))
+        return found
+
+
 SPLICE_FIELDS = [("pid_start", "<i4"), ("pid_end", "<i4"), ("tid_start", "<i4"),
                  ("tid_end", "<i4"), ("args_brace", "<i4")]
 """Where an event's pid and tid values are and where its args object's members begin,
@@ -105,10 +143,12 @@ ODD_ARGS = -2  # args_brace: "args" occurs otherwise (twice, or spelled `"args":
 _PID = b'"pid": '
 _TID = b'"tid": '
 _ARGS = b'"args": {'
+SPLICE_KEYS = (b'"pid"', b'"tid"', b'"args"')
+"""The keys `splice_positions` counts."""
 
 
-def splice_positions(scan: KeyScan, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per event [start, end) of a chunk: its SPLICE_FIELDS, relative to its start.
+def splice_positions(keys: EventKeys) -> np.ndarray:
+    """Per event of `keys`: its SPLICE_FIELDS, relative to its start.
 
     Compaction rewrites the pid and tid of most GPU events and adds a member to
     their args. The index pass finds where once, a chunk at a time, so the rewrite
@@ -117,49 +157,48 @@ def splice_positions(scan: KeyScan, starts: np.ndarray, ends: np.ndarray) -> np.
     string); each must then be spelled as Kineto does (`"pid": 0, "tid": 7,`,
     `"args": {`). Anything else is marked for the careful way (edit.relocate).
     """
+    starts = keys.starts
     out = np.empty(len(starts), SPLICE_FIELDS)
     out["pid_start"] = out["pid_end"] = out["tid_start"] = out["tid_end"] = CAREFUL
     out["args_brace"] = ODD_ARGS
-    if not len(starts) or b"\\" in scan.data:
+    if not len(starts) or b"\\" in keys.scan.data:
         return out
     for literal, first, last in ((_PID, "pid_start", "pid_end"), (_TID, "tid_start", "tid_end")):
-        found, begin, end = _value_spans(scan, literal, starts, ends)
+        found, begin, end = _value_spans(keys, literal)
         out[first][found] = begin - starts[found]
         out[last][found] = end - starts[found]
-    brace = _args_braces(scan, starts, ends)
+    brace = _args_braces(keys)
     out["args_brace"] = np.where(brace >= 0, brace - starts, brace)
     return out
 
 
-def _value_spans(scan: KeyScan, literal: bytes, starts, ends):
+def _value_spans(keys: EventKeys, literal: bytes):
     """(events, value starts, value ends) of the events whose only `"key"` is spelled
     `literal` and followed by an integer and a comma.
 
     The key is counted in every spelling (`"pid"`), so an event whose top-level key
     is spelled otherwise is not fooled by Kineto's spelling in a nested object.
     """
-    positions = scan.positions(literal[: literal.index(b'"', 1) + 1])
-    first, count = per_event(positions, starts, ends)
+    positions, first, count = keys(literal[: literal.index(b'"', 1) + 1])
     found = np.flatnonzero(count == 1)
     at = positions[first[found]]
-    spelled = scan.continues(at, literal)
+    spelled = keys.scan.continues(at, literal)
     found, at = found[spelled], at[spelled]
     begin = at + len(literal)
-    end = scan.integer_ends(begin)
+    end = keys.scan.integer_ends(begin)
     ok = end >= 0
     return found[ok], begin[ok], end[ok]
 
 
-def _args_braces(scan: KeyScan, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _args_braces(keys: EventKeys) -> np.ndarray:
     """Per event: the position after its `"args": {`, NO_ARGS or ODD_ARGS.
 
     Counting every `"args"` token, not only Kineto's spelling, keeps an event whose
     args are spelled differently from getting a second "args" member.
     """
-    positions = scan.positions(b'"args"')
-    first, count = per_event(positions, starts, ends)
+    positions, first, count = keys(b'"args"')
     braces = np.where(count == 0, NO_ARGS, ODD_ARGS)
-    kineto = scan.followed_by(positions, _ARGS)
+    kineto = keys.scan.followed_by(positions, _ARGS)
     if len(kineto):
         one = np.flatnonzero(count == 1)
         start = positions[first[one]]

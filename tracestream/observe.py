@@ -39,8 +39,9 @@ from tracestream.events import (
 from tracestream.keyscan import (
     CAREFUL,
     SPLICE_FIELDS,
+    SPLICE_KEYS,
+    EventKeys,
     KeyScan,
-    per_event,
     separators,
     splice_positions,
 )
@@ -345,8 +346,6 @@ class _Observer:
                 missing = ("ts" if not ts_texts[i] else "dur" if not dur_texts[i]
                            else "pid" if e.pid is None else "tid")
                 raise self.fail(i, f"GPU activity event has no `{missing}`")
-        if slices and self.ctx.moves_gpu:
-            self._check_gpu_duplicates(slices)
         flows = [i for i, ph in enumerate(phs) if ph in FLOW_PHASES and ts_texts[i]
                  and events[i].pid is not None and events[i].tid is not None]
         metas = [i for i, ph in enumerate(phs) if ph == "M"]
@@ -361,9 +360,15 @@ class _Observer:
                        if self.ctx.count_names else [])
         origin = self._chunk_origin(metas, ts_texts, ts_ns)
         thread_meta, process_meta, meta_cands = self._metadata(metas)
-        candidates, cand_of = self._candidates(slices, flows, meta_cands)
-        if len(slices) and len(candidates):
-            candidates["kind"][cand_of[slices]] = kind_of[slices]
+        cand_index, cand_kind, cand_of = _numbering(kind_of, slices, flows, meta_cands)
+        event_keys = None
+        if self.ctx.moves_gpu:  # compaction: the candidates' keys are counted once, for both
+            starts, ends = self.spans
+            event_keys = EventKeys(self.scan, starts[cand_index], ends[cand_index],
+                                   _MOVED_KEYS + SPLICE_KEYS)
+            if slices:
+                self._check_gpu_duplicates(slices, cand_of, event_keys)
+        candidates = self._candidates(cand_index, cand_kind, event_keys)
         slice_rows, matches, kernel_names = self._slices(
             slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of, cand_of)
         flow_rows, flow_ids, flow_categories = self._flows(flows, ts_ns, cand_of)
@@ -464,32 +469,25 @@ class _Observer:
 
     # -- assembling the facts ---------------------------------------------------
 
-    def _candidates(self, slices, flows, meta_cands) -> tuple[np.ndarray, np.ndarray]:
-        """Spans of every rewrite candidate, in file order (none without `ctx.records`); and
-        the candidate number of each event (-1 for events that are none)."""
-        n = len(self.events)
-        kind_of = np.full(n, -1, np.int8)
-        kind_of[slices] = 0
-        kind_of[flows] = FLOW
-        kind_of[meta_cands] = META
-        index = np.flatnonzero(kind_of >= 0)
-        cand_of = np.full(n, -1, np.int64)
-        cand_of[index] = np.arange(len(index))
+    def _candidates(self, index: np.ndarray, kinds: np.ndarray,
+                    keys: EventKeys | None) -> np.ndarray:
+        """Spans of every rewrite candidate, in file order (none without `ctx.records`), with
+        where compaction splices them (`keys`, when it does)."""
         rows = np.empty(len(index) if self.ctx.records else 0, CANDIDATE_DTYPE)
         if len(rows):
             starts, ends = self.spans
             rows["index"] = index
             rows["offset"] = starts[index] + self.offset
             rows["length"] = ends[index] - starts[index]
-            rows["kind"] = kind_of[index]
-            if self.ctx.moves_gpu:
-                where = splice_positions(self.scan, starts[index], ends[index])
+            rows["kind"] = kinds
+            if keys is not None:
+                where = splice_positions(keys)
                 for name in where.dtype.names:
                     rows[name] = where[name]
             else:  # nothing is relocated
                 for name, _ in SPLICE_FIELDS:
                     rows[name] = CAREFUL
-        return rows, cand_of
+        return rows
 
     def _slices(self, slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of,
                 cand_of) -> tuple:
@@ -636,20 +634,17 @@ class _Observer:
             out[p] = (rows, names_list, streams_list, texts)
         return out
 
-    def _check_gpu_duplicates(self, slices) -> None:
+    def _check_gpu_duplicates(self, slices, cand_of, keys: EventKeys) -> None:
         """Compaction moves GPU events by their pid, tid, ts and dur: a duplicate is refused.
 
         The keys' positions in the chunk (see keyscan) give each GPU event's count of
         each key; only an event with more than one (a duplicate, or the key nested in
         `args` or inside a string) is looked at with a parser.
         """
-        starts, ends = self.spans
-        idx = np.array(slices)
-        lo, hi = starts[idx], ends[idx]
-        scan = self.scan
-        suspect = np.zeros(len(idx), bool)
+        at = cand_of[slices]
+        suspect = np.zeros(len(at), bool)
         for key in _MOVED_KEYS:
-            suspect |= per_event(scan.positions(key), lo, hi)[1] > 1
+            suspect |= keys(key)[2][at] > 1
         for k in np.flatnonzero(suspect).tolist():
             dup = _duplicate_key(self.raw(slices[k]))
             if dup is not None:
@@ -799,6 +794,21 @@ def _doubles(ns: np.ndarray, texts: list, inexact: list[int]) -> np.ndarray:
     for k in inexact:
         out[k] = float(bytes(texts[k]))
     return out
+
+
+def _numbering(kinds: np.ndarray, slices: list[int], flows: list[int],
+               metas: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rewrite candidates among a chunk's events (`kinds` their category kinds): their
+    event indices in file order, their candidate kinds (a GPU slice's category kind, FLOW,
+    META), and per event its candidate number (or -1)."""
+    kind_of = np.full(len(kinds), -1, np.int8)
+    kind_of[slices] = kinds[slices]
+    kind_of[flows] = FLOW
+    kind_of[metas] = META
+    index = np.flatnonzero(kind_of >= 0)
+    cand_of = np.full(len(kinds), -1, np.int64)
+    cand_of[index] = np.arange(len(index))
+    return index, kind_of[index], cand_of
 
 
 def _hashable(value) -> bool:
