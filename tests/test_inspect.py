@@ -27,6 +27,7 @@ from tracestream.inspect import (
     find_anchors,
     format_table,
     outside_windows,
+    table_lines,
     verdict_text,
 )
 from tracestream.jsontext import RawNumber
@@ -98,6 +99,12 @@ def test_verdict_states_readings_and_never_an_offset():
 def test_format_table_aligns_columns():
     text = format_table(["n", "name"], [[1, "a"], [100, "bb"]], [True, False])
     assert text.splitlines() == ["    n  name", "    1  a", "  100  bb"]
+
+
+def test_table_lines_align_every_batch_to_the_widest_cell_of_all():
+    batches = [[["1", "2"], ["a", "-"]], [["12345"], ["{x}"]]]  # the widest come last
+    lines = list(table_lines(["n", "name"], lambda: iter(batches), [True, False]))
+    assert lines == ["      n  name", "      1  a", "      2  -", "  12345  {x}"]
 
 
 # -- anchors --------------------------------------------------------------------

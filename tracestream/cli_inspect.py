@@ -4,6 +4,8 @@ Thin wrappers: parse options, call `tracestream.inspect`, print. Library
 refusals (TraceError) become one stderr line and exit 2 in the main group.
 """
 
+from itertools import islice
+
 import click
 
 _json_option = click.option("--json", "as_json", is_flag=True,
@@ -72,5 +74,6 @@ def register(main) -> None:
                     click.echo(piece, nl=False)  # bytes: written as they are
                 click.echo()
             else:
-                for line in anchors_lines(report):
-                    click.echo(line)
+                lines = anchors_lines(report)
+                while block := list(islice(lines, 4096)):  # one write per block, not per line
+                    click.echo("\n".join(block))

@@ -232,29 +232,31 @@ def _histogram(values: Iterable[int]) -> dict[str, int]:
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
                  right: Sequence[bool] | None = None, indent: str = "  ") -> str:
     """Aligned columns; `right[i]` right-aligns column i (numbers)."""
-    rows = list(rows)
-    return "\n".join(table_lines(headers, lambda: iter(rows), right, indent))
+    cells = [cell_texts(row) for row in rows]
+    columns = [list(column) for column in zip(*cells, strict=True)] or [[] for _ in headers]
+    return "\n".join(table_lines(headers, lambda: iter([columns]), right, indent))
 
 
-def table_lines(headers: Sequence[str], make_rows, right: Sequence[bool] | None = None,
+def cell_texts(values: Iterable[Any]) -> list[str]:
+    """Table cells of values (None is printed as '-')."""
+    return ["-" if v is None else str(v) for v in values]
+
+
+def table_lines(headers: Sequence[str], make_batches, right: Sequence[bool] | None = None,
                 indent: str = "  ") -> Iterator[str]:
-    """Lines of an aligned table; `make_rows()` is called twice (widths, then lines), so
-    a table of millions of rows never exists as a whole."""
+    """Lines of an aligned table. `make_batches()` yields the cells a batch of rows at a
+    time, as columns of texts; it is called twice (widths, then lines), so a table of
+    millions of rows never exists as a whole."""
     right = right or [False] * len(headers)
     widths = [len(h) for h in headers]
-    for row in make_rows():
-        widths = [max(w, len("-" if v is None else str(v)))
-                  for w, v in zip(widths, row, strict=True)]
-
-    def line(values):
-        columns = zip(values, widths, right, strict=True)
-        cells = [("-" if v is None else str(v)).rjust(w) if r
-                 else ("-" if v is None else str(v)).ljust(w) for v, w, r in columns]
-        return (indent + "  ".join(cells)).rstrip()
-
-    yield line(headers)
-    for row in make_rows():
-        yield line(row)
+    for columns in make_batches():
+        widths = [max(w, max(map(len, column), default=0))
+                  for w, column in zip(widths, columns, strict=True)]
+    template = indent.replace("{", "{{").replace("}", "}}") + "  ".join(
+        ("{:>%d}" if r else "{:<%d}") % w for w, r in zip(widths, right, strict=True))
+    yield template.format(*headers).rstrip()
+    for columns in make_batches():
+        yield from map(str.rstrip, map(template.format, *columns))
 
 
 def short(name: Any, width: int = NAME_WIDTH) -> str | None:
@@ -581,6 +583,17 @@ class MatchRows(Sequence):
             "event": rows["ordinal"].tolist(),
         }
 
+    def table_columns(self, start: int, stop: int) -> list[list[str]]:
+        """Rows start..stop as the text table's cells, a column at a time (index, t ms,
+        stream, dur us, gap us, cluster)."""
+        rows, c = self._columns(start, stop)
+        streams = self.anchors.table.streams
+        return [list(map(str, c["index"])), [f"{v:,.3f}" for v in c["rel_ms"]],
+                _texts(rows["stream"], lambda code: cell_texts([streams[code]])[0]),
+                [t.decode() for t in c["dur_us"]],
+                ["-" if v is None else f"{v:,.3f}" for v in c["gap_us"]],
+                list(map(str, c["cluster"]))]
+
     def json_rows(self, start: int, stop: int) -> list[bytes]:
         """Rows start..stop as JSON objects (`self[i]` with its exact numbers spliced in as
         their text)."""
@@ -605,8 +618,13 @@ def _floats(values: list) -> list[bytes]:
 
 def _dumped(codes: np.ndarray, value_of) -> list[bytes]:
     """JSON text of the value behind each code; each distinct code is dumped once."""
+    return _texts(codes, lambda code: orjson.dumps(value_of(code)))
+
+
+def _texts(codes: np.ndarray, text_of) -> list:
+    """`text_of(code)` for each code, computed once per distinct code."""
     distinct, inverse = np.unique(codes, return_inverse=True)
-    texts = [orjson.dumps(value_of(code)) for code in distinct.tolist()]
+    texts = [text_of(code) for code in distinct.tolist()]
     return list(map(texts.__getitem__, inverse.tolist()))
 
 
@@ -760,17 +778,12 @@ def anchors_lines(report: dict) -> Iterator[str]:
            "--anchor-offset refers to")
     yield ""
 
-    def match_cells():
+    def match_columns():
         rows = report["matches"]
-        for start, stop in rows.batches():
-            c = rows.columns(start, stop)
-            yield from zip(c["index"], [f"{v:,.3f}" for v in c["rel_ms"]], c["stream"],
-                           [t.decode() for t in c["dur_us"]],
-                           [None if v is None else f"{v:,.3f}" for v in c["gap_us"]],
-                           c["cluster"])
+        return (rows.table_columns(start, stop) for start, stop in rows.batches())
 
     yield from table_lines(["index", "t ms", "stream", "dur us", "gap us", "cluster"],
-                           match_cells, [True] * 6)
+                           match_columns, [True] * 6)
     out = [
         "",
         f"clusters: {report['rule']}",
