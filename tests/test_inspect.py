@@ -107,6 +107,35 @@ def test_table_lines_align_every_batch_to_the_widest_cell_of_all():
     assert lines == ["      n  name", "      1  a", "      2  -", "  12345  {x}"]
 
 
+def test_inspect_counts_object_names_by_their_json_text(tmp_path):
+    """A kernel or annotation named by an object or array is reported, not a crash."""
+    path = tmp_path / "object-names.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": {"a": 1}, "pid": 0, "tid": 7, "ts": 1.0,
+         "dur": 2.0, "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 4.0,
+         "dur": 2.0, "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "user_annotation", "name": ["step", 1], "pid": 1, "tid": 1,
+         "ts": 1.0, "dur": 2.0},
+    ]}))
+    report = run_json("inspect", "--trace", str(path))
+    assert {k["name"]: k["count"] for k in report["gpus"][0]["top_kernels"]} == {
+        '{"a":1}': 1, "gemm": 1}
+    assert report["cpu_annotations"]["top"] == [{"name": '["step",1]', "count": 1}]
+
+
+@pytest.mark.parametrize("key", ["_compact_gpu_track", "\\u005fcompact_gpu_track"])
+def test_inspect_finds_compaction_provenance_however_its_key_is_spelled(tmp_path, key):
+    path = tmp_path / "compacted.json"
+    other = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}'
+    marked = ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 1, '
+              f'"args": {{"{key}": {{"pid": 0, "tid": 7, "source_event_index": 1, '
+              '"had_args": false}}}')
+    path.write_text('{"traceEvents": [' + ", ".join([other, marked]) + "]}")
+    report = run_json("inspect", "--trace", str(path))
+    assert report["compaction_provenance"] == {"present": True, "first_event": 1}
+
+
 # -- anchors --------------------------------------------------------------------
 
 

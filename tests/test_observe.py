@@ -8,7 +8,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracestream.observe import Context, kineto_decimals, observe_chunk
+from tracestream.events import KERNEL, MEMCPY
+from tracestream.observe import FLOW, META, Context, kineto_decimals, observe_chunk
 
 # what the column fast path accepts, written out as the regular expressions it replaces
 _THREE_DECIMALS = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})\.[0-9]{3}")
@@ -74,3 +75,22 @@ def test_provenance_is_the_first_event_with_the_key_in_its_args():
     ]
     assert observe_chunk(b", ".join(events), 0, Context()).provenance == 3
     assert observe_chunk(b", ".join(events[:3]), 0, Context()).provenance is None
+
+
+def test_only_complete_events_are_activity_and_odd_categories_are_other():
+    """Kinds come from `cat` for `X` events only; an object or array category is no
+    activity (and no refusal), and flows and thread metadata are candidates by phase."""
+    events = [
+        b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}',
+        b'{"ph": "i", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2}',
+        b'{"ph": "X", "cat": {"a": 1}, "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 1}',
+        b'{"ph": "s", "cat": ["ac2g"], "id": 1, "pid": 0, "tid": 7, "ts": 4}',
+        b'{"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "t"}}',
+        b'{"ph": "X", "cat": "gpu_memcpy", "name": "m", "pid": 0, "tid": 8, "ts": 5, "dur": 1}',
+    ]
+    facts = observe_chunk(b", ".join(events), 0, Context())
+    assert facts.candidates["index"].tolist() == [0, 3, 4, 5]
+    assert facts.candidates["kind"].tolist() == [KERNEL, FLOW, META, MEMCPY]
+    assert facts.slices["cand"].tolist() == [0, 3]
+    assert facts.flow_categories == {"['ac2g']": 1}
+    assert facts.phase_counts == {"X": 3, "i": 1, "s": 1, "M": 1}

@@ -18,6 +18,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import msgspec
@@ -88,6 +89,8 @@ _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 _INTERPRETED_KEY = re.compile(b"|".join(map(re.escape, _INTERPRETED_KEYS)))
 _MOVED_KEYS = _INTERPRETED_KEYS[:4]
+_OTHER_PHASE, _COMPLETE, _METADATA, _FLOW = range(4)
+_PHASE_CODES = {"X": _COMPLETE, "M": _METADATA, **dict.fromkeys(FLOW_PHASES, _FLOW)}
 
 
 @dataclass
@@ -332,13 +335,13 @@ class _Observer:
         dur_texts = [e.dur for e in events]
         ts_ns, ts_int = self._column(ts_texts, "ts")
         dur_ns, dur_int = self._column(dur_texts, "dur")
+        phase = np.fromiter(map(_PHASE_CODES.get, phs, repeat(_OTHER_PHASE)), np.int8, n)
         kinds_of = CategoryKinds()
         try:
-            kinds = [kinds_of[e.cat] if ph == "X" else -1 for e, ph in zip(events, phs)]
+            kind_of = np.fromiter(map(kinds_of.__getitem__, [e.cat for e in events]), np.int8, n)
         except TypeError:  # an unhashable category: classify one by one
-            kinds = [_kind_of(kinds_of, e.cat) if ph == "X" else -1
-                     for e, ph in zip(events, phs)]
-        kind_of = np.array(kinds, np.int8)
+            kind_of = np.fromiter((_kind_of(kinds_of, e.cat) for e in events), np.int8, n)
+        kind_of[phase != _COMPLETE] = -1  # only complete events are activity
         slices = np.flatnonzero((kind_of >= KERNEL) & (kind_of <= GPU_SCOPE)).tolist()
         for i in slices:
             e = events[i]
@@ -346,9 +349,9 @@ class _Observer:
                 missing = ("ts" if not ts_texts[i] else "dur" if not dur_texts[i]
                            else "pid" if e.pid is None else "tid")
                 raise self.fail(i, f"GPU activity event has no `{missing}`")
-        flows = [i for i, ph in enumerate(phs) if ph in FLOW_PHASES and ts_texts[i]
+        flows = [i for i in np.flatnonzero(phase == _FLOW).tolist() if ts_texts[i]
                  and events[i].pid is not None and events[i].tid is not None]
-        metas = [i for i, ph in enumerate(phs) if ph == "M"]
+        metas = np.flatnonzero(phase == _METADATA).tolist()
         guides = np.flatnonzero(kind_of == LAYER_GUIDE).tolist()
         other_mask = np.ones(n, bool)
         for taken in (slices, flows, metas):
@@ -394,7 +397,7 @@ class _Observer:
             guides=guide_events,
             provenance=self._provenance(),
             kernel_names=kernel_names,
-            cpu_annotations=Counter(annotations),
+            cpu_annotations=_name_counts(annotations),
             flow_categories=flow_categories,
             phase_counts=Counter(phs),
         )
@@ -407,7 +410,7 @@ class _Observer:
         one (and marked in `self.inexact` when it has digits below 1 ns). Non-numbers
         and values out of range are refused.
         """
-        present = [t for t in texts if t]
+        present = list(filter(None, texts))
         whole = len(present) == len(texts)
         blob = b",".join(present)
         parsed = None
@@ -426,7 +429,7 @@ class _Observer:
             return ns, integer
         out_ns = np.zeros(len(texts), np.int64)
         out_int = np.zeros(len(texts), bool)
-        where = [i for i, t in enumerate(texts) if t]
+        where = np.flatnonzero(np.fromiter(map(len, texts), np.int64, len(texts)))
         out_ns[where] = ns
         out_int[where] = integer
         return out_ns, out_int
@@ -549,9 +552,11 @@ class _Observer:
             return rows, matches, kernel_names
         names = [sev[k].name for k in kernels]
         if self.ctx.count_names:
-            for (group, name), count in Counter(zip([groups[k] for k in kernels],
-                                                    names)).items():
-                kernel_names.setdefault(group, Counter())[name] += count
+            kernel_groups = [groups[k] for k in kernels]
+            distinct = dict.fromkeys(kernel_groups)
+            for group in distinct:  # mostly one: no tuple per kernel
+                kernel_names[group] = _name_counts(names if len(distinct) == 1 else [
+                    name for name, g in zip(names, kernel_groups) if g == group])
         if patterns:
             matches = self._matches(slices, sev, kernels, names, ts_texts, dur_texts, start, dur,
                                     tracks, groups)
@@ -809,6 +814,15 @@ def _numbering(kinds: np.ndarray, slices: list[int], flows: list[int],
     cand_of = np.full(len(kinds), -1, np.int64)
     cand_of[index] = np.arange(len(index))
     return index, kind_of[index], cand_of
+
+
+def _name_counts(names: list) -> Counter:
+    """How often each name occurs; an object or array as a name is counted by its JSON text."""
+    try:
+        return Counter(names)
+    except TypeError:
+        return Counter(name if _hashable(name) else orjson.dumps(name).decode()
+                       for name in names)
 
 
 def _hashable(value) -> bool:
