@@ -237,9 +237,14 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
     return "\n".join(table_lines(headers, lambda: iter([columns]), right, indent))
 
 
+def cell_text(value: Any) -> str:
+    """A table cell of a value (None is printed as '-')."""
+    return "-" if value is None else str(value)
+
+
 def cell_texts(values: Iterable[Any]) -> list[str]:
-    """Table cells of values (None is printed as '-')."""
-    return ["-" if v is None else str(v) for v in values]
+    """Table cells of values."""
+    return list(map(cell_text, values))
 
 
 def table_lines(headers: Sequence[str], make_batches, right: Sequence[bool] | None = None,
@@ -589,7 +594,7 @@ class MatchRows(Sequence):
         rows, c = self._columns(start, stop)
         streams = self.anchors.table.streams
         return [list(map(str, c["index"])), [f"{v:,.3f}" for v in c["rel_ms"]],
-                _texts(rows["stream"], lambda code: cell_texts([streams[code]])[0]),
+                _texts(rows["stream"], lambda code: cell_text(streams[code])),
                 [t.decode() for t in c["dur_us"]],
                 ["-" if v is None else f"{v:,.3f}" for v in c["gap_us"]],
                 list(map(str, c["cluster"]))]
