@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
+import io
 import json
 import os
 import re
@@ -298,8 +300,29 @@ def test_stdin_and_stdout(decode_trace, tmp_path):
     out = tmp_path / "out.json"
     out.write_bytes(result.stdout)
     assert len(guides_in(out)) == 8
-    assert json.loads(report.read_text())["source_file"] == "<stdin>"
+    data = json.loads(report.read_text())
+    assert data["source_file"] == "<stdin>"
+    assert data["source_sha256"] == hashlib.sha256(trace.read_bytes()).hexdigest()
     assert_verified(trace, out, report)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "zstd"])
+def test_report_names_the_sha256_of_the_bytes_read(decode_trace, tmp_path, compression):
+    """The hash is of the file as it lies on disk (compressed or not), as `sha256sum` gives it,
+    from a file or from a pipe."""
+    trace, _ = decode_trace
+    data = {"none": lambda b: b, "gzip": gzip.compress,
+            "zstd": zstandard.ZstdCompressor().compress}[compression](trace.read_bytes())
+    source = tmp_path / f"trace.json.{compression}"
+    source.write_bytes(data)
+    expected = hashlib.sha256(data).hexdigest()
+    spec = LayerSpec(anchor_regex=ANCHOR, num_layers=8, anchor_offset=0, phase="target-verify",
+                     evidence="test", passes=1)
+    report = add_layer_guides(source, tmp_path / "from-file.json", spec)
+    assert report.data["source_sha256"] == expected
+    assert report_of(tmp_path / "from-file.json")["source_sha256"] == expected
+    report = add_layer_guides("-", tmp_path / "from-pipe.json", spec, stdin=io.BytesIO(data))
+    assert report.data["source_sha256"] == expected
 
 
 def test_json_summary_is_one_line(decode_trace, tmp_path):

@@ -174,6 +174,17 @@ def test_report_from_another_source(compacted, traces, tmp_path):
     assert "a report from another source" in failures["source sha256"]
 
 
+def test_report_without_a_source_hash(compacted, tmp_path):
+    """A hand-edited report with a null hash fails that check (no traceback)."""
+    source, out = compacted
+    report = json.loads(Path(f"{out}.layers.json").read_text())
+    report["source_sha256"] = None
+    edited = tmp_path / "edited.layers.json"
+    edited.write_text(json.dumps(report))
+    failures = failed_checks(source, out, edited)
+    assert "differs from the report's None" in failures["source sha256"]
+
+
 def test_two_slices_overlapping_on_a_lane(compacted, tmp_path):
     """Stretch one kernel so it overlaps the next slice on its lane."""
     def edit(text):

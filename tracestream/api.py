@@ -88,6 +88,7 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
             )
     options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
     index = run_index(source, options, progress=progress, pool=pool)
+    source.start_hashing()  # while the plan runs on one core (the report names the hash)
     try:
         planner = Planner(index, output_name=output_name, report_name=report_name)
         layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
@@ -130,6 +131,7 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
             with OutputFile(output, compression=compression, level=compress_level) as out, \
                     OutputFile(report_path, what="report") as rep:
                 rewrite(source, index, plan, out, progress=progress, pool=pool)
+                plan.report["source_sha256"] = source.sha256()
                 rep.write(dumps_pretty(plan.report))
                 rep.close_stream()
                 commit_together([out, rep])

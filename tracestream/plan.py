@@ -447,7 +447,7 @@ class Planner:
             "trace_origin_us": RawNumber(index.origin_text) if index.origin_text else None,
             "gpus": gpu_summary(index),
             "source_file": index.source_name,
-            "source_sha256": index.stats.sha256,
+            "source_sha256": None,  # filled in by the run: TraceSource.sha256
             "source_compression": index.compression,
             "source_top_level": index.layout.shape,
             "output_file": self.output_name,

@@ -2,9 +2,10 @@
 
 Compression is detected from the first bytes, never the file name. stdin is
 spooled to a temporary file while the first pass reads it, so later passes read
-the spool. The first read hashes the raw bytes (sha256, for the report) and every
-read checksums them (CRC-32, cheap) in a background thread together with
-decompression, so a file that changes between passes is detected and refused.
+the spool. Every read checksums the raw bytes (CRC-32, cheap) in a background
+thread together with decompression, so a file that changes between passes is
+detected and refused. The report's sha256 of the raw bytes is computed on request,
+in a thread of its own, by a further read (`TraceSource.start_hashing`).
 """
 
 from __future__ import annotations
@@ -63,17 +64,14 @@ class ReadStats:
     raw_bytes: int = 0
     data_bytes: int = 0
     crc32: int = 0
-    sha256: str = ""  # only for the first read of a source
 
 
 class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
-    def __init__(self, spec: str | os.PathLike, *, stdin=None, sha256: bool = True):
-        """`sha256=False`: skip hashing the first read (~0.8 CPU-s per GB), for commands
-        whose output does not name the source's hash (inspect, anchors)."""
+    def __init__(self, spec: str | os.PathLike, *, stdin=None):
         self.spec = str(spec)
-        self.hashes = sha256
+        self._hasher: _Hasher | None = None
         self._spool: Path | None = None
         self._stdin = None
         self.first_stats: ReadStats | None = None
@@ -111,6 +109,8 @@ class TraceSource:
         return str(self.path)
 
     def close(self) -> None:
+        if self._hasher is not None:
+            self._hasher.stop()
         if self._spool is not None:
             self._spool.unlink(missing_ok=True)
             self._spool = None
@@ -203,8 +203,29 @@ class TraceSource:
                 "nothing was written"
             )
 
+    def start_hashing(self) -> None:
+        """Start hashing the raw bytes (sha256) in a background thread, after the first read.
+
+        hashlib releases the GIL, so the hash (~0.8 CPU-s per GB) costs no time where a
+        core is idle: run after the index pass, it goes on while the plan keeps one core
+        busy, instead of taking a share of the cores the index pass keeps busy.
+        """
+        if self.first_stats is None:
+            raise TraceError("internal error: the source is hashed after its first read")
+        if self._hasher is None:
+            path = self._spool if self._spool is not None else self.path
+            self._hasher = _Hasher(path, self.first_stats, self.name)
+
+    def sha256(self) -> str:
+        """The raw bytes' sha256 (hex), from `start_hashing`'s thread (started if need be).
+
+        TraceError if those bytes are not the first read's.
+        """
+        self.start_hashing()
+        return self._hasher.result()
+
     def _decoded(self, raw: Iterator[bytes], stats: ReadStats, compression: str):
-        """Hash and decompress in a background thread; yield decompressed blocks."""
+        """Checksum and decompress in a background thread; yield decompressed blocks."""
         return _threaded(_decode_blocks(raw, stats, compression, self), name=self.name)
 
     def finish_read(self, stats: ReadStats) -> None:
@@ -226,7 +247,6 @@ class TraceSource:
 
 
 def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source):
-    digest = hashlib.sha256() if source.first_stats is None and source.hashes else None
     crc = 0
     raw_total = 0
     data_total = 0
@@ -237,8 +257,6 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
     else:
         decoder = None
     for block in raw:
-        if digest is not None:
-            digest.update(block)
         crc = isal_zlib.crc32(block, crc)  # ISA-L: ~7x zlib's speed, same value
         raw_total += len(block)
         if decoder is None:
@@ -253,7 +271,54 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
     stats.raw_bytes = raw_total
     stats.data_bytes = data_total
     stats.crc32 = crc
-    stats.sha256 = digest.hexdigest() if digest is not None else ""
+
+
+class _Hasher:
+    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC."""
+
+    def __init__(self, path: Path, expected: ReadStats, name: str):
+        self._path = path
+        self._expected = expected
+        self._name = name
+        self._stopped = threading.Event()
+        self._digest: str | None = None
+        self._error: TraceError | None = None
+        self._thread = threading.Thread(target=self._run, name=f"hash {name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        digest = hashlib.sha256()
+        crc = 0
+        total = 0
+        try:
+            with open(self._path, "rb") as fh:
+                while not self._stopped.is_set():
+                    block = fh.read(PLAIN_BLOCK)
+                    if not block:
+                        break
+                    digest.update(block)
+                    crc = isal_zlib.crc32(block, crc)
+                    total += len(block)
+        except OSError as exc:
+            self._error = TraceError(f"cannot read input {self._name}: {exc.strerror or exc}")
+            return
+        if (total, crc) != (self._expected.raw_bytes, self._expected.crc32):
+            self._error = TraceError(f"input {self._name} changed between passes (the bytes "
+                                     "read differ); nothing was written")
+            return
+        self._digest = digest.hexdigest()
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._digest is None:
+            raise TraceError(f"internal error: hashing {self._name} was stopped")
+        return self._digest
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 class _GzipDecoder:
@@ -349,7 +414,7 @@ _DONE = object()
 
 
 def _threaded(blocks: Iterator[bytes], name: str) -> Iterator[bytes]:
-    """Run a block producer in a thread (zlib, zstd and sha256 release the GIL)."""
+    """Run a block producer in a thread (decompression and the CRC release the GIL)."""
     q: queue.Queue = queue.Queue(maxsize=_QUEUE_DEPTH)
     stop = threading.Event()
 

@@ -367,7 +367,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             return verdict
         try:
             verdict.add("source sha256", _sha_problem(source, data),
-                        f"{data.get('source_sha256', '')[:16]}… matches the report")
+                        f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
             _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
         finally:
             index.close()
@@ -375,7 +375,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
 
 
 def _sha_problem(source: TraceSource, data: dict) -> list[str]:
-    actual = source.first_stats.sha256
+    actual = source.sha256()
     expected = data.get("source_sha256")
     if actual == expected:
         return []

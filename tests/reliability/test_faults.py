@@ -530,6 +530,46 @@ def test_input_changed_between_passes(medium, tmp_path, change, kind):
     TALLY["faults injected (input changed between passes)"] += 1
 
 
+@pytest.mark.parametrize("change", ["edited_in_place", "appended"])
+def test_input_changed_before_it_is_hashed(medium, tmp_path, monkeypatch, change):
+    """The report's sha256 comes from a read of its own, which starts after the index pass.
+    Here it is held back until the report asks for it, and the input changes after the
+    rewrite pass read it: only the hash's read sees the change, and the run is refused like
+    any change between passes (exit 2, one line, nothing written)."""
+    from click.testing import CliRunner
+
+    from tracestream import api
+    from tracestream.cli import main
+
+    from .support import Outcome
+
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(medium, source_path)
+    data = source_path.read_bytes()
+    start_hashing = TraceSource.start_hashing
+    asked = []
+
+    def when_the_report_asks(self):
+        asked.append(self)
+        if len(asked) > 1:  # the first call comes right after the index pass
+            start_hashing(self)
+
+    real_rewrite = api.rewrite
+
+    def rewrite_then_change(*args, **kwargs):
+        real_rewrite(*args, **kwargs)
+        CHANGES[change](source_path, data)
+
+    monkeypatch.setattr(TraceSource, "start_hashing", when_the_report_asks)
+    monkeypatch.setattr(api, "rewrite", rewrite_then_change)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    result = CliRunner().invoke(main, command("layers", source_path, folder / "out.json"))
+    out = Outcome(result.exit_code, result.stdout_bytes, result.stderr, 0.0, "in-process")
+    assert_refused(out, f"input {source_path} changed between passes", place=False, empty=folder)
+    assert len(asked) == 2
+
+
 def test_input_edited_in_place_at_random(medium, tmp_path):
     """Same size and mtime, random bytes changed after the index pass: always the same
     refusal ("changed between passes"), whatever the edits then trip over."""

@@ -201,6 +201,7 @@ def compact_in_small_chunks(source: Path, output: Path, chunk_bytes: int) -> Non
             plan.report["output_compression"] = "none"
             with OutputFile(str(output)) as out, OutputFile(str(report), what="report") as rep:
                 rewrite(src, index, plan, out)
+                plan.report["source_sha256"] = src.sha256()
                 rep.write(dumps_pretty(plan.report))
                 rep.close_stream()
                 commit_together([out, rep])
