@@ -302,6 +302,8 @@ class _Hasher:
         except OSError as exc:
             self._error = TraceError(f"cannot read input {self._name}: {exc.strerror or exc}")
             return
+        if self._stopped.is_set():
+            return
         if (total, crc) != (self._expected.raw_bytes, self._expected.crc32):
             self._error = TraceError(f"input {self._name} changed between passes (the bytes "
                                      "read differ); nothing was written")
