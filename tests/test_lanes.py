@@ -7,7 +7,7 @@ import pytest
 
 from tracestream.index import SWEEP_DTYPE
 from tracestream.lanes import FLOW_KIND, GroupLanes, Sweep, allocate, peak_overlap
-from tracestream.spill import RecordStore
+from tracestream.spill import RecordStore, concat_rows
 
 
 def _sorted(lo, hi):
@@ -126,6 +126,25 @@ def test_flows_bind_like_the_rule_says_across_blocks(seed):
         else:
             assert cand not in problems and actions[cand] == actions[kernel]
     assert len(problems) == expected.count(None)
+
+
+def test_concat_rows_equals_numpy_concatenate():
+    """Whole-row copies keep every field of packed records, from slices and strided views."""
+    from tracestream.index import SWEEP_DTYPE
+
+    rng = np.random.default_rng(5)
+    parts = []
+    for size in (0, 1, 700, 33):
+        part = np.zeros(size, SWEEP_DTYPE)
+        for name in SWEEP_DTYPE.names:
+            part[name] = rng.integers(-1000, 10**12 if SWEEP_DTYPE[name].itemsize == 8 else 100,
+                                      size)
+        parts.append(part)
+    parts.append(parts[2][::3])  # strided
+    parts.append(parts[2][10:20])
+    assert np.array_equal(concat_rows(parts), np.concatenate(parts))
+    with pytest.raises(ValueError, match="one dtype"):
+        concat_rows([parts[1], np.zeros(1, [("key", "<i8")])])
 
 
 @pytest.mark.parametrize("budget", [1 << 30, 4096])

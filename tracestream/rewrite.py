@@ -24,7 +24,7 @@ from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
 from tracestream.source import ReadStats, TraceSource
-from tracestream.spill import take_rows
+from tracestream.spill import concat_rows, take_rows
 from tracestream.workers import (
     SLOTS_PER_WORKER,
     InlinePool,
@@ -314,7 +314,7 @@ def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndar
             if more is None:
                 exhausted = True
                 break
-            rows = np.concatenate([rows, more[0]])
+            rows = concat_rows([rows, more[0]])
             acts = np.concatenate([acts, more[1]])
         cut = int(np.searchsorted(rows["ordinal"], limit))
         yield chunk, rows[:cut], acts[:cut]
