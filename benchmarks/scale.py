@@ -401,6 +401,7 @@ def run_case(case: Case, opts, stem: str, log) -> dict:
     res = case.result
     log(f"== {case.label} {case.fmt} input -> {case.out_fmt} output")
     res["input"] = make_input(case)
+    os.sync()  # no timed run pays for writing back the generator's (or a baseline's) output
     log(f"  input: {res['input']['bytes'] / 1e6:,.0f} MB on disk ({res['input']['how']}, "
         f"{res['input']['seconds']:.0f} s)")
     report = Path(str(case.output()) + ".layers.json")
