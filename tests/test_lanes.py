@@ -7,7 +7,7 @@ import pytest
 
 from tracestream.index import SWEEP_DTYPE
 from tracestream.lanes import FLOW_KIND, GroupLanes, Sweep, allocate, peak_overlap
-from tracestream.spill import RecordStore, concat_rows
+from tracestream.spill import RecordStore, concat_rows, key_order
 
 
 def _sorted(lo, hi):
@@ -126,6 +126,29 @@ def test_flows_bind_like_the_rule_says_across_blocks(seed):
         else:
             assert cand not in problems and actions[cand] == actions[kernel]
     assert len(problems) == expected.count(None)
+
+
+@pytest.mark.parametrize("shape", ["ties in row order", "flows filed after slices",
+                                   "random ties", "one key", "wide keys", "tiny"])
+def test_key_order_equals_lexsort(shape):
+    """The packed sort gives lexsort's order, equal keys and equal ties included."""
+    rng = np.random.default_rng(len(shape))
+    count = 2 if shape == "tiny" else 5000
+    keys = 1_764_400_000_000_000_000 + rng.integers(0, 3000, count)  # many equal keys
+    ties = np.arange(count, dtype=np.int64)
+    if shape == "flows filed after slices":  # as the index pass appends them, chunk by chunk
+        flows = rng.random(count) < 0.2
+        ties = np.where(flows, ties + (1 << 62), ties)
+    elif shape == "random ties":
+        ties = rng.integers(0, 50, count)
+    elif shape == "one key":
+        keys[:] = 7
+        ties = rng.permutation(count)
+    elif shape == "wide keys":  # too far apart to pack: lexsort itself
+        keys = rng.integers(-(1 << 62), 1 << 62, count)
+        keys[::2] = keys[1::2]
+    assert np.array_equal(key_order(keys, ties), np.lexsort((ties, keys)))
+    assert len(key_order(keys[:0], ties[:0])) == 0
 
 
 def test_concat_rows_equals_numpy_concatenate():
