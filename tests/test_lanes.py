@@ -153,8 +153,6 @@ def test_key_order_equals_lexsort(shape):
 
 def test_concat_rows_equals_numpy_concatenate():
     """Whole-row copies keep every field of packed records, from slices and strided views."""
-    from tracestream.index import SWEEP_DTYPE
-
     rng = np.random.default_rng(5)
     parts = []
     for size in (0, 1, 700, 33):

@@ -20,7 +20,7 @@ from tracestream.errors import TraceError
 from tracestream.guides import LayerSpec
 from tracestream.index import IndexOptions, run_index
 from tracestream.jsontext import dumps_pretty
-from tracestream.plan import CompactSpec, Planner
+from tracestream.plan import CompactSpec, Plan, Planner
 from tracestream.progress import Progress
 from tracestream.rewrite import rewrite
 from tracestream.sink import OutputFile, check_new_path, commit_together, compression_for
@@ -104,6 +104,14 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
     return index, plan
 
 
+def write_report(rep: OutputFile, plan: Plan, source: TraceSource) -> None:
+    """Write the plan's report, with the source's sha256 (its thread started after the
+    index pass), after the rewrite pass."""
+    plan.report["source_sha256"] = source.sha256()
+    rep.write(dumps_pretty(plan.report))
+    rep.close_stream()
+
+
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
          compress=None, compress_level=None, quiet=True, stdin=None, workers=None) -> Report:
     if layer_spec is not None:
@@ -131,9 +139,7 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
             with OutputFile(output, compression=compression, level=compress_level) as out, \
                     OutputFile(report_path, what="report") as rep:
                 rewrite(source, index, plan, out, progress=progress, pool=pool)
-                plan.report["source_sha256"] = source.sha256()
-                rep.write(dumps_pretty(plan.report))
-                rep.close_stream()
+                write_report(rep, plan, source)
                 commit_together([out, rep])
         finally:
             index.close()

@@ -239,10 +239,7 @@ class TraceSource:
             first.data_bytes,
             first.crc32,
         ):
-            raise TraceError(
-                f"input {self.name} changed between passes (the bytes read differ); "
-                "nothing was written"
-            )
+            raise _bytes_changed(self.name)
         self._check_unchanged()
 
 
@@ -271,6 +268,11 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
     stats.raw_bytes = raw_total
     stats.data_bytes = data_total
     stats.crc32 = crc
+
+
+def _bytes_changed(name: str) -> TraceError:
+    return TraceError(f"input {name} changed between passes (the bytes read differ); "
+                      "nothing was written")
 
 
 class _Hasher:
@@ -305,8 +307,7 @@ class _Hasher:
         if self._stopped.is_set():
             return
         if (total, crc) != (self._expected.raw_bytes, self._expected.crc32):
-            self._error = TraceError(f"input {self._name} changed between passes (the bytes "
-                                     "read differ); nothing was written")
+            self._error = _bytes_changed(self._name)
             return
         self._digest = digest.hexdigest()
 

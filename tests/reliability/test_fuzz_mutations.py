@@ -181,9 +181,8 @@ def test_fuzz_mutated_bytes_in_fresh_processes(tmp_path, seed):
 def compact_in_small_chunks(source: Path, output: Path, chunk_bytes: int) -> None:
     """`compact` as api._run does it, but with chunks of `chunk_bytes` (the speculative
     cutting, its rewinds and the chunk-wise rewrite all run on a small input)."""
-    from tracestream.api import spec_options
+    from tracestream.api import spec_options, write_report
     from tracestream.index import IndexOptions, run_index
-    from tracestream.jsontext import dumps_pretty
     from tracestream.plan import CompactSpec, Planner
     from tracestream.rewrite import rewrite
     from tracestream.sink import OutputFile, commit_together
@@ -201,9 +200,7 @@ def compact_in_small_chunks(source: Path, output: Path, chunk_bytes: int) -> Non
             plan.report["output_compression"] = "none"
             with OutputFile(str(output)) as out, OutputFile(str(report), what="report") as rep:
                 rewrite(src, index, plan, out)
-                plan.report["source_sha256"] = src.sha256()
-                rep.write(dumps_pretty(plan.report))
-                rep.close_stream()
+                write_report(rep, plan, src)
                 commit_together([out, rep])
         finally:
             index.close()
