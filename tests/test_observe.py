@@ -77,6 +77,17 @@ def test_provenance_is_the_first_event_with_the_key_in_its_args():
     assert observe_chunk(b", ".join(events[:3]), 0, Context()).provenance is None
 
 
+def test_provenance_spelled_with_an_escape_is_still_provenance():
+    """JSON may spell the key with a `\\u` escape: the decoded key is the same, so the
+    event is provenance even though its bytes never spell `_compact_gpu_track`."""
+    events = [
+        b'{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {}}',
+        b'{"ph": "X", "name": "k", "args": {"_compact_gpu\\u005ftrack": {"pid": 0}}}',
+    ]
+    assert observe_chunk(b", ".join(events), 0, Context()).provenance == 1
+    assert observe_chunk(events[0], 0, Context()).provenance is None
+
+
 def test_only_complete_events_are_activity_and_odd_categories_are_other():
     """Kinds come from `cat` for `X` events only; an object or array category is no
     activity (and no refusal), and flows and thread metadata are candidates by phase."""

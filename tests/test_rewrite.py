@@ -26,6 +26,11 @@ SHAPES = {
                b'"ts": 1000.%03d, "dur": 1%.0d}',
     "args first": b'{"args": {"stream": %d}, "ph": "X", "name": "k", "pid": 0, "tid": %d, '
                   b'"ts": 1000.%03d, "dur": 1%.0d}',
+    # pid and tid apart: the provenance member cannot take them as one piece
+    "tid on its own line": b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0,\n    '
+                           b'"tid": %d, "ts": 1000.%03d, "dur": 1, "args": {"stream": %d}}',
+    "key between pid and tid": b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "x": 1, '
+                               b'"tid": %d, "ts": 1000.%03d, "dur": 1, "args": {"stream": %d}}',
     # the top-level keys written without a space; Kineto's spelling only in a nested object
     "nested spaced keys": b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid":0, "tid":%d, '
                           b'"meta": {"pid": 5, "tid": 6, "x": 1}, "ts": 1000.%03d, '
@@ -74,6 +79,8 @@ def _one_by_one(data: bytes, rows: np.ndarray, actions: list[int]) -> bytes:
     ["args", "args first", "args"],
     ["nested spaced keys"] * 2,
     ["args", "nested spaced keys", "args"],
+    ["args", "tid on its own line", "args"],
+    ["key between pid and tid"] * 2,
 ])
 @pytest.mark.parametrize("actions", [[1, 2, 1, 2], [3, 1, 3, 3]])
 def test_chunk_rewrite_equals_relocating_each_event(shapes, actions):

@@ -231,6 +231,13 @@ class IndexBuilder:
             self._track_list.append(key)
         return track
 
+    def _tracks(self, keys: list[tuple]) -> list[int]:
+        """Global ids of a chunk's tracks (most were seen in earlier chunks: looked up at once)."""
+        ids = list(map(self._track_ids.get, keys))
+        if None in ids:
+            ids = [self._track(*key) for key in keys]
+        return ids
+
     def _group(self, pid, device) -> int:
         key = (pid, device)
         group = self._group_ids.get(key)
@@ -244,7 +251,7 @@ class IndexBuilder:
         """Merge one chunk's facts (chunk-local numbering) into the global index."""
         base = self.event_count
         self.chunks.append(ChunkSpan(chunk.offset, chunk.length, base, facts.count))
-        tracks = np.array([self._track(*t) for t in facts.tracks] or [0], dtype=np.int32)
+        tracks = np.array(self._tracks(facts.tracks) or [0], dtype=np.int32)
         groups = np.array([self._group(*g) for g in facts.groups] or [0], dtype=np.int32)
         cand_base = len(self.spans)
         if self.options.records and len(facts.candidates):

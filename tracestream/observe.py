@@ -89,6 +89,7 @@ _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 _INTERPRETED_KEY = re.compile(b"|".join(map(re.escape, _INTERPRETED_KEYS)))
 _MOVED_KEYS = _INTERPRETED_KEYS[:4]
+_PROVENANCE_TOKEN = f'"{PROVENANCE_KEY}"'.encode()
 _OTHER_PHASE, _COMPLETE, _METADATA, _FLOW = range(4)
 _PHASE_CODES = {"X": _COMPLETE, "M": _METADATA, **dict.fromkeys(FLOW_PHASES, _FLOW)}
 
@@ -333,8 +334,8 @@ class _Observer:
         # msgspec.Raw texts (bytes-like, empty when absent): bytes only where one is read
         ts_texts = [e.ts for e in events]
         dur_texts = [e.dur for e in events]
-        ts_ns, ts_int = self._column(ts_texts, "ts")
-        dur_ns, dur_int = self._column(dur_texts, "dur")
+        ts_ns, ts_int, has_ts = self._column(ts_texts, "ts")
+        dur_ns, dur_int, _ = self._column(dur_texts, "dur")
         phase = np.fromiter(map(_PHASE_CODES.get, phs, repeat(_OTHER_PHASE)), np.int8, n)
         kinds_of = CategoryKinds()
         try:
@@ -361,7 +362,7 @@ class _Observer:
         other = dict(zip(reversed(keys), reversed(others)))  # first event per track wins
         annotations = ([events[i].name for i in np.flatnonzero(kind_of == CPU_ANNOTATION).tolist()]
                        if self.ctx.count_names else [])
-        origin = self._chunk_origin(metas, ts_texts, ts_ns)
+        origin = self._chunk_origin(metas, ts_texts, ts_ns, has_ts)
         thread_meta, process_meta, meta_cands = self._metadata(metas)
         cand_index, cand_kind, cand_of = _numbering(kind_of, slices, flows, meta_cands)
         event_keys = None
@@ -402,14 +403,16 @@ class _Observer:
             phase_counts=Counter(phs),
         )
 
-    def _column(self, texts: list[bytes], key: str) -> tuple[np.ndarray, np.ndarray]:
-        """Exact values of a `ts`/`dur` column: (floor ns, integer literal?) per event.
+    def _column(self, texts: list[bytes], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Exact values of a `ts`/`dur` column: (floor ns, integer literal?, present?) per event.
 
         Absent values are 0 (their events are never read). Kineto's shapes (three
         decimals, or integers) are parsed a column at a time; anything else one by
         one (and marked in `self.inexact` when it has digits below 1 ns). Non-numbers
         and values out of range are refused.
         """
+        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+        has = lengths > 0
         present = list(filter(None, texts))
         whole = len(present) == len(texts)
         blob = b",".join(present)
@@ -417,7 +420,8 @@ class _Observer:
         if not present:
             parsed = np.zeros(0, np.int64), np.zeros(0, bool)
         else:
-            decimals = kineto_decimals(blob, present, signed=key != "dur")
+            decimals = kineto_decimals(blob, present, signed=key != "dur",
+                                       lengths=lengths if whole else lengths[has])
             if decimals == 3:
                 parsed = _ints(blob.replace(b".", b"")), np.zeros(len(present), bool)
             elif decimals == 0:
@@ -426,13 +430,12 @@ class _Observer:
             parsed = self._column_slowly(texts, present, key)
         ns, integer = parsed
         if whole:
-            return ns, integer
+            return ns, integer, has
         out_ns = np.zeros(len(texts), np.int64)
         out_int = np.zeros(len(texts), bool)
-        where = np.flatnonzero(np.fromiter(map(len, texts), np.int64, len(texts)))
-        out_ns[where] = ns
-        out_int[where] = integer
-        return out_ns, out_int
+        out_ns[has] = ns
+        out_int[has] = integer
+        return out_ns, out_int, has
 
     def _column_slowly(self, texts, present, key):
         ns = []
@@ -459,9 +462,9 @@ class _Observer:
             integer.append(timebase.is_integer_text(t))
         return np.array(ns, np.int64), np.array(integer, bool)
 
-    def _chunk_origin(self, metas, ts_texts, ts_ns) -> tuple[int, str] | None:
+    def _chunk_origin(self, metas, ts_texts, ts_ns, has_ts) -> tuple[int, str] | None:
         """The smallest ts of the chunk's events (metadata excluded): (floor ns, exact text)."""
-        usable = np.fromiter(map(len, ts_texts), np.int64, len(ts_texts)) > 0
+        usable = has_ts.copy()
         usable[metas] = False
         if not usable.any():
             return None
@@ -730,7 +733,14 @@ class _Observer:
         return GuideEvent(i, e.pid, e.tid, args if isinstance(args, dict) else {})
 
     def _provenance(self) -> int | None:
-        """The first event whose args hold the provenance key (whatever its value)."""
+        """The first event whose args hold the provenance key (whatever its value).
+
+        Without a backslash in the chunk the key can only be spelled one way: where
+        that spelling occurs nowhere, no event has it (the common case, found at
+        memory speed).
+        """
+        if _PROVENANCE_TOKEN not in self.data and b"\\" not in self.data:
+            return None
         unset = msgspec.UNSET
         return next((i for i, e in enumerate(self.events)
                      if e.args is not None and e.args.provenance is not unset), None)
@@ -741,7 +751,8 @@ _NUMBER_BYTES[list(b"0123456789.,-")] = True
 _MAX_DIGITS = 16  # integer digits of a value below 9e15 µs (the first of 16 at most 8)
 
 
-def kineto_decimals(blob: bytes, texts: list[bytes], *, signed: bool) -> int | None:
+def kineto_decimals(blob: bytes, texts: list[bytes], *, signed: bool,
+                    lengths: np.ndarray | None = None) -> int | None:
     """3 when every text (JSON values, joined by commas in `blob`) is a number with three
     decimals, 0 when every one is an integer, all below 9e15 µs; otherwise None.
 
@@ -752,7 +763,8 @@ def kineto_decimals(blob: bytes, texts: list[bytes], *, signed: bool) -> int | N
     view = np.frombuffer(blob, np.uint8)
     if not _NUMBER_BYTES[view].all():
         return None
-    lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+    if lengths is None:  # each text's length (the caller may know them already)
+        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
     ends = np.cumsum(lengths + 1) - 1  # each text's comma (or the blob's end)
     starts = ends - lengths
     negative = view[starts] == 0x2D

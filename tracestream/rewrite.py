@@ -107,6 +107,10 @@ class StreamCursor:
 
 
 _ARGS_LENGTH = len(b'"args": {')
+_PID_TO_TID = b', "tid": '
+_MEMBER_PID_TID = _MEMBER_WITH_ARGS.replace(b"%b, " + b'"tid": %b', b"%b") + b", "
+"""The usual member when the event's bytes from its pid value to its tid value are
+`0, "tid": 7`: one %b for that piece, the same bytes as _MEMBER_WITH_ARGS gives."""
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 
 
@@ -207,16 +211,20 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
     previous_l, resume_l = previous.tolist(), resume.tolist()
     piece = data.__getitem__
-    pid_texts = list(map(piece, map(slice, p0l, p1l)))
-    tid_texts = list(map(piece, map(slice, t0l, t1l)))
     codes = actions.tolist()
     lane = {code: targets[code] for code in set(codes)}
-    new_tids = [lane[code][0] for code in codes]
-    member = _MEMBER_WITH_ARGS + b", "
-    members = list(map(member.__mod__, zip(pid_texts, tid_texts, ordinals.tolist())))
+    new_tids = list(map({code: tid for code, (tid, _) in lane.items()}.__getitem__, codes))
+    ordinal_l = ordinals.tolist()
+    if ((t0 - p1 == len(_PID_TO_TID)) & (view[p1 + 1] == 0x20)).all():
+        # Kineto's `"pid": 0, "tid": 7`: the member's pid and tid are one piece of the event
+        pieces = map(piece, map(slice, p0l, t1l))
+        members = list(map(_MEMBER_PID_TID.__mod__, zip(pieces, ordinal_l)))
+    else:
+        members = list(map((_MEMBER_WITH_ARGS + b", ").__mod__, zip(
+            map(piece, map(slice, p0l, p1l)), map(piece, map(slice, t0l, t1l)), ordinal_l)))
     for k in _other_members(data, view, braces, with_args):
         kind = _MEMBER_WITH_ARGS if with_args[k] else _MEMBER_WITHOUT_ARGS
-        members[k] = kind % (pid_texts[k], tid_texts[k], int(ordinals[k]))
+        members[k] = kind % (data[p0l[k] : p1l[k]], data[t0l[k] : t1l[k]], ordinal_l[k])
     out = [b""] * (4 * len(codes) + 1)
     out[0:-1:4] = map(piece, map(slice, previous_l, t0l))  # the pid stays...
     moving = [code for code, (_, new_pid) in lane.items() if new_pid is not None]
