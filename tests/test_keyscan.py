@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from tracestream import keyscan
 from tracestream.keyscan import (
     CAREFUL,
     NO_ARGS,
@@ -62,6 +63,19 @@ def test_positions_at_either_alignment_and_in_tiny_chunks():
     for data in (b"", b'"', b'"t', b'x"t', b'"t"t', b'x"tx"t"'):
         expected = [m.start() for m in re.finditer(b'"t', data)]
         assert KeyScan(data).positions(b'"t').tolist() == expected, data
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 64])
+def test_prefixes_across_block_edges(monkeypatch, block):
+    """The chunk is compared a block at a time: a `"` that ends one block and the
+    letter that starts the next are still a prefix, found once."""
+    monkeypatch.setattr(keyscan, "_BLOCK", block)
+    data = b'"t"tx""d"' + CHUNK + b'"a'
+    scan = KeyScan(data)
+    scan.find_prefixes(b"tda")
+    for literal in (b'"t', b'"d', b'"a', b'"pid"', b'"tid": '):
+        assert scan.positions(literal).tolist() == [
+            m.start() for m in re.finditer(re.escape(literal), data)], literal
 
 
 def test_prefixes_found_together_are_those_found_one_by_one():

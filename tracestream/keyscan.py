@@ -2,9 +2,9 @@
 
 Both passes need the positions of a few quoted keys (`"pid": `, `"ts"`, ...) and
 of the separators between events, in thousands of events per chunk. The keys'
-first two bytes are found together, by OR-ed comparisons over the chunk's 16-bit
-pairs, the rest checked at the few places left; whitespace is stepped over for all
-candidates at once. The results are token positions, not a parse: a key can
+first two bytes are found together, by OR-ed comparisons over the chunk a
+cache-sized block at a time, the rest checked at the few places left; whitespace
+is stepped over for all candidates at once. The results are token positions, not a parse: a key can
 also appear inside a string or a nested object, so callers count occurrences per
 event and take the careful path where the count is not exactly what a Kineto
 event has.
@@ -20,6 +20,8 @@ _QUOTE = 0x22
 _COMMA = 0x2C
 _MINUS = 0x2D
 _MAX_DIGITS = 19
+_BLOCK = 256 << 10
+"""Bytes compared at a time by whole-chunk scans (a few such blocks fit in a core's L2)."""
 
 
 class KeyScan:
@@ -28,11 +30,6 @@ class KeyScan:
     def __init__(self, data: bytes):
         self.data = data
         self.view = np.frombuffer(data, np.uint8)
-        # the bytes as 16-bit pairs at even and at odd offsets: a two-byte prefix is one
-        # comparison per pair
-        odd = (np.frombuffer(data, "<u2", offset=1, count=(len(data) - 1) // 2)
-               if len(data) > 1 else np.zeros(0, np.uint16))
-        self._pairs = (np.frombuffer(data, "<u2", count=len(data) // 2), odd)
         self._prefixes: dict[int, np.ndarray] = {}
 
     def positions(self, literal: bytes) -> np.ndarray:
@@ -53,24 +50,28 @@ class KeyScan:
         return self._prefixes[byte]
 
     def find_prefixes(self, letters: bytes) -> None:
-        """Find `"` followed by each of `letters` in one pass over the chunk's pairs."""
+        """Find `"` followed by each of `letters` in one pass over the chunk.
+
+        The chunk is compared a block at a time, so the comparisons' temporaries stay
+        in the core's cache instead of streaming megabytes through memory.
+        """
         todo = [byte for byte in dict.fromkeys(letters) if byte not in self._prefixes]
         if not todo:
             return
-        pairs = [_QUOTE | (byte << 8) for byte in todo]
-        found, values = [], []
-        for alignment, words in enumerate(self._pairs):
-            hit = words == pairs[0]
-            for pair in pairs[1:]:
-                hit |= words == pair
-            at = np.flatnonzero(hit)
-            found.append(at * 2 + alignment)
-            values.append(words[at])
+        view = self.view
+        found = [np.zeros(0, np.intp)]
+        for start in range(0, len(view) - 1, _BLOCK):
+            window = view[start : start + _BLOCK + 1]
+            follows = window[1:]
+            hit = follows == todo[0]
+            for byte in todo[1:]:
+                hit |= follows == byte
+            hit &= window[:-1] == _QUOTE
+            found.append(np.flatnonzero(hit) + start)
         positions = np.concatenate(found)
-        order = np.argsort(positions, kind="stable")
-        positions, values = positions[order], np.concatenate(values)[order]
-        for byte, pair in zip(todo, pairs):
-            self._prefixes[byte] = positions[values == pair]
+        values = view[positions + 1]
+        for byte in todo:
+            self._prefixes[byte] = positions[values == byte]
 
     def continues(self, positions: np.ndarray, literal: bytes) -> np.ndarray:
         """Per position: does `literal` start there?"""
