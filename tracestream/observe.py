@@ -89,7 +89,6 @@ _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 _INTERPRETED_KEY = re.compile(b"|".join(map(re.escape, _INTERPRETED_KEYS)))
 _MOVED_KEYS = _INTERPRETED_KEYS[:4]
-_PROVENANCE_TOKEN = f'"{PROVENANCE_KEY}"'.encode()
 _OTHER_PHASE, _COMPLETE, _METADATA, _FLOW = range(4)
 _PHASE_CODES = {"X": _COMPLETE, "M": _METADATA, **dict.fromkeys(FLOW_PHASES, _FLOW)}
 
@@ -733,14 +732,7 @@ class _Observer:
         return GuideEvent(i, e.pid, e.tid, args if isinstance(args, dict) else {})
 
     def _provenance(self) -> int | None:
-        """The first event whose args hold the provenance key (whatever its value).
-
-        Without a backslash in the chunk the key can only be spelled one way: where
-        that spelling occurs nowhere, no event has it (the common case, found at
-        memory speed).
-        """
-        if _PROVENANCE_TOKEN not in self.data and b"\\" not in self.data:
-            return None
+        """The first event whose args hold the provenance key (whatever its value)."""
         unset = msgspec.UNSET
         return next((i for i, e in enumerate(self.events)
                      if e.args is not None and e.args.provenance is not unset), None)
