@@ -215,8 +215,10 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     lane = {code: targets[code] for code in set(codes)}
     new_tids = list(map({code: tid for code, (tid, _) in lane.items()}.__getitem__, codes))
     ordinal_l = ordinals.tolist()
+    # the pid value ends at its comma and the tid value follows `"tid": ` (see
+    # keyscan.splice_positions): nine bytes apart with a space between, they are
+    # Kineto's `0, "tid": 7`, one piece of the event for the member
     if ((t0 - p1 == len(_PID_TO_TID)) & (view[p1 + 1] == 0x20)).all():
-        # Kineto's `"pid": 0, "tid": 7`: the member's pid and tid are one piece of the event
         pieces = map(piece, map(slice, p0l, t1l))
         members = list(map(_MEMBER_PID_TID.__mod__, zip(pieces, ordinal_l)))
     else:
