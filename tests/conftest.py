@@ -19,6 +19,7 @@ import pytest
 import zstandard
 
 from samples.generate import TraceConfig, generate
+from tracestream import speedups
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_TRACES = ROOT.parent / "shared" / "real-traces"
@@ -34,6 +35,20 @@ REAL_WITH_GPU = [
     "hta_legacy_categories.json.gz",
     "hta_triton_single_kernel.json.gz",
 ]
+
+
+@pytest.fixture(params=["C", "numpy"])
+def backend(request, monkeypatch) -> str:
+    """Run a test with the C extension, then with the numpy code it mirrors (the
+    workers are forked, so they run the same)."""
+    if request.param == "C":
+        if speedups.built is None:
+            pytest.fail("tracestream._speedups is not built: `make install` builds it from "
+                        "tracestream/_speedups.c (is a C compiler installed?)")
+        monkeypatch.setattr(speedups, "native", speedups.built)
+    else:
+        monkeypatch.setattr(speedups, "native", None)
+    return request.param
 
 
 def real_trace(name: str) -> Path:

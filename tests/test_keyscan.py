@@ -20,6 +20,8 @@ from tracestream.keyscan import (
     splice_positions,
 )
 
+pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
+
 CHUNK = (b'{"ph": "X", "pid": 0, "tid": 7, "args": {"pid": "x"}},\n'
          b'{"pid": -12, "tid": 123456789012, "name": "\\"pid\\": 3"},'
          b'{"pid":1,"tid": 2}, {"tid": 99')

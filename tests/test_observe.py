@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tracestream import timebase
 from tracestream.events import KERNEL, MEMCPY
-from tracestream.observe import FLOW, META, Context, kineto_decimals, observe_chunk
+from tracestream.observe import (
+    FLOW,
+    META,
+    ChunkError,
+    Context,
+    _Observer,
+    kineto_decimals,
+    observe_chunk,
+)
+
+pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
 
 # what the column fast path accepts, written out as the regular expressions it replaces
 _THREE_DECIMALS = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})\.[0-9]{3}")
@@ -49,6 +62,32 @@ other_json = st.sampled_from([b'"1.000"', b"1e3", b"1.5e3", b"null", b"true", b"
 def test_column_shape_matches_one_value_at_a_time(texts, signed):
     blob = b",".join(texts)
     assert kineto_decimals(blob, texts, signed=signed) == reference(texts, signed)
+
+
+@given(st.lists(st.one_of(numbers, numbers, st.just(b"")), min_size=1, max_size=8),
+       st.sampled_from(["ts", "dur"]))
+def test_a_column_read_at_once_holds_each_exact_value(texts, key):
+    """Whichever code reads the column (the C extension, numpy, or one value at a time),
+    each value is its floor in ns, whether it is an integer literal, and whether it is
+    there at all, as timebase gives them one by one; a value out of range is refused."""
+    events = [msgspec.Raw(t) for t in texts]
+    observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), [None] * len(texts))
+    expected, refused = [], False
+    for text in texts:
+        if not text:
+            expected.append((0, False, False))
+            continue
+        low = 0 if key == "dur" else -timebase.MAX_ABS_US
+        refused |= not low <= float(text) < timebase.MAX_ABS_US
+        expected.append((timebase.parse_decimal(text).floor_ns(),
+                         timebase.is_integer_text(text), True))
+    try:
+        ns, integer, present = observer._column(events, key)
+    except ChunkError:
+        assert refused
+        return
+    assert not refused
+    assert list(zip(ns.tolist(), integer.tolist(), present.tolist())) == expected
 
 
 def test_kineto_columns():

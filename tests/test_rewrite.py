@@ -14,6 +14,8 @@ from tracestream.keyscan import SPLICE_KEYS, EventKeys, KeyScan, splice_position
 from tracestream.plan import DELETE
 from tracestream.rewrite import rewrite_chunk
 
+pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
+
 KERNEL = (b'{\n    "ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": %d,\n'
           b'    "ts": 1000.%03d, "dur": 1.500,\n    "args": {"stream": %d}\n  }')
 SHAPES = {

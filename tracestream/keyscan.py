@@ -16,6 +16,8 @@ import re
 
 import numpy as np
 
+from tracestream import speedups
+
 _QUOTE = 0x22
 _COMMA = 0x2C
 _MINUS = 0x2D
@@ -31,17 +33,37 @@ class KeyScan:
         self.data = data
         self.view = np.frombuffer(data, np.uint8)
         self._prefixes: dict[int, np.ndarray] = {}
+        self._literals: dict[bytes, np.ndarray] = {}
 
     def positions(self, literal: bytes) -> np.ndarray:
         """Ascending start offsets of every occurrence of `literal` (which starts with `"`).
 
-        The first two bytes are compared over the whole chunk at once (and the result
-        shared by keys with the same first letter); the rest only at the few places
-        left.
+        In numpy, the first two bytes are compared over the whole chunk at once (and
+        the result shared by keys with the same first letter); the rest only at the
+        few places left.
         """
         if literal[:1] != b'"' or len(literal) < 2:
             raise ValueError("KeyScan finds literals of two or more bytes that start with `\"`")
-        return self.followed_by(self._starting(literal[1]), literal)
+        found = self._literals.get(literal)
+        if found is None:
+            if speedups.native is not None:
+                self.find_literals((literal,))
+                return self._literals[literal]
+            found = self._literals[literal] = self.followed_by(self._starting(literal[1]),
+                                                               literal)
+        return found
+
+    def find_literals(self, literals: tuple[bytes, ...]) -> None:
+        """Get ready to give the positions of each of `literals`: the C extension finds
+        them all in one pass; numpy finds their first two bytes in one."""
+        todo = tuple(literal for literal in dict.fromkeys(literals)
+                     if literal not in self._literals)
+        if speedups.native is None:
+            self.find_prefixes(bytes(literal[1] for literal in todo))
+        elif todo:
+            found = speedups.native.literal_positions(self.data, todo)
+            for literal, positions in zip(todo, found):
+                self._literals[literal] = np.frombuffer(positions, np.int64)
 
     def _starting(self, byte: int) -> np.ndarray:
         """Positions of `"` followed by `byte` (kept: keys share their first letters)."""
@@ -89,6 +111,9 @@ class KeyScan:
     def integer_ends(self, begin: np.ndarray) -> np.ndarray:
         """Per position: the end of the integer literal starting there when a comma follows
         it directly (Kineto's `"tid": 7,`), else -1."""
+        if speedups.native is not None:
+            ends = speedups.native.integer_ends(self.data, np.ascontiguousarray(begin, np.int64))
+            return np.frombuffer(ends, np.int64)
         view = self.view
         last = len(view) - 1
         pos = begin + (view[np.minimum(begin, last)] == _MINUS)
@@ -121,7 +146,7 @@ class EventKeys:
         self.scan = scan
         self.starts = starts
         self.ends = ends
-        scan.find_prefixes(bytes(key[1] for key in keys))
+        scan.find_literals(keys)
         self._found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def __call__(self, key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,9 +242,12 @@ _WS_STEPS = 32  # whitespace runs longer than this are finished with a regex
 def separators(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every `}` ws* `,` ws* `{` in `data`, as re.finditer would give them.
 
-    From every `}`, the whitespace, comma and whitespace after it are stepped over
-    for all candidates at once.
+    In numpy: from every `}`, the whitespace, comma and whitespace after it are
+    stepped over for all candidates at once.
     """
+    if speedups.native is not None:
+        closes, opens = speedups.native.separators(data)
+        return np.frombuffer(closes, np.int64), np.frombuffer(opens, np.int64)
     view = np.frombuffer(data, np.uint8)
     closes = np.flatnonzero(view == 0x7D)
     after = skip_whitespace(data, view, closes + 1)

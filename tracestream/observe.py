@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from tracestream import timebase
+from tracestream import speedups, timebase
 from tracestream.events import (
     CPU_ANNOTATION,
     FLOW_PHASES,
@@ -406,10 +406,18 @@ class _Observer:
         """Exact values of a `ts`/`dur` column: (floor ns, integer literal?, present?) per event.
 
         Absent values are 0 (their events are never read). Kineto's shapes (three
-        decimals, or integers) are parsed a column at a time; anything else one by
+        decimals, or integers) are parsed a column at a time (by the C extension
+        where it is built, else in numpy); anything else one by
         one (and marked in `self.inexact` when it has digits below 1 ns). Non-numbers
         and values out of range are refused.
         """
+        if speedups.native is not None:
+            column = speedups.native.decimal_column(texts, key != "dur")
+            if column is not None:
+                ns, present, decimals = column
+                has = np.frombuffer(present, bool)
+                integer = has if decimals == 0 else np.zeros_like(has)
+                return np.frombuffer(ns, np.int64), integer, has
         lengths = np.fromiter(map(len, texts), np.int64, len(texts))
         has = lengths > 0
         present = list(filter(None, texts))

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from tracestream import speedups
 from tracestream.edit import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
 from tracestream.errors import TraceError
 from tracestream.index import TraceIndex
@@ -111,6 +112,9 @@ _PID_TO_TID = b', "tid": '
 _MEMBER_PID_TID = _MEMBER_WITH_ARGS.replace(b"%b, " + b'"tid": %b', b"%b") + b", "
 """The usual member when the event's bytes from its pid value to its tid value are
 `0, "tid": 7`: one %b for that piece, the same bytes as _MEMBER_WITH_ARGS gives."""
+_MEMBER_PARTS = tuple(re.split(rb"%[bd]", _MEMBER_WITH_ARGS))
+_NO_ARGS_MEMBER_PARTS = tuple(re.split(rb"%[bd]", _MEMBER_WITHOUT_ARGS))
+"""The two members around their pid, tid and ordinal, for the C extension's splice."""
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 
 
@@ -192,8 +196,8 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     The common case, every changed event relocated with its keys in Kineto's order
     (pid, tid, ..., args), is assembled from whole columns: four pieces per event
     (the bytes up to its tid value, the new tid, the bytes up to the inside of
-    its args, the provenance member; a new pid is spliced into the first piece)
-    without a Python loop over the events.
+    its args, the provenance member; a new pid is spliced into the first piece),
+    by the C extension or in numpy without a Python loop over the events.
     """
     p0, p1 = pid
     t0, t1 = tid
@@ -208,12 +212,18 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     previous = np.empty_like(resume)
     previous[0] = 0
     previous[1:] = resume[:-1]
-    p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
-    previous_l, resume_l = previous.tolist(), resume.tolist()
-    piece = data.__getitem__
     codes = actions.tolist()
     lane = {code: targets[code] for code in set(codes)}
     new_tids = list(map({code: tid for code, (tid, _) in lane.items()}.__getitem__, codes))
+    if speedups.native is not None:
+        new_pids = list(map({code: pid for code, (_, pid) in lane.items()}.__getitem__, codes))
+        columns = tuple(np.ascontiguousarray(column, np.int64)
+                        for column in (previous, p0, p1, t0, t1, resume, ordinals))
+        return speedups.native.splice(data, columns, with_args, new_tids, new_pids,
+                                      _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS)
+    p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
+    previous_l, resume_l = previous.tolist(), resume.tolist()
+    piece = data.__getitem__
     ordinal_l = ordinals.tolist()
     # the pid value ends at its comma and the tid value follows `"tid": ` (see
     # keyscan.splice_positions): nine bytes apart with a space between, they are

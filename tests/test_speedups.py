@@ -1,0 +1,127 @@
+"""The C extension against the numpy code it mirrors: the same positions and the same
+output bytes, on shapes built to trip one or the other and on whole traces.
+
+The unit tests of keyscan, observe and rewrite run with both as well (their
+`backend` fixture); these compare the two directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import REAL_WITH_GPU, ROOT, TRACESTREAM, layers_args, real_trace
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tracestream import keyscan, speedups
+
+C = speedups.built
+
+
+def test_the_extension_is_built():
+    """`make install` builds it; without it every pass runs the slower numpy code."""
+    assert C is not None, "tracestream._speedups is missing: is a C compiler installed?"
+
+
+def _numpy(function, *args):
+    saved, speedups.native = speedups.native, None
+    try:
+        return function(*args)
+    finally:
+        speedups.native = saved
+
+
+def _over(alphabet: bytes, max_size: int, min_size: int = 0):
+    """Byte strings made of `alphabet`, so that its patterns come up often."""
+    return st.binary(min_size=min_size, max_size=max_size).map(
+        lambda b: bytes(alphabet[c % len(alphabet)] for c in b))
+
+
+json_bytes = _over(b'{} ,\t\r\n"x', 80)
+
+
+@given(json_bytes)
+def test_separators_are_those_numpy_finds(data):
+    closes, opens = C.separators(data)
+    expected = _numpy(keyscan.separators, data)
+    assert np.frombuffer(closes, np.int64).tolist() == expected[0].tolist()
+    assert np.frombuffer(opens, np.int64).tolist() == expected[1].tolist()
+
+
+keyish = _over(b'"tdpanc: {x', 120)
+literals = st.lists(st.sampled_from([b'"t', b'"ts"', b'"tid": ', b'"d"', b'"pid"', b'"args": {',
+                                     b'"a"', b'"n"', b'"c', b'"x"', b'""']),
+                    min_size=1, max_size=7, unique=True)
+
+
+@given(keyish, literals)
+def test_literal_positions_are_every_occurrence(data, wanted):
+    """Every start, overlapping ones too, with up to four second letters compared 16
+    bytes at a time and more one by one."""
+    found = C.literal_positions(data, tuple(wanted))
+    for literal, positions in zip(wanted, found):
+        expected = [m.start() for m in re.finditer(b"(?=" + re.escape(literal) + b")", data)]
+        assert np.frombuffer(positions, np.int64).tolist() == expected, literal
+        assert _numpy(keyscan.KeyScan(data).positions, literal).tolist() == expected
+
+
+def test_literal_positions_refuse_what_they_cannot_find():
+    with pytest.raises(ValueError, match="start with"):
+        C.literal_positions(b'"ts"', (b"ts",))
+    with pytest.raises(ValueError, match="at most"):
+        C.literal_positions(b"", tuple(b'"%d' % k for k in range(33)))
+
+
+@given(_over(b"0123456789-, x", 60, min_size=1), st.lists(st.integers(0, 70), max_size=12))
+def test_integer_ends_are_those_numpy_finds(data, begin):
+    begin = np.array(begin, np.int64)
+    ends = np.frombuffer(C.integer_ends(data, begin), np.int64)
+    assert ends.tolist() == _numpy(keyscan.KeyScan(data).integer_ends, begin).tolist()
+
+
+def test_splice_refuses_ranges_out_of_order():
+    """The ranges come from the index pass; bytes past the chunk are never copied."""
+    data = b'{"pid": 0, "tid": 7, "args": {"a": 1}}'
+    columns = [np.array([v], np.int64) for v in (0, 8, 9, 18, 19, 30, 1)]
+    parts = (b"<", b"|", b"|", b">")
+    spliced = C.splice(data, tuple(columns), np.array([True]), [b"99"], [None], parts, parts)
+    assert spliced == b'{"pid": 0, "tid": 99, "args": {<0|7|1>, "a": 1}}'
+    columns[5] = np.array([len(data) + 5], np.int64)
+    with pytest.raises(ValueError, match="out of order"):
+        C.splice(data, tuple(columns), np.array([True]), [b"99"], [None], parts, parts)
+
+
+def _both_ways(*args) -> tuple[bytes, bytes]:
+    """The output of one CLI run with the C extension and one with numpy (each in its own
+    folder: the output names its report)."""
+    outputs = []
+    at = args.index("--output") + 1
+    for name, env in (("c", {}), ("numpy", {"TRACESTREAM_PURE": "1"})):
+        output = args[at].parent / name / args[at].name
+        output.parent.mkdir()
+        result = subprocess.run(
+            TRACESTREAM + [str(a) for a in (*args[:at], output, *args[at + 1:])],
+            capture_output=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+        assert result.returncode == 0, result.stderr.decode()
+        outputs.append(output.read_bytes())
+    return outputs[0], outputs[1]
+
+
+def test_layers_and_lanes_write_the_same_bytes_either_way(traces, tmp_path):
+    trace, _ = traces("decode6.json", iterations=6)
+    c_bytes, numpy_bytes = _both_ways(*layers_args(trace, tmp_path / "out.json",
+                                                   "--max-gpu-lanes", "10"))
+    assert b'"_compact_gpu_track"' in c_bytes
+    assert c_bytes == numpy_bytes
+
+
+@pytest.mark.parametrize("name", REAL_WITH_GPU)
+def test_real_traces_compact_to_the_same_bytes_either_way(name, tmp_path):
+    c_bytes, numpy_bytes = _both_ways("compact", "--trace", real_trace(name),
+                                      "--output", tmp_path / "out.json")
+    assert b'"_compact_gpu_track"' in c_bytes
+    assert c_bytes == numpy_bytes

@@ -1,0 +1,516 @@
+/* The byte scans and the splice that both passes run over every chunk, in C.
+
+   Each function returns exactly what its numpy counterpart in keyscan.py or
+   rewrite.py returns (the tests compare the two on the same bytes). Those stay
+   the reference, and the package works without this module: setup.py builds it
+   as an optional extension, and tracestream/speedups.py says which one runs.
+
+   Positions come back as bytearrays of native int64, for np.frombuffer. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* A growing array of positions. */
+typedef struct {
+    int64_t *items;
+    Py_ssize_t len, cap;
+} Positions;
+
+static int
+push(Positions *p, int64_t value)
+{
+    if (p->len == p->cap) {
+        Py_ssize_t cap = p->cap ? 2 * p->cap : 4096;
+        int64_t *items = PyMem_Realloc(p->items, cap * sizeof(int64_t));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        p->items = items;
+        p->cap = cap;
+    }
+    p->items[p->len++] = value;
+    return 0;
+}
+
+/* The positions as a bytearray (the array is freed either way). */
+static PyObject *
+as_bytearray(Positions *p)
+{
+    PyObject *out = PyByteArray_FromStringAndSize(
+        p->len ? (const char *)p->items : NULL, p->len * (Py_ssize_t)sizeof(int64_t));
+    PyMem_Free(p->items);
+    p->items = NULL;
+    return out;
+}
+
+static inline int
+is_json_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+static inline const unsigned char *
+skip_space(const unsigned char *p, const unsigned char *end)
+{
+    while (p < end && is_json_space(*p))
+        p++;
+    return p;
+}
+
+PyDoc_STRVAR(separators_doc,
+"separators(data) -> (closes, opens)\n\n"
+"Every `}` ws* `,` ws* `{` in data: the offset of its `}` and the offset after\n"
+"its `{`, as int64 bytearrays (keyscan.separators).");
+
+static PyObject *
+separators(PyObject *module, PyObject *arg)
+{
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *start = buf.buf, *end = start + buf.len, *p = start;
+    Positions closes = {0}, opens = {0};
+    int failed = 0;
+    while (!failed && p < end && (p = memchr(p, '}', end - p)) != NULL) {
+        const unsigned char *q = skip_space(p + 1, end);
+        if (q < end && *q == ',') {
+            q = skip_space(q + 1, end);
+            if (q < end && *q == '{')
+                failed = push(&closes, p - start) || push(&opens, q + 1 - start);
+        }
+        p++;
+    }
+    PyBuffer_Release(&buf);
+    if (failed) {
+        PyMem_Free(closes.items);
+        PyMem_Free(opens.items);
+        return NULL;
+    }
+    PyObject *c = as_bytearray(&closes), *o = as_bytearray(&opens);
+    if (c == NULL || o == NULL) {
+        Py_XDECREF(c);
+        Py_XDECREF(o);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", c, o);
+}
+
+#define MAX_LITERALS 32
+
+PyDoc_STRVAR(literal_positions_doc,
+"literal_positions(data, literals) -> list of positions\n\n"
+"For each literal (bytes of two or more that start with `\"`): the ascending\n"
+"offsets of all its occurrences in data, as an int64 bytearray\n"
+"(keyscan.KeyScan.positions).");
+
+static PyObject *
+literal_positions(PyObject *module, PyObject *args)
+{
+    Py_buffer buf;
+    PyObject *literals;
+    if (!PyArg_ParseTuple(args, "y*O!:literal_positions", &buf, &PyTuple_Type, &literals))
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(literals);
+    const char *text[MAX_LITERALS];
+    Py_ssize_t size[MAX_LITERALS];
+    Positions found[MAX_LITERALS];
+    uint32_t second[256] = {0}; /* per second byte: the literals that have it */
+    if (count > MAX_LITERALS) {
+        PyBuffer_Release(&buf);
+        return PyErr_Format(PyExc_ValueError, "at most %d literals at a time", MAX_LITERALS);
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *item = PyTuple_GET_ITEM(literals, k);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) < 2
+            || PyBytes_AS_STRING(item)[0] != '"') {
+            PyBuffer_Release(&buf);
+            return PyErr_Format(PyExc_ValueError,
+                                "literals are bytes of two or more that start with `\"`");
+        }
+        text[k] = PyBytes_AS_STRING(item);
+        size[k] = PyBytes_GET_SIZE(item);
+        second[(unsigned char)text[k][1]] |= (uint32_t)1 << k;
+        found[k] = (Positions){0};
+    }
+    const unsigned char *start = buf.buf;
+    Py_ssize_t n = buf.len, i = 0;
+    int failed = 0;
+#define CHECK(at)                                                                       \
+    do {                                                                                \
+        Py_ssize_t p_ = (at);                                                           \
+        uint32_t which = second[start[p_ + 1]];                                         \
+        for (Py_ssize_t k = 0; which && !failed; k++, which >>= 1)                      \
+            if ((which & 1) && n - p_ >= size[k] && memcmp(start + p_, text[k], size[k]) == 0) \
+                failed = push(&found[k], p_) < 0;                                       \
+    } while (0)
+#ifdef __SSE2__
+    /* 16 positions at a time: a `"` whose next byte is some literal's second byte
+       (up to four such bytes, repeated to make four, for a loop of fixed length) */
+    __m128i letter[4];
+    int letters = 0;
+    for (int byte = 0; byte < 256; byte++)
+        if (second[byte] && letters++ < 4)
+            letter[letters - 1] = _mm_set1_epi8((char)byte);
+    if (letters >= 1 && letters <= 4) {
+        for (int j = letters; j < 4; j++)
+            letter[j] = letter[0];
+        const __m128i quote = _mm_set1_epi8('"');
+        for (; !failed && i + 17 <= n; i += 16) {
+            __m128i at = _mm_loadu_si128((const __m128i *)(start + i));
+            __m128i next = _mm_loadu_si128((const __m128i *)(start + i + 1));
+            __m128i any = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(next, letter[0]), _mm_cmpeq_epi8(next, letter[1])),
+                _mm_or_si128(_mm_cmpeq_epi8(next, letter[2]), _mm_cmpeq_epi8(next, letter[3])));
+            unsigned mask = (unsigned)_mm_movemask_epi8(
+                _mm_and_si128(_mm_cmpeq_epi8(at, quote), any));
+            while (mask && !failed) {
+                CHECK(i + __builtin_ctz(mask));
+                mask &= mask - 1;
+            }
+        }
+    }
+#endif
+    for (; !failed && i + 1 < n; i++)
+        if (start[i] == '"')
+            CHECK(i);
+#undef CHECK
+    PyBuffer_Release(&buf);
+    PyObject *out = failed ? NULL : PyList_New(count);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (out == NULL) {
+            PyMem_Free(found[k].items);
+            continue;
+        }
+        PyObject *positions = as_bytearray(&found[k]);
+        if (positions == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, positions);
+    }
+    return out;
+}
+
+/* An int64 column given as a buffer, of `count` items (any number when count < 0). */
+static int
+column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=')
+        format++;
+    if (view->itemsize != 8 || (count >= 0 && view->len != count * 8)
+        || (strcmp(format, "l") != 0 && strcmp(format, "q") != 0)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s must be contiguous int64", name);
+        return -1;
+    }
+    return 0;
+}
+
+enum { PREVIOUS, PID_START, PID_END, TID_START, TID_END, RESUME, ORDINAL, COLUMNS };
+static const char *column_names[COLUMNS] = {
+    "previous", "pid_start", "pid_end", "tid_start", "tid_end", "resume", "ordinal"};
+
+/* A member template: four bytes objects around the pid, tid and ordinal. */
+typedef struct {
+    const char *part[4];
+    Py_ssize_t len[4], fixed;
+} Template;
+
+static int
+template(PyObject *parts, Template *t)
+{
+    if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 4) {
+        PyErr_SetString(PyExc_TypeError, "a member template is four bytes objects");
+        return -1;
+    }
+    t->fixed = 0;
+    for (int k = 0; k < 4; k++) {
+        PyObject *item = PyTuple_GET_ITEM(parts, k);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "a member template is four bytes objects");
+            return -1;
+        }
+        t->part[k] = PyBytes_AS_STRING(item);
+        t->len[k] = PyBytes_GET_SIZE(item);
+        t->fixed += t->len[k];
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(splice_doc,
+"splice(data, columns, with_args, new_tids, new_pids, with_args_member, no_args_member)\n"
+"-> bytes\n\n"
+"The chunk with n events spliced in place (rewrite._splice_in_place). `columns`\n"
+"holds seven int64 arrays of length n: previous, pid_start, pid_end, tid_start,\n"
+"tid_end, resume (where the original bytes go on: inside the args' brace, or\n"
+"at the event's `}`) and ordinal. Per event: data[previous:tid_start] (with\n"
+"data[pid_start:pid_end] replaced by new_pids[i] unless that is None), new_tids[i],\n"
+"data[tid_end:resume], and the member: template[0] + pid + template[1] + tid +\n"
+"template[2] + ordinal + template[3], from with_args_member where with_args[i]\n"
+"(followed by `, ` unless the args are empty) and from no_args_member elsewhere.\n"
+"data[resume[-1]:] ends the chunk.");
+
+static PyObject *
+splice(PyObject *module, PyObject *args)
+{
+    Py_buffer buf, flags;
+    PyObject *columns_obj, *new_tids, *new_pids, *with_parts, *without_parts;
+    if (!PyArg_ParseTuple(args, "y*O!y*O!O!OO:splice", &buf, &PyTuple_Type, &columns_obj,
+                          &flags, &PyList_Type, &new_tids, &PyList_Type, &new_pids,
+                          &with_parts, &without_parts))
+        return NULL;
+    Py_buffer col[COLUMNS];
+    int held = 0;
+    PyObject *out = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(new_tids);
+    const char *data = buf.buf;
+    const unsigned char *with_args = flags.buf;
+    const int64_t *c[COLUMNS];
+    Template with, without;
+
+    if (PyTuple_GET_SIZE(columns_obj) != COLUMNS || n == 0 || flags.len != n
+        || PyList_GET_SIZE(new_pids) != n) {
+        PyErr_SetString(PyExc_ValueError, "splice takes seven columns, flags, tids and pids "
+                                          "for the same one event or more");
+        goto done;
+    }
+    if (template(with_parts, &with) < 0 || template(without_parts, &without) < 0)
+        goto done;
+    for (; held < COLUMNS; held++) {
+        if (column(PyTuple_GET_ITEM(columns_obj, held), &col[held], n, column_names[held]) < 0)
+            goto done;
+        c[held] = col[held].buf;
+    }
+
+    /* The ranges must follow each other in the data; sum the output's size. */
+    int64_t last = 0;
+    Py_ssize_t total = buf.len;
+    char digits[24];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t prev = c[PREVIOUS][i], p0 = c[PID_START][i], p1 = c[PID_END][i];
+        int64_t t0 = c[TID_START][i], t1 = c[TID_END][i], resume = c[RESUME][i];
+        PyObject *tid = PyList_GET_ITEM(new_tids, i), *pid = PyList_GET_ITEM(new_pids, i);
+        if (prev != last || !(prev <= p0 && p0 <= p1 && p1 <= t0 && t0 <= t1 && t1 <= resume
+                              && resume < buf.len)) {
+            PyErr_Format(PyExc_ValueError, "event %zd's ranges are out of order", i);
+            goto done;
+        }
+        if (!PyBytes_Check(tid) || (pid != Py_None && !PyBytes_Check(pid))) {
+            PyErr_SetString(PyExc_TypeError, "new tids are bytes, new pids bytes or None");
+            goto done;
+        }
+        const Template *t = with_args[i] ? &with : &without;
+        total += PyBytes_GET_SIZE(tid) - (t1 - t0) + t->fixed + (p1 - p0) + (t1 - t0)
+                 + snprintf(digits, sizeof digits, "%lld", (long long)c[ORDINAL][i]);
+        if (pid != Py_None)
+            total += PyBytes_GET_SIZE(pid) - (p1 - p0);
+        if (with_args[i]) {
+            const char *q = data + resume, *end = data + buf.len;
+            while (q < end && is_json_space((unsigned char)*q))
+                q++;
+            if (q == end || *q != '}')
+                total += 2; /* the `, ` before the args' own members */
+        }
+        last = resume;
+    }
+
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        goto done;
+    char *w = PyBytes_AS_STRING(out);
+#define PUT(src, len) do { memcpy(w, (src), (len)); w += (len); } while (0)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t prev = c[PREVIOUS][i], p0 = c[PID_START][i], p1 = c[PID_END][i];
+        int64_t t0 = c[TID_START][i], t1 = c[TID_END][i], resume = c[RESUME][i];
+        PyObject *tid = PyList_GET_ITEM(new_tids, i), *pid = PyList_GET_ITEM(new_pids, i);
+        if (pid == Py_None) {
+            PUT(data + prev, t0 - prev);
+        }
+        else {
+            PUT(data + prev, p0 - prev);
+            PUT(PyBytes_AS_STRING(pid), PyBytes_GET_SIZE(pid));
+            PUT(data + p1, t0 - p1);
+        }
+        PUT(PyBytes_AS_STRING(tid), PyBytes_GET_SIZE(tid));
+        PUT(data + t1, resume - t1);
+        const Template *t = with_args[i] ? &with : &without;
+        int len = snprintf(digits, sizeof digits, "%lld", (long long)c[ORDINAL][i]);
+        PUT(t->part[0], t->len[0]);
+        PUT(data + p0, p1 - p0);
+        PUT(t->part[1], t->len[1]);
+        PUT(data + t0, t1 - t0);
+        PUT(t->part[2], t->len[2]);
+        PUT(digits, len);
+        PUT(t->part[3], t->len[3]);
+        if (with_args[i]) {
+            const char *q = data + resume, *end = data + buf.len;
+            while (q < end && is_json_space((unsigned char)*q))
+                q++;
+            if (q == end || *q != '}')
+                PUT(", ", 2);
+        }
+    }
+    PUT(data + last, buf.len - last);
+#undef PUT
+    if (w != PyBytes_AS_STRING(out) + total) { /* cannot happen: the sizes were summed above */
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_SystemError, "splice: size mismatch");
+    }
+
+done:
+    for (int k = 0; k < held; k++)
+        PyBuffer_Release(&col[k]);
+    PyBuffer_Release(&flags);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+PyDoc_STRVAR(integer_ends_doc,
+"integer_ends(data, begin) -> int64 bytearray\n\n"
+"Per position of the int64 array `begin`: the end of the integer literal that starts\n"
+"there when a comma follows it directly, else -1 (keyscan.KeyScan.integer_ends).");
+
+#define MAX_INTEGER_DIGITS 19
+
+static PyObject *
+integer_ends(PyObject *module, PyObject *args)
+{
+    Py_buffer buf, begin;
+    PyObject *begin_obj;
+    if (!PyArg_ParseTuple(args, "y*O:integer_ends", &buf, &begin_obj))
+        return NULL;
+    if (column(begin_obj, &begin, -1, "begin") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    Py_ssize_t count = begin.len / 8;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, count * 8);
+    if (out != NULL) {
+        const unsigned char *data = buf.buf;
+        const int64_t *at = begin.buf;
+        int64_t *end = (int64_t *)PyByteArray_AS_STRING(out);
+        Py_ssize_t size = buf.len;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int64_t p = at[i];
+            end[i] = -1;
+            if (p < 0 || p >= size)
+                continue;
+            if (data[p] == '-')
+                p++;
+            int64_t first = p;
+            while (p < size && p - first <= MAX_INTEGER_DIGITS && data[p] >= '0' && data[p] <= '9')
+                p++;
+            if (p > first && p < size && data[p] == ',')
+                end[i] = p;
+        }
+    }
+    PyBuffer_Release(&begin);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+PyDoc_STRVAR(decimal_column_doc,
+"decimal_column(texts, signed) -> (ns, present, decimals) or None\n\n"
+"A ts or dur column (JSON number texts, empty where absent) in Kineto's shapes:\n"
+"every present text an integer (decimals 0) or every one with three decimals\n"
+"(decimals 3), below 9e15 us, and not negative unless `signed`. Gives the values\n"
+"in ns (int64 bytearray, 0 where absent), which are present (a bytearray of 0/1)\n"
+"and the shape (-1 when none is present); None for any other column\n"
+"(observe.kineto_decimals and observe._ints).");
+
+#define MAX_WHOLE_DIGITS 16 /* integer digits of a value below 9e15 us */
+
+static PyObject *
+decimal_column(PyObject *module, PyObject *args)
+{
+    PyObject *texts;
+    int is_signed;
+    if (!PyArg_ParseTuple(args, "O!p:decimal_column", &PyList_Type, &texts, &is_signed))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(texts);
+    PyObject *ns_obj = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *present_obj = PyByteArray_FromStringAndSize(NULL, n);
+    if (ns_obj == NULL || present_obj == NULL)
+        goto fail;
+    int64_t *ns = (int64_t *)PyByteArray_AS_STRING(ns_obj);
+    char *present = PyByteArray_AS_STRING(present_obj);
+    int decimals = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(texts, i), &view, PyBUF_SIMPLE) < 0)
+            goto fail;
+        const unsigned char *t = view.buf;
+        Py_ssize_t len = view.len, at = 0;
+        int shape = 0, ok = 1, negative = 0;
+        int64_t value = 0;
+        ns[i] = 0;
+        present[i] = len > 0;
+        if (len == 0) {
+            PyBuffer_Release(&view);
+            continue;
+        }
+        if (t[0] == '-') {
+            negative = 1;
+            at = 1;
+            ok = is_signed;
+        }
+        if (len >= 5 && t[len - 4] == '.')
+            shape = 3;
+        Py_ssize_t whole = len - at - (shape ? 4 : 0);
+        if (whole < 1 || whole > MAX_WHOLE_DIGITS
+            || (whole == MAX_WHOLE_DIGITS && t[at] > '8'))
+            ok = 0;
+        for (Py_ssize_t k = at; ok && k < len; k++) {
+            if (t[k] >= '0' && t[k] <= '9')
+                value = 10 * value + (t[k] - '0');
+            else if (!(shape && k == len - 4))
+                ok = 0;
+        }
+        PyBuffer_Release(&view);
+        if (!ok || (decimals >= 0 && decimals != shape)) {
+            Py_DECREF(ns_obj);
+            Py_DECREF(present_obj);
+            Py_RETURN_NONE;
+        }
+        decimals = shape;
+        if (shape == 0)
+            value *= 1000;
+        ns[i] = negative ? -value : value;
+    }
+    return Py_BuildValue("(NNi)", ns_obj, present_obj, decimals);
+
+fail:
+    Py_XDECREF(ns_obj);
+    Py_XDECREF(present_obj);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"separators", separators, METH_O, separators_doc},
+    {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
+    {"splice", splice, METH_VARARGS, splice_doc},
+    {"integer_ends", integer_ends, METH_VARARGS, integer_ends_doc},
+    {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "tracestream._speedups",
+    "Byte scans and the splice of both passes, in C (see tracestream/speedups.py).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&module);
+}

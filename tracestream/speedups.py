@@ -1,0 +1,25 @@
+"""Which code does the per-chunk byte work: the C extension, or the numpy it mirrors.
+
+`tracestream._speedups` (built from _speedups.c by setup.py where a C compiler is
+available) finds the event separators and key positions of a chunk and splices
+relocated events, in one pass each. The numpy functions in keyscan and rewrite
+return the same and stay the reference; they run when the extension is missing
+or when the environment sets TRACESTREAM_PURE=1 (for comparing the two).
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    from tracestream import _speedups as built
+except ImportError:  # installed without a C compiler: numpy does the work
+    built = None
+
+native = None if os.environ.get("TRACESTREAM_PURE") else built
+"""The extension the passes use (None: numpy); tests set it to compare the two."""
+
+
+def describe() -> str:
+    """Which one runs, for reports and benchmark results."""
+    return "C extension" if native is not None else "numpy (no C extension)"
