@@ -141,9 +141,10 @@ def engine(mode: str, snapshot: Path) -> tuple[dict, dict]:
 
     `head` (default): the committed tracestream/ of HEAD, extracted with `git
     archive`; `worktree`: a copy of the checkout as it is now, uncommitted edits
-    included; `live`: the checkout itself. A snapshot goes first on PYTHONPATH
-    (the editable install's finder comes after it), so a run of an hour measures
-    one version even while others edit and commit.
+    included; `live`: the checkout itself. A snapshot's C extension is built from
+    its own _speedups.c, and the description says whether the commands use it. A
+    snapshot goes first on PYTHONPATH (the editable install's finder comes after
+    it), so a run of an hour measures one version even while others edit and commit.
     """
     env = dict(os.environ)
     source = ROOT / "tracestream"
@@ -152,24 +153,29 @@ def engine(mode: str, snapshot: Path) -> tuple[dict, dict]:
         shutil.rmtree(snapshot, ignore_errors=True)
         snapshot.mkdir(parents=True)
         if mode == "head":
-            tar = subprocess.run(["git", "archive", "--format=tar", commit, "tracestream"],
-                                 cwd=ROOT, capture_output=True, check=True).stdout
+            tar = subprocess.run(["git", "archive", "--format=tar", commit, "tracestream",
+                                  "setup.py"], cwd=ROOT, capture_output=True, check=True).stdout
             with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
                 archive.extractall(snapshot, filter="data")
         else:
             shutil.copytree(source, snapshot / "tracestream",
-                            ignore=shutil.ignore_patterns("__pycache__"))
+                            ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+            shutil.copy(ROOT / "setup.py", snapshot)
+        # the snapshot's own C extension, built from its _speedups.c
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                       cwd=snapshot, capture_output=True, check=True)
         env["PYTHONPATH"] = str(snapshot)
         source = snapshot / "tracestream"
     digest = hashlib.sha256()
-    for path in sorted(source.rglob("*.py")):
+    for path in sorted([*source.rglob("*.py"), *source.rglob("*.c")]):
         digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes())
-    probe = [sys.executable, "-c", "import tracestream; print(tracestream.__file__)"]
-    imported = subprocess.run(probe, env=env, capture_output=True, text=True,
-                              cwd="/").stdout.strip()
+    probe = [sys.executable, "-c", "import tracestream, tracestream.speedups as s; "
+             "print(tracestream.__file__); print(s.describe())"]
+    imported, speedups = subprocess.run(probe, env=env, capture_output=True, text=True,
+                                        cwd="/").stdout.strip().splitlines()
     dirty = git("status", "--porcelain", "--untracked-files=no", "--", "tracestream")
-    return env, {"mode": mode, "imported_from": imported, "sha256": digest.hexdigest(),
-                 "git_commit": commit,
+    return env, {"mode": mode, "imported_from": imported, "speedups": speedups,
+                 "sha256": digest.hexdigest(), "git_commit": commit,
                  "uncommitted_edits_measured": bool(dirty) and mode != "head",
                  "checkout_dirty_files": dirty.splitlines()}
 
@@ -663,7 +669,8 @@ def main(argv=None) -> None:
     snap = opts.workdir / "snapshot"
     opts.env, opts.engine = engine(opts.engine, snap)
     log(f"engine: {opts.engine['mode']} = {opts.engine['imported_from']} (commit "
-        f"{opts.engine['git_commit'][:10]}, sha256 {opts.engine['sha256'][:12]})")
+        f"{opts.engine['git_commit'][:10]}, sha256 {opts.engine['sha256'][:12]}, "
+        f"{opts.engine['speedups']})")
     try:
         all_data = [run_size(size, opts, log) for size in opts.size]
     finally:

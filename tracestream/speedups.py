@@ -22,4 +22,6 @@ native = None if os.environ.get("TRACESTREAM_PURE") else built
 
 def describe() -> str:
     """Which one runs, for reports and benchmark results."""
-    return "C extension" if native is not None else "numpy (no C extension)"
+    if native is not None:
+        return "C extension"
+    return "numpy (TRACESTREAM_PURE is set)" if built is not None else "numpy (no C extension)"
