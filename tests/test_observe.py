@@ -144,3 +144,19 @@ def test_only_complete_events_are_activity_and_odd_categories_are_other():
     assert facts.slices["cand"].tolist() == [0, 3]
     assert facts.flow_categories == {"['ac2g']": 1}
     assert facts.phase_counts == {"X": 3, "i": 1, "s": 1, "M": 1}
+
+
+def test_a_matched_kernel_with_a_duplicate_key_is_refused():
+    """The anchors' ts, dur, name... are read: a second value for one is refused, while the
+    same words as values (counted at first, then parsed) are no duplicate."""
+    ctx = Context(patterns={"a": re.compile("^anchor$")})
+    kernel = (b'{"ph": "X", "cat": "kernel", "name": "anchor", "pid": 0, "tid": 7, '
+              b'"ts": %d, "dur": 1%s}')
+    quiet = [kernel % (k, b"") for k in range(3)]
+    wordy = kernel % (5, b', "args": {"note": "ts", "name": "dur"}')
+    facts = observe_chunk(b", ".join([*quiet, wordy]), 0, ctx)
+    assert len(facts.matches["a"][0]) == 4
+    doubled = kernel % (9, b', "ts": 10')
+    with pytest.raises(ChunkError, match="duplicate key `ts`") as refused:
+        observe_chunk(b", ".join([*quiet, doubled]), 100, ctx)
+    assert refused.value.local == 3
