@@ -69,6 +69,22 @@ def test_literal_positions_are_every_occurrence(data, wanted):
         assert _numpy(keyscan.KeyScan(data).positions, literal).tolist() == expected
 
 
+@given(keyish, literals, st.lists(st.integers(0, 120), max_size=8))
+def test_event_keys_are_those_numpy_counts(data, wanted, cuts):
+    """Per event: the first occurrence and the count of each literal that starts in it
+    (the events are the spans between sorted cuts)."""
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    starts, ends = np.array(bounds[:-1], np.int64), np.array(bounds[1:], np.int64)
+    first, count = C.event_keys(data, starts, ends, tuple(wanted))
+    first = np.frombuffer(first, np.int64).reshape(len(wanted), -1)
+    count = np.frombuffer(count, np.int32).reshape(len(wanted), -1)
+    expected = _numpy(keyscan.EventKeys, keyscan.KeyScan(data), starts, ends, tuple(wanted))
+    for k, literal in enumerate(wanted):
+        want_first, want_count = _numpy(expected, literal)
+        assert first[k].tolist() == want_first.tolist(), literal
+        assert count[k].tolist() == want_count.tolist(), literal
+
+
 def test_literal_positions_refuse_what_they_cannot_find():
     with pytest.raises(ValueError, match="start with"):
         C.literal_positions(b'"ts"', (b"ts",))
@@ -81,6 +97,15 @@ def test_integer_ends_are_those_numpy_finds(data, begin):
     begin = np.array(begin, np.int64)
     ends = np.frombuffer(C.integer_ends(data, begin), np.int64)
     assert ends.tolist() == _numpy(keyscan.KeyScan(data).integer_ends, begin).tolist()
+
+
+@given(_over(b'"tdpanc: {x', 120, min_size=1), st.lists(st.integers(0, 130), max_size=12),
+       literals)
+def test_continues_is_what_numpy_finds(data, at, wanted):
+    at = np.array(at, np.int64)
+    for literal in wanted:
+        ok = np.frombuffer(C.continues(data, at, literal), bool)
+        assert ok.tolist() == _numpy(keyscan.KeyScan(data).continues, at, literal).tolist()
 
 
 def test_splice_refuses_ranges_out_of_order():

@@ -104,6 +104,103 @@ separators(PyObject *module, PyObject *arg)
 
 #define MAX_LITERALS 32
 
+/* Literals that start with `"`, ready to be looked for. */
+typedef struct {
+    Py_ssize_t count;
+    const char *text[MAX_LITERALS];
+    Py_ssize_t size[MAX_LITERALS];
+    uint32_t second[256]; /* per second byte: the literals that have it */
+    int letters;          /* how many distinct second bytes */
+    unsigned char letter[4];  /* the first four of them */
+} Literals;
+
+static int
+literals_from(PyObject *tuple, Literals *lits)
+{
+    memset(lits, 0, sizeof *lits);
+    lits->count = PyTuple_GET_SIZE(tuple);
+    if (lits->count > MAX_LITERALS) {
+        PyErr_Format(PyExc_ValueError, "at most %d literals at a time", MAX_LITERALS);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < lits->count; k++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, k);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) < 2
+            || PyBytes_AS_STRING(item)[0] != '"') {
+            PyErr_SetString(PyExc_ValueError,
+                            "literals are bytes of two or more that start with `\"`");
+            return -1;
+        }
+        lits->text[k] = PyBytes_AS_STRING(item);
+        lits->size[k] = PyBytes_GET_SIZE(item);
+        lits->second[(unsigned char)lits->text[k][1]] |= (uint32_t)1 << k;
+    }
+    for (int byte = 0; byte < 256; byte++)
+        if (lits->second[byte] && lits->letters++ < 4)
+            lits->letter[lits->letters - 1] = (unsigned char)byte;
+    return 0;
+}
+
+/* Called with each occurrence (literal k at p); nonzero stops the scan. */
+typedef int (*on_literal)(void *context, Py_ssize_t k, Py_ssize_t p);
+
+static inline int
+match_at(const unsigned char *data, Py_ssize_t size, const Literals *lits, Py_ssize_t p,
+         on_literal found, void *context)
+{
+    uint32_t which = lits->second[data[p + 1]];
+    for (Py_ssize_t k = 0; which; k++, which >>= 1)
+        if ((which & 1) && size - p >= lits->size[k]
+            && memcmp(data + p, lits->text[k], lits->size[k]) == 0 && found(context, k, p))
+            return -1;
+    return 0;
+}
+
+/* Every occurrence of the literals that starts in [from, to), in order (an occurrence
+   may run on past `to`, up to the data's `size`). */
+static int
+scan_literals(const unsigned char *data, Py_ssize_t size, Py_ssize_t from, Py_ssize_t to,
+              const Literals *lits, on_literal found, void *context)
+{
+    Py_ssize_t i = from, last = to < size - 1 ? to : size - 1; /* a `"` needs a next byte */
+#ifdef __SSE2__
+    /* 16 positions at a time: a `"` whose next byte is some literal's second byte (up
+       to four such bytes, repeated to make four, for a loop of fixed length) */
+    if (lits->letters >= 1 && lits->letters <= 4) {
+        __m128i letter[4];
+        for (int j = 0; j < 4; j++)
+            letter[j] = _mm_set1_epi8((char)lits->letter[j < lits->letters ? j : 0]);
+        const __m128i quote = _mm_set1_epi8('"');
+        for (; i + 16 <= last; i += 16) {
+            __m128i at = _mm_loadu_si128((const __m128i *)(data + i));
+            __m128i next = _mm_loadu_si128((const __m128i *)(data + i + 1));
+            __m128i any = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(next, letter[0]), _mm_cmpeq_epi8(next, letter[1])),
+                _mm_or_si128(_mm_cmpeq_epi8(next, letter[2]), _mm_cmpeq_epi8(next, letter[3])));
+            unsigned mask = (unsigned)_mm_movemask_epi8(
+                _mm_and_si128(_mm_cmpeq_epi8(at, quote), any));
+            for (; mask; mask &= mask - 1)
+                if (match_at(data, size, lits, i + __builtin_ctz(mask), found, context))
+                    return -1;
+        }
+    }
+#endif
+    for (; i < last; i++)
+        if (data[i] == '"' && match_at(data, size, lits, i, found, context))
+            return -1;
+    return 0;
+}
+
+typedef struct {
+    Positions found[MAX_LITERALS];
+} Found;
+
+static int
+append_position(void *context, Py_ssize_t k, Py_ssize_t p)
+{
+    return push(&((Found *)context)->found[k], p);
+}
+
 PyDoc_STRVAR(literal_positions_doc,
 "literal_positions(data, literals) -> list of positions\n\n"
 "For each literal (bytes of two or more that start with `\"`): the ascending\n"
@@ -114,87 +211,103 @@ static PyObject *
 literal_positions(PyObject *module, PyObject *args)
 {
     Py_buffer buf;
-    PyObject *literals;
-    if (!PyArg_ParseTuple(args, "y*O!:literal_positions", &buf, &PyTuple_Type, &literals))
+    PyObject *tuple;
+    Literals lits;
+    Found found;
+    if (!PyArg_ParseTuple(args, "y*O!:literal_positions", &buf, &PyTuple_Type, &tuple))
         return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(literals);
-    const char *text[MAX_LITERALS];
-    Py_ssize_t size[MAX_LITERALS];
-    Positions found[MAX_LITERALS];
-    uint32_t second[256] = {0}; /* per second byte: the literals that have it */
-    if (count > MAX_LITERALS) {
-        PyBuffer_Release(&buf);
-        return PyErr_Format(PyExc_ValueError, "at most %d literals at a time", MAX_LITERALS);
-    }
-    for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *item = PyTuple_GET_ITEM(literals, k);
-        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) < 2
-            || PyBytes_AS_STRING(item)[0] != '"') {
-            PyBuffer_Release(&buf);
-            return PyErr_Format(PyExc_ValueError,
-                                "literals are bytes of two or more that start with `\"`");
-        }
-        text[k] = PyBytes_AS_STRING(item);
-        size[k] = PyBytes_GET_SIZE(item);
-        second[(unsigned char)text[k][1]] |= (uint32_t)1 << k;
-        found[k] = (Positions){0};
-    }
-    const unsigned char *start = buf.buf;
-    Py_ssize_t n = buf.len, i = 0;
-    int failed = 0;
-#define CHECK(at)                                                                       \
-    do {                                                                                \
-        Py_ssize_t p_ = (at);                                                           \
-        uint32_t which = second[start[p_ + 1]];                                         \
-        for (Py_ssize_t k = 0; which && !failed; k++, which >>= 1)                      \
-            if ((which & 1) && n - p_ >= size[k] && memcmp(start + p_, text[k], size[k]) == 0) \
-                failed = push(&found[k], p_) < 0;                                       \
-    } while (0)
-#ifdef __SSE2__
-    /* 16 positions at a time: a `"` whose next byte is some literal's second byte
-       (up to four such bytes, repeated to make four, for a loop of fixed length) */
-    __m128i letter[4];
-    int letters = 0;
-    for (int byte = 0; byte < 256; byte++)
-        if (second[byte] && letters++ < 4)
-            letter[letters - 1] = _mm_set1_epi8((char)byte);
-    if (letters >= 1 && letters <= 4) {
-        for (int j = letters; j < 4; j++)
-            letter[j] = letter[0];
-        const __m128i quote = _mm_set1_epi8('"');
-        for (; !failed && i + 17 <= n; i += 16) {
-            __m128i at = _mm_loadu_si128((const __m128i *)(start + i));
-            __m128i next = _mm_loadu_si128((const __m128i *)(start + i + 1));
-            __m128i any = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(next, letter[0]), _mm_cmpeq_epi8(next, letter[1])),
-                _mm_or_si128(_mm_cmpeq_epi8(next, letter[2]), _mm_cmpeq_epi8(next, letter[3])));
-            unsigned mask = (unsigned)_mm_movemask_epi8(
-                _mm_and_si128(_mm_cmpeq_epi8(at, quote), any));
-            while (mask && !failed) {
-                CHECK(i + __builtin_ctz(mask));
-                mask &= mask - 1;
-            }
-        }
-    }
-#endif
-    for (; !failed && i + 1 < n; i++)
-        if (start[i] == '"')
-            CHECK(i);
-#undef CHECK
+    memset(&found, 0, sizeof found);
+    int failed = literals_from(tuple, &lits) < 0
+                 || scan_literals(buf.buf, buf.len, 0, buf.len, &lits, append_position,
+                                  &found) < 0;
     PyBuffer_Release(&buf);
-    PyObject *out = failed ? NULL : PyList_New(count);
-    for (Py_ssize_t k = 0; k < count; k++) {
-        if (out == NULL) {
-            PyMem_Free(found[k].items);
+    PyObject *out = failed ? NULL : PyList_New(lits.count);
+    for (Py_ssize_t k = 0; k < MAX_LITERALS; k++) {
+        if (out == NULL || k >= lits.count) {
+            PyMem_Free(found.found[k].items);
             continue;
         }
-        PyObject *positions = as_bytearray(&found[k]);
+        PyObject *positions = as_bytearray(&found.found[k]);
         if (positions == NULL)
             Py_CLEAR(out);
         else
             PyList_SET_ITEM(out, k, positions);
     }
     return out;
+}
+
+typedef struct {
+    Py_ssize_t events, event;
+    int64_t *first; /* [literal][event] */
+    int32_t *count;
+} PerEvent;
+
+static int
+count_in_event(void *context, Py_ssize_t k, Py_ssize_t p)
+{
+    PerEvent *per = context;
+    Py_ssize_t at = k * per->events + per->event;
+    if (per->count[at]++ == 0)
+        per->first[at] = p;
+    return 0;
+}
+
+static int column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name);
+
+PyDoc_STRVAR(event_keys_doc,
+"event_keys(data, starts, ends, literals) -> (first, count)\n\n"
+"Per literal and per event [starts[i], ends[i]): where its first occurrence starts\n"
+"(-1 without one) and how many start in the event, as int64 and int32\n"
+"bytearrays laid out [literal][event] (keyscan.EventKeys).");
+
+static PyObject *
+event_keys(PyObject *module, PyObject *args)
+{
+    Py_buffer buf, starts, ends;
+    PyObject *starts_obj, *ends_obj, *tuple, *first = NULL, *count = NULL;
+    Literals lits;
+    if (!PyArg_ParseTuple(args, "y*OOO!:event_keys", &buf, &starts_obj, &ends_obj,
+                          &PyTuple_Type, &tuple))
+        return NULL;
+    if (column(starts_obj, &starts, -1, "starts") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    Py_ssize_t n = starts.len / 8;
+    if (column(ends_obj, &ends, n, "ends") < 0) {
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (literals_from(tuple, &lits) < 0)
+        goto done;
+    first = PyByteArray_FromStringAndSize(NULL, lits.count * n * 8);
+    count = PyByteArray_FromStringAndSize(NULL, lits.count * n * 4);
+    if (first == NULL || count == NULL)
+        goto done;
+    PerEvent per = {n, 0, (int64_t *)PyByteArray_AS_STRING(first),
+                    (int32_t *)PyByteArray_AS_STRING(count)};
+    memset(per.first, 0xff, lits.count * n * 8); /* -1 */
+    memset(per.count, 0, lits.count * n * 4);
+    const int64_t *s = starts.buf, *e = ends.buf;
+    for (; per.event < n; per.event++) {
+        int64_t from = s[per.event], to = e[per.event];
+        if (from < 0 || to > buf.len || from > to) {
+            PyErr_Format(PyExc_ValueError, "event %zd lies outside the data", per.event);
+            goto done;
+        }
+        scan_literals(buf.buf, buf.len, from, to, &lits, count_in_event, &per);
+    }
+done:
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&buf);
+    if (PyErr_Occurred()) {
+        Py_XDECREF(first);
+        Py_XDECREF(count);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", first, count);
 }
 
 /* An int64 column given as a buffer, of `count` items (any number when count < 0). */
@@ -494,11 +607,43 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(continues_doc,
+"continues(data, positions, literal) -> bytearray\n\n"
+"Per position of the int64 array: 1 where `literal` starts there, else 0\n"
+"(keyscan.KeyScan.continues).");
+
+static PyObject *
+continues(PyObject *module, PyObject *args)
+{
+    Py_buffer buf, at, literal;
+    PyObject *at_obj;
+    if (!PyArg_ParseTuple(args, "y*Oy*:continues", &buf, &at_obj, &literal))
+        return NULL;
+    PyObject *out = NULL;
+    if (column(at_obj, &at, -1, "positions") == 0) {
+        Py_ssize_t count = at.len / 8;
+        out = PyByteArray_FromStringAndSize(NULL, count);
+        if (out != NULL) {
+            const int64_t *p = at.buf;
+            char *ok = PyByteArray_AS_STRING(out);
+            for (Py_ssize_t i = 0; i < count; i++)
+                ok[i] = p[i] >= 0 && p[i] <= buf.len - literal.len
+                        && memcmp((const char *)buf.buf + p[i], literal.buf, literal.len) == 0;
+        }
+        PyBuffer_Release(&at);
+    }
+    PyBuffer_Release(&literal);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
     {"splice", splice, METH_VARARGS, splice_doc},
     {"integer_ends", integer_ends, METH_VARARGS, integer_ends_doc},
+    {"event_keys", event_keys, METH_VARARGS, event_keys_doc},
+    {"continues", continues, METH_VARARGS, continues_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -97,6 +97,10 @@ class KeyScan:
 
     def continues(self, positions: np.ndarray, literal: bytes) -> np.ndarray:
         """Per position: does `literal` start there?"""
+        if speedups.native is not None:
+            ok = speedups.native.continues(self.data, np.ascontiguousarray(positions, np.int64),
+                                           literal)
+            return np.frombuffer(ok, bool)
         view = self.view
         last = len(view) - 1
         ok = positions <= len(view) - len(literal)
@@ -138,7 +142,8 @@ class EventKeys:
     """Per event [start, end) of a chunk: where quoted keys occur, each key counted once.
 
     The duplicate check and the splice positions ask about the same keys of the same
-    events; the first letters of the `keys` they will ask about are found in one pass.
+    events; the `keys` they will ask about are found in one pass (numpy finds their
+    first two bytes in one).
     """
 
     def __init__(self, scan: KeyScan, starts: np.ndarray, ends: np.ndarray,
@@ -146,16 +151,31 @@ class EventKeys:
         self.scan = scan
         self.starts = starts
         self.ends = ends
-        scan.find_literals(keys)
-        self._found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._found: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._find(keys)
 
-    def __call__(self, key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(positions of `key` in the chunk, per event the index of its first, its count)."""
-        found = self._found.get(key)
-        if found is None:
+    def __call__(self, key: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """Per event: (where its first `key` starts, -1 without one; how many it has)."""
+        if key not in self._found:
+            self._find((key,))
+        return self._found[key]
+
+    def _find(self, keys: tuple[bytes, ...]) -> None:
+        keys = tuple(dict.fromkeys(keys))
+        if speedups.native is not None:
+            first, count = speedups.native.event_keys(
+                self.scan.data, np.ascontiguousarray(self.starts, np.int64),
+                np.ascontiguousarray(self.ends, np.int64), keys)
+            first = np.frombuffer(first, np.int64).reshape(len(keys), -1)
+            count = np.frombuffer(count, np.int32).reshape(len(keys), -1)
+            self._found.update(zip(keys, zip(first, count)))
+            return
+        self.scan.find_literals(keys)
+        for key in keys:
             positions = self.scan.positions(key)
-            found = self._found[key] = (positions, *per_event(positions, self.starts, self.ends))
-        return found
+            index, count = per_event(positions, self.starts, self.ends)
+            first = positions[np.minimum(index, len(positions) - 1)] if len(positions) else index
+            self._found[key] = (np.where(count > 0, first, -1), count)
 
 
 SPLICE_FIELDS = [("pid_start", "<i4"), ("pid_end", "<i4"), ("tid_start", "<i4"),
@@ -205,9 +225,9 @@ def _value_spans(keys: EventKeys, literal: bytes):
     The key is counted in every spelling (`"pid"`), so an event whose top-level key
     is spelled otherwise is not fooled by Kineto's spelling in a nested object.
     """
-    positions, first, count = keys(literal[: literal.index(b'"', 1) + 1])
+    first, count = keys(literal[: literal.index(b'"', 1) + 1])
     found = np.flatnonzero(count == 1)
-    at = positions[first[found]]
+    at = first[found]
     spelled = keys.scan.continues(at, literal)
     found, at = found[spelled], at[spelled]
     begin = at + len(literal)
@@ -222,14 +242,11 @@ def _args_braces(keys: EventKeys) -> np.ndarray:
     Counting every `"args"` token, not only Kineto's spelling, keeps an event whose
     args are spelled differently from getting a second "args" member.
     """
-    positions, first, count = keys(b'"args"')
+    first, count = keys(b'"args"')
     braces = np.where(count == 0, NO_ARGS, ODD_ARGS)
-    kineto = keys.scan.followed_by(positions, _ARGS)
-    if len(kineto):
-        one = np.flatnonzero(count == 1)
-        start = positions[first[one]]
-        good = one[kineto[np.minimum(np.searchsorted(kineto, start), len(kineto) - 1)] == start]
-        braces[good] = positions[first[good]] + len(_ARGS)
+    one = np.flatnonzero(count == 1)
+    good = one[keys.scan.continues(first[one], _ARGS)]
+    braces[good] = first[good] + len(_ARGS)
     return braces
 
 

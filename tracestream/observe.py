@@ -659,7 +659,7 @@ class _Observer:
         at = cand_of[slices]
         suspect = np.zeros(len(at), bool)
         for key in _MOVED_KEYS:
-            suspect |= keys(key)[2][at] > 1
+            suspect |= keys(key)[1][at] > 1
         for k in np.flatnonzero(suspect).tolist():
             dup = _duplicate_key(self.raw(slices[k]))
             if dup is not None:
