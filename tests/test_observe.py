@@ -160,3 +160,27 @@ def test_a_matched_kernel_with_a_duplicate_key_is_refused():
     with pytest.raises(ChunkError, match="duplicate key `ts`") as refused:
         observe_chunk(b", ".join([*quiet, doubled]), 100, ctx)
     assert refused.value.local == 3
+
+
+def test_slices_get_tracks_and_groups_in_order_of_first_appearance():
+    """Tracks are (pid, tid), groups (pid, device) with scopes a group of their own; an
+    object as a device is refused at its event."""
+    def event(cat, pid, tid, args=b""):
+        return (b'{"ph": "X", "cat": "%b", "name": "k", "pid": %b, "tid": %b, "ts": 1, '
+                b'"dur": 1%b}' % (cat, pid, tid, args))
+    events = [
+        event(b"kernel", b"1", b"7", b', "args": {"device": 0}'),
+        event(b"gpu_user_annotation", b"1", b"9", b', "args": {"device": 0}'),
+        event(b"kernel", b'"gpu"', b"7"),
+        event(b"gpu_memcpy", b"1", b"8", b', "args": {"device": "0"}'),
+        event(b"kernel", b"1", b"7", b', "args": {"device": 0.0}'),
+    ]
+    facts = observe_chunk(b", ".join(events), 0, Context(count_names=True, records=False))
+    assert facts.tracks == [(1, 7), (1, 9), ("gpu", 7), (1, 8)]
+    assert facts.groups == [(1, 0), (1, "scopes"), ("gpu", None), (1, "0")]
+    assert facts.slices["track"].tolist() == [0, 1, 2, 3, 0]
+    assert facts.slices["group"].tolist() == [0, 1, 2, 3, 0]  # 0.0 == 0, as a dict has it
+    odd = event(b"kernel", b"1", b"7", b', "args": {"device": {"id": 0}}')
+    with pytest.raises(ChunkError, match="`args.device` of a GPU event") as refused:
+        observe_chunk(b", ".join([*events, odd]), 0, Context(count_names=True, records=False))
+    assert refused.value.local == 5

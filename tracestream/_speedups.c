@@ -637,6 +637,121 @@ continues(PyObject *module, PyObject *args)
     return out;
 }
 
+/* The code of (a, b) among `keys` (appended, with the next code, when new); -1 on error
+   (a TypeError for an unhashable member). */
+static long
+pair_code(PyObject *codes, PyObject *keys, PyObject *a, PyObject *b)
+{
+    PyObject *key = PyTuple_Pack(2, a, b);
+    if (key == NULL)
+        return -1;
+    long code = -1;
+    PyObject *found = PyDict_GetItemWithError(codes, key);
+    if (found != NULL) {
+        code = PyLong_AsLong(found);
+    }
+    else if (!PyErr_Occurred()) {
+        PyObject *next = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+        if (next != NULL && PyDict_SetItem(codes, key, next) == 0
+            && PyList_Append(keys, key) == 0)
+            code = PyList_GET_SIZE(keys) - 1;
+        Py_XDECREF(next);
+    }
+    Py_DECREF(key);
+    return code;
+}
+
+PyDoc_STRVAR(slice_keys_doc,
+"slice_keys(events, indices, scopes, scopes_device)\n"
+"-> (track codes, track keys, group codes, group keys)\n\n"
+"For the events at `indices`: each one's (pid, tid) and (pid, device) as a code\n"
+"(int32 bytearray) into the distinct keys, listed in order of first appearance.\n"
+"The device is args.device (None without args), or `scopes_device` where the\n"
+"byte of `scopes` is set. A TypeError for an unhashable device (observe._intern).");
+
+static PyObject *
+slice_keys(PyObject *module, PyObject *args)
+{
+    PyObject *events, *indices, *scopes_device;
+    Py_buffer scopes;
+    if (!PyArg_ParseTuple(args, "O!O!y*O:slice_keys", &PyList_Type, &events, &PyList_Type,
+                          &indices, &scopes, &scopes_device))
+        return NULL;
+    static PyObject *pid_name, *tid_name, *args_name, *device_name;
+    if (pid_name == NULL) {
+        pid_name = PyUnicode_InternFromString("pid");
+        tid_name = PyUnicode_InternFromString("tid");
+        args_name = PyUnicode_InternFromString("args");
+        device_name = PyUnicode_InternFromString("device");
+        if (!pid_name || !tid_name || !args_name || !device_name) {
+            PyBuffer_Release(&scopes);
+            return NULL;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(indices);
+    PyObject *track_codes = PyByteArray_FromStringAndSize(NULL, n * 4);
+    PyObject *group_codes = PyByteArray_FromStringAndSize(NULL, n * 4);
+    PyObject *track_keys = PyList_New(0), *group_keys = PyList_New(0);
+    PyObject *track_map = PyDict_New(), *group_map = PyDict_New();
+    int ok = track_codes && group_codes && track_keys && group_keys && track_map && group_map;
+    if (ok && scopes.len != n) {
+        PyErr_SetString(PyExc_ValueError, "one scopes flag per index");
+        ok = 0;
+    }
+    const char *scope = scopes.buf;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(indices, i));
+        if (at < 0 || at >= PyList_GET_SIZE(events)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "an index past the events");
+            ok = 0;
+            break;
+        }
+        PyObject *event = PyList_GET_ITEM(events, at);
+        PyObject *pid = PyObject_GetAttr(event, pid_name);
+        PyObject *tid = pid ? PyObject_GetAttr(event, tid_name) : NULL;
+        PyObject *device = NULL;
+        if (tid != NULL) {
+            if (scope[i]) {
+                device = Py_NewRef(scopes_device);
+            }
+            else {
+                PyObject *event_args = PyObject_GetAttr(event, args_name);
+                if (event_args == Py_None)
+                    device = event_args; /* the reference moves over */
+                else if (event_args != NULL) {
+                    device = PyObject_GetAttr(event_args, device_name);
+                    Py_DECREF(event_args);
+                }
+            }
+        }
+        long track = device ? pair_code(track_map, track_keys, pid, tid) : -1;
+        long group = track >= 0 ? pair_code(group_map, group_keys, pid, device) : -1;
+        Py_XDECREF(pid);
+        Py_XDECREF(tid);
+        Py_XDECREF(device);
+        if (group < 0) {
+            ok = 0;
+            break;
+        }
+        ((int32_t *)PyByteArray_AS_STRING(track_codes))[i] = (int32_t)track;
+        ((int32_t *)PyByteArray_AS_STRING(group_codes))[i] = (int32_t)group;
+    }
+    PyBuffer_Release(&scopes);
+    Py_XDECREF(track_map);
+    Py_XDECREF(group_map);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        Py_XDECREF(track_codes);
+        Py_XDECREF(group_codes);
+        Py_XDECREF(track_keys);
+        Py_XDECREF(group_keys);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNN)", track_codes, track_keys, group_codes, group_keys);
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
@@ -644,6 +759,7 @@ static PyMethodDef methods[] = {
     {"integer_ends", integer_ends, METH_VARARGS, integer_ends_doc},
     {"event_keys", event_keys, METH_VARARGS, event_keys_doc},
     {"continues", continues, METH_VARARGS, continues_doc},
+    {"slice_keys", slice_keys, METH_VARARGS, slice_keys_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -514,25 +514,31 @@ class _Observer:
         events = self.events
         sev = [events[i] for i in slices]
         kind_list = kind_of[slices].tolist()
-        devices = [SCOPES if k == GPU_SCOPE else (e.args.device if e.args is not None else None)
-                   for e, k in zip(sev, kind_list)]
-        try:
-            set(devices)
-        except TypeError:  # an object or array as args.device
-            k = next(k for k, d in enumerate(devices) if not _hashable(d))
-            raise self.fail(slices[k], "`args.device` of a GPU event must be a number or a "
-                                       f"string, not {_json_type(devices[k])}") from None
-        if not (self.ctx.bounds or self.ctx.records or self.ctx.count_names):
-            # `anchors`: no per-slice facts are kept, so only the matched kernels go on
-            keep = self._matching(slices, sev, kind_list)
-            slices = [slices[k] for k in keep]
-            sev = [sev[k] for k in keep]
-            kind_list = [kind_list[k] for k in keep]
-            devices = [devices[k] for k in keep]
-            rows = np.empty(len(slices), SLICE_DTYPE)
-        pids = [e.pid for e in sev]
-        tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
-        groups = _intern(self.group, list(zip(pids, devices)))
+        every_slice = self.ctx.bounds or self.ctx.records or self.ctx.count_names
+        ids = self._slice_ids(slices, kind_of) if every_slice else None
+        if ids is None:
+            devices = [SCOPES if k == GPU_SCOPE else
+                       (e.args.device if e.args is not None else None)
+                       for e, k in zip(sev, kind_list)]
+            try:
+                set(devices)
+            except TypeError:  # an object or array as args.device
+                k = next(k for k, d in enumerate(devices) if not _hashable(d))
+                raise self.fail(slices[k], "`args.device` of a GPU event must be a number or "
+                                           f"a string, not {_json_type(devices[k])}") from None
+            if not every_slice:
+                # `anchors`: no per-slice facts are kept, so only the matched kernels go on
+                keep = self._matching(slices, sev, kind_list)
+                slices = [slices[k] for k in keep]
+                sev = [sev[k] for k in keep]
+                kind_list = [kind_list[k] for k in keep]
+                devices = [devices[k] for k in keep]
+                rows = np.empty(len(slices), SLICE_DTYPE)
+            pids = [e.pid for e in sev]
+            tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
+            groups = _intern(self.group, list(zip(pids, devices)))
+        else:
+            tracks, groups = ids
         idx = np.array(slices, np.int64)
         start = ts_ns[idx]
         dur = dur_ns[idx]
@@ -571,6 +577,21 @@ class _Observer:
             matches = self._matches(slices, sev, kernels, names, ts_texts, dur_texts, start, dur,
                                     tracks, groups)
         return rows, matches, kernel_names
+
+    def _slice_ids(self, slices: list[int], kind_of: np.ndarray) -> tuple[list, list] | None:
+        """The slices' track and group ids, as `_intern` gives them, from the C extension
+        (None without it, or where a device cannot be a key: the caller refuses it)."""
+        if speedups.native is None:
+            return None
+        try:
+            track_codes, track_keys, group_codes, group_keys = speedups.native.slice_keys(
+                self.events, slices, kind_of[slices] == GPU_SCOPE, SCOPES)
+        except TypeError:
+            return None
+        track_ids = np.array([self.track(*key) for key in track_keys], np.int64)
+        group_ids = np.array([self.group(*key) for key in group_keys], np.int64)
+        return (track_ids[np.frombuffer(track_codes, np.int32)].tolist(),
+                group_ids[np.frombuffer(group_codes, np.int32)].tolist())
 
     def _hits(self, slices, sev, kernels, names) -> dict:
         """The patterns each distinct kernel name matches (names that match none left out)."""
