@@ -42,9 +42,8 @@ def backend(request, monkeypatch) -> str:
     """Run a test with the C extension, then with the numpy code it mirrors (the
     workers are forked, so they run the same)."""
     if request.param == "C":
-        if speedups.built is None:
-            pytest.fail("tracestream._speedups is not built: `make install` builds it from "
-                        "tracestream/_speedups.c (is a C compiler installed?)")
+        if speedups.built is None:  # test_speedups.test_the_extension_is_built fails
+            pytest.skip("tracestream._speedups is not built")
         monkeypatch.setattr(speedups, "native", speedups.built)
     else:
         monkeypatch.setattr(speedups, "native", None)
