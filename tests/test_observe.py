@@ -184,3 +184,19 @@ def test_slices_get_tracks_and_groups_in_order_of_first_appearance():
     with pytest.raises(ChunkError, match="`args.device` of a GPU event") as refused:
         observe_chunk(b", ".join([*events, odd]), 0, Context(count_names=True, records=False))
     assert refused.value.local == 5
+
+
+def test_phases_and_kinds_are_counted_in_order_of_first_appearance():
+    """Phase counts keep the first-seen order of `ph` (None included); categories are
+    classified once each, and a chunk of many distinct phases is counted all the same."""
+    def event(ph, cat):
+        return b'{"ph": %b, "cat": %b, "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}' % (
+            ph, cat)
+    events = [event(b'"i"', b'"cpu_op"'), event(b'"X"', b'"kernel"'), event(b"null", b"7"),
+              event(b'"X"', b'"gpu_memcpy"'), event(b'"i"', b'"kernel"')]
+    facts = observe_chunk(b", ".join(events), 0, Context())
+    assert list(facts.phase_counts.items()) == [("i", 2), ("X", 2), (None, 1)]
+    assert facts.slices["kind"].tolist() == [KERNEL, MEMCPY]
+    many = [event(b'"p%d"' % k, b'"cpu_op"') for k in range(40)]
+    facts = observe_chunk(b", ".join(many + events), 0, Context())
+    assert len(facts.phase_counts) == 43 and facts.phase_counts["X"] == 2

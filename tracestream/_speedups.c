@@ -9,6 +9,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -752,6 +753,124 @@ slice_keys(PyObject *module, PyObject *args)
     return Py_BuildValue("(NNNN)", track_codes, track_keys, group_codes, group_keys);
 }
 
+/* Where `type` keeps the field `name` of its instances (a msgspec Struct's fields are
+   slots), or -1 when it is not a plain object slot. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, const char *name)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    return member->type == T_OBJECT_EX ? member->offset : -1;
+}
+
+/* The field at `offset` of an object of the expected type (a borrowed reference). */
+static inline PyObject *
+field_at(PyObject *object, Py_ssize_t offset)
+{
+    return *(PyObject **)((char *)object + offset);
+}
+
+#define MAX_PHASES 32
+
+PyDoc_STRVAR(classify_doc,
+"classify(events, phase_codes, other_phase, kinds) -> (phases, kinds, phase counts)\n\n"
+"Per event (msgspec structs of one type, with `ph` and `cat` fields): the code\n"
+"phase_codes.get(ph, other_phase) and kinds[cat], as int8 bytearrays, and how\n"
+"often each ph occurs, in order of first appearance (observe._Observer.run).\n"
+"A TypeError for an unhashable category or more than 32 distinct phases.");
+
+static PyObject *
+classify(PyObject *module, PyObject *args)
+{
+    PyObject *events, *phase_codes, *kinds;
+    int other_phase;
+    if (!PyArg_ParseTuple(args, "O!O!iO!:classify", &PyList_Type, &events, &PyDict_Type,
+                          &phase_codes, &other_phase, &PyDict_Type, &kinds))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    PyObject *phases = PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *kind_codes = PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *counts = PyDict_New();
+    if (phases == NULL || kind_codes == NULL || counts == NULL)
+        goto fail;
+    PyTypeObject *type = n ? Py_TYPE(PyList_GET_ITEM(events, 0)) : NULL;
+    Py_ssize_t ph_at = type ? slot_offset(type, "ph") : -1;
+    Py_ssize_t cat_at = type ? slot_offset(type, "cat") : -1;
+    if (n && (ph_at < 0 || cat_at < 0)) {
+        PyErr_SetString(PyExc_TypeError, "events need `ph` and `cat` slots");
+        goto fail;
+    }
+    char *phase = PyByteArray_AS_STRING(phases), *kind = PyByteArray_AS_STRING(kind_codes);
+    PyObject *seen[MAX_PHASES];
+    Py_ssize_t seen_count[MAX_PHASES];
+    int distinct = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *event = PyList_GET_ITEM(events, i);
+        if (Py_TYPE(event) != type) {
+            PyErr_SetString(PyExc_TypeError, "events of one type");
+            goto fail;
+        }
+        PyObject *ph = field_at(event, ph_at), *cat = field_at(event, cat_at);
+        if (ph == NULL || cat == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "an event without `ph` or `cat`");
+            goto fail;
+        }
+        PyObject *code = PyDict_GetItemWithError(phase_codes, ph);
+        if (code == NULL && PyErr_Occurred())
+            goto fail;
+        phase[i] = (char)(code ? PyLong_AsLong(code) : other_phase);
+        /* count ph among the few distinct ones seen (by identity first) */
+        int j = 0;
+        while (j < distinct && seen[j] != ph)
+            j++;
+        for (int k = 0; j == distinct && k < distinct; k++) {
+            int equal = PyObject_RichCompareBool(seen[k], ph, Py_EQ);
+            if (equal < 0)
+                goto fail;
+            if (equal)
+                j = k;
+        }
+        if (j == distinct) {
+            if (distinct == MAX_PHASES) {
+                PyErr_SetString(PyExc_TypeError, "too many distinct phases");
+                goto fail;
+            }
+            seen[distinct] = ph; /* the events keep it alive */
+            seen_count[distinct++] = 0;
+        }
+        seen_count[j]++;
+        PyObject *found = PyDict_GetItemWithError(kinds, cat);
+        if (found != NULL) {
+            kind[i] = (char)PyLong_AsLong(found);
+            continue;
+        }
+        if (PyErr_Occurred())
+            goto fail;
+        found = PyObject_GetItem(kinds, cat); /* the dict's __missing__ classifies it */
+        if (found == NULL)
+            goto fail;
+        kind[i] = (char)PyLong_AsLong(found);
+        Py_DECREF(found);
+    }
+    for (int j = 0; j < distinct; j++) {
+        PyObject *count = PyLong_FromSsize_t(seen_count[j]);
+        if (count == NULL || PyDict_SetItem(counts, seen[j], count) < 0) {
+            Py_XDECREF(count);
+            goto fail;
+        }
+        Py_DECREF(count);
+    }
+    return Py_BuildValue("(NNN)", phases, kind_codes, counts);
+
+fail:
+    Py_XDECREF(phases);
+    Py_XDECREF(kind_codes);
+    Py_XDECREF(counts);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
@@ -760,6 +879,7 @@ static PyMethodDef methods[] = {
     {"event_keys", event_keys, METH_VARARGS, event_keys_doc},
     {"continues", continues, METH_VARARGS, continues_doc},
     {"slice_keys", slice_keys, METH_VARARGS, slice_keys_doc},
+    {"classify", classify, METH_VARARGS, classify_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -329,18 +329,24 @@ class _Observer:
     def run(self) -> ChunkFacts:
         events = self.events
         n = len(events)
-        phs = [e.ph for e in events]
         # msgspec.Raw texts (bytes-like, empty when absent): bytes only where one is read
         ts_texts = [e.ts for e in events]
         dur_texts = [e.dur for e in events]
         ts_ns, ts_int, has_ts = self._column(ts_texts, "ts")
         dur_ns, dur_int, _ = self._column(dur_texts, "dur")
-        phase = np.fromiter(map(_PHASE_CODES.get, phs, repeat(_OTHER_PHASE)), np.int8, n)
         kinds_of = CategoryKinds()
-        try:
-            kind_of = np.fromiter(map(kinds_of.__getitem__, [e.cat for e in events]), np.int8, n)
-        except TypeError:  # an unhashable category: classify one by one
-            kind_of = np.fromiter((_kind_of(kinds_of, e.cat) for e in events), np.int8, n)
+        classified = self._classified(kinds_of)
+        if classified is not None:
+            phase, kind_of, phase_counts = classified
+        else:
+            phs = [e.ph for e in events]
+            phase = np.fromiter(map(_PHASE_CODES.get, phs, repeat(_OTHER_PHASE)), np.int8, n)
+            phase_counts = Counter(phs)
+            try:
+                kind_of = np.fromiter(map(kinds_of.__getitem__, [e.cat for e in events]),
+                                      np.int8, n)
+            except TypeError:  # an unhashable category: classify one by one
+                kind_of = np.fromiter((_kind_of(kinds_of, e.cat) for e in events), np.int8, n)
         kind_of[phase != _COMPLETE] = -1  # only complete events are activity
         slices = np.flatnonzero((kind_of >= KERNEL) & (kind_of <= GPU_SCOPE)).tolist()
         for i in slices:
@@ -399,8 +405,20 @@ class _Observer:
             kernel_names=kernel_names,
             cpu_annotations=_name_counts(annotations),
             flow_categories=flow_categories,
-            phase_counts=Counter(phs),
+            phase_counts=phase_counts,
         )
+
+    def _classified(self, kinds: CategoryKinds) -> tuple | None:
+        """(phase codes, category kinds, phase counts) of the events from the C extension;
+        None without it, or where it declines (an unhashable category, many phases)."""
+        if speedups.native is None:
+            return None
+        try:
+            phases, kind_codes, counts = speedups.native.classify(
+                self.events, _PHASE_CODES, _OTHER_PHASE, kinds)
+        except TypeError:
+            return None
+        return np.frombuffer(phases, np.int8), np.frombuffer(kind_codes, np.int8), Counter(counts)
 
     def _column(self, texts: list[bytes], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Exact values of a `ts`/`dur` column: (floor ns, integer literal?, present?) per event.
