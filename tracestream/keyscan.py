@@ -1,10 +1,11 @@
-"""Where keys occur in a chunk of JSON text, found with numpy instead of per-event Python.
+"""Where keys occur in a chunk of JSON text, found in bulk instead of per-event Python.
 
 Both passes need the positions of a few quoted keys (`"pid": `, `"ts"`, ...) and
-of the separators between events, in thousands of events per chunk. The keys'
-first two bytes are found together, by OR-ed comparisons over the chunk a
-cache-sized block at a time, the rest checked at the few places left; whitespace
-is stepped over for all candidates at once. The results are token positions, not
+of the separators between events, in thousands of events per chunk. The C
+extension (see speedups) finds them in one pass each. In numpy, the keys' first
+two bytes are found together, by OR-ed comparisons over the chunk a cache-sized
+block at a time, the rest checked at the few places left; whitespace is stepped
+over for all candidates at once. Either way the results are token positions, not
 a parse: a key can also appear inside a string or a nested object, so callers
 count occurrences per event and take the careful path where the count is not
 exactly what a Kineto event has.
