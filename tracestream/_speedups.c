@@ -638,6 +638,25 @@ continues(PyObject *module, PyObject *args)
     return out;
 }
 
+/* Where `type` keeps the field `name` of its instances (a msgspec Struct's fields are
+   slots), or -1 when it is not a plain object slot. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, const char *name)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    return member->type == T_OBJECT_EX ? member->offset : -1;
+}
+
+/* The field at `offset` of an object of the expected type (a borrowed reference). */
+static inline PyObject *
+field_at(PyObject *object, Py_ssize_t offset)
+{
+    return *(PyObject **)((char *)object + offset);
+}
+
 /* The code of (a, b) among `keys` (appended, with the next code, when new); -1 on error
    (a TypeError for an unhashable member). */
 static long
@@ -700,6 +719,8 @@ slice_keys(PyObject *module, PyObject *args)
         ok = 0;
     }
     const char *scope = scopes.buf;
+    PyTypeObject *event_type = NULL, *args_type = NULL;
+    Py_ssize_t pid_at = -1, tid_at = -1, args_at = -1, device_at = -1;
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(indices, i));
         if (at < 0 || at >= PyList_GET_SIZE(events)) {
@@ -709,23 +730,41 @@ slice_keys(PyObject *module, PyObject *args)
             break;
         }
         PyObject *event = PyList_GET_ITEM(events, at);
-        PyObject *pid = PyObject_GetAttr(event, pid_name);
-        PyObject *tid = pid ? PyObject_GetAttr(event, tid_name) : NULL;
+        if (event_type == NULL) { /* the fields' slots, read directly where they are slots */
+            event_type = Py_TYPE(event);
+            pid_at = slot_offset(event_type, "pid");
+            tid_at = slot_offset(event_type, "tid");
+            args_at = slot_offset(event_type, "args");
+        }
+        int slots = Py_TYPE(event) == event_type && pid_at >= 0 && tid_at >= 0 && args_at >= 0;
+        PyObject *pid = slots ? Py_XNewRef(field_at(event, pid_at))
+                              : PyObject_GetAttr(event, pid_name);
+        PyObject *tid = !pid ? NULL : slots ? Py_XNewRef(field_at(event, tid_at))
+                                            : PyObject_GetAttr(event, tid_name);
         PyObject *device = NULL;
         if (tid != NULL) {
             if (scope[i]) {
                 device = Py_NewRef(scopes_device);
             }
             else {
-                PyObject *event_args = PyObject_GetAttr(event, args_name);
+                PyObject *event_args = slots ? Py_XNewRef(field_at(event, args_at))
+                                             : PyObject_GetAttr(event, args_name);
                 if (event_args == Py_None)
                     device = event_args; /* the reference moves over */
                 else if (event_args != NULL) {
-                    device = PyObject_GetAttr(event_args, device_name);
+                    if (args_type == NULL) {
+                        args_type = Py_TYPE(event_args);
+                        device_at = slot_offset(args_type, "device");
+                    }
+                    device = Py_TYPE(event_args) == args_type && device_at >= 0
+                                 ? Py_XNewRef(field_at(event_args, device_at))
+                                 : PyObject_GetAttr(event_args, device_name);
                     Py_DECREF(event_args);
                 }
             }
         }
+        if ((pid == NULL || tid == NULL || device == NULL) && !PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "an event field is unset");
         long track = device ? pair_code(track_map, track_keys, pid, tid) : -1;
         long group = track >= 0 ? pair_code(group_map, group_keys, pid, device) : -1;
         Py_XDECREF(pid);
@@ -751,25 +790,6 @@ slice_keys(PyObject *module, PyObject *args)
         return NULL;
     }
     return Py_BuildValue("(NNNN)", track_codes, track_keys, group_codes, group_keys);
-}
-
-/* Where `type` keeps the field `name` of its instances (a msgspec Struct's fields are
-   slots), or -1 when it is not a plain object slot. */
-static Py_ssize_t
-slot_offset(PyTypeObject *type, const char *name)
-{
-    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
-        return -1;
-    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-    return member->type == T_OBJECT_EX ? member->offset : -1;
-}
-
-/* The field at `offset` of an object of the expected type (a borrowed reference). */
-static inline PyObject *
-field_at(PyObject *object, Py_ssize_t offset)
-{
-    return *(PyObject **)((char *)object + offset);
 }
 
 #define MAX_PHASES 32
@@ -871,6 +891,63 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(first_set_doc,
+"first_set(events, outer, inner, unset) -> int or None\n\n"
+"The index of the first event whose `outer` field is not None and whose\n"
+"outer.inner is not `unset` (observe._Observer._provenance).");
+
+static PyObject *
+first_set(PyObject *module, PyObject *args)
+{
+    PyObject *events, *outer_name, *inner_name, *unset;
+    if (!PyArg_ParseTuple(args, "O!UUO:first_set", &PyList_Type, &events, &outer_name,
+                          &inner_name, &unset))
+        return NULL;
+    PyTypeObject *event_type = NULL, *outer_type = NULL;
+    Py_ssize_t outer_at = -1, inner_at = -1;
+    const char *outer_text = PyUnicode_AsUTF8(outer_name);
+    const char *inner_text = PyUnicode_AsUTF8(inner_name);
+    if (outer_text == NULL || inner_text == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *event = PyList_GET_ITEM(events, i);
+        if (event_type == NULL) {
+            event_type = Py_TYPE(event);
+            outer_at = slot_offset(event_type, outer_text);
+        }
+        PyObject *outer = Py_TYPE(event) == event_type && outer_at >= 0
+                              ? Py_XNewRef(field_at(event, outer_at))
+                              : PyObject_GetAttr(event, outer_name);
+        if (outer == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "an event field is unset");
+            return NULL;
+        }
+        if (outer == Py_None) {
+            Py_DECREF(outer);
+            continue;
+        }
+        if (outer_type == NULL) {
+            outer_type = Py_TYPE(outer);
+            inner_at = slot_offset(outer_type, inner_text);
+        }
+        PyObject *inner = Py_TYPE(outer) == outer_type && inner_at >= 0
+                              ? Py_XNewRef(field_at(outer, inner_at))
+                              : PyObject_GetAttr(outer, inner_name);
+        Py_DECREF(outer);
+        if (inner == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "an event field is unset");
+            return NULL;
+        }
+        int set = inner != unset;
+        Py_DECREF(inner);
+        if (set)
+            return PyLong_FromSsize_t(i);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
@@ -880,6 +957,7 @@ static PyMethodDef methods[] = {
     {"continues", continues, METH_VARARGS, continues_doc},
     {"slice_keys", slice_keys, METH_VARARGS, slice_keys_doc},
     {"classify", classify, METH_VARARGS, classify_doc},
+    {"first_set", first_set, METH_VARARGS, first_set_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {NULL, NULL, 0, NULL},
 };

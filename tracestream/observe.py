@@ -567,8 +567,8 @@ class _Observer:
             ts = timebase.parse_decimal(bytes(ts_texts[i]))
             end[k] = (ts + timebase.parse_decimal(bytes(dur_texts[i]))).ceil_ns()
         if self.ctx.bounds:
-            ts_f = _doubles(start, [ts_texts[i] for i in slices], inexact)
-            dur_f = _doubles(dur, [dur_texts[i] for i in slices], inexact)
+            ts_f = _doubles(start, ts_texts, slices, inexact)
+            dur_f = _doubles(dur, dur_texts, slices, inexact)
             lo, hi = importer_bounds(start, end, ts_f, dur_f, ts_int[idx], dur_int[idx], dur)
         else:
             lo, hi = start, end
@@ -780,6 +780,8 @@ class _Observer:
     def _provenance(self) -> int | None:
         """The first event whose args hold the provenance key (whatever its value)."""
         unset = msgspec.UNSET
+        if speedups.native is not None:
+            return speedups.native.first_set(self.events, "args", "provenance", unset)
         return next((i for i, e in enumerate(self.events)
                      if e.args is not None and e.args.provenance is not unset), None)
 
@@ -840,8 +842,9 @@ def _ints(blob: bytes) -> np.ndarray:
         return np.fromstring(blob, dtype=np.int64, sep=",")
 
 
-def _doubles(ns: np.ndarray, texts: list, inexact: list[int]) -> np.ndarray:
-    """double(text) for each value, computed from its exact nanoseconds without rounding twice.
+def _doubles(ns: np.ndarray, texts: list, events: list[int], inexact: list[int]) -> np.ndarray:
+    """double(text) for each value, computed from its exact nanoseconds without rounding twice
+    (value k is events[k]'s, whose text is texts[events[k]]).
 
     Below 2**53 ns the integer is exact in a double and one division rounds
     correctly. Above, q + r/1000 is exact while q is in [1000, 2**52) µs. The
@@ -854,9 +857,9 @@ def _doubles(ns: np.ndarray, texts: list, inexact: list[int]) -> np.ndarray:
         out[big] = q.astype(np.float64) + r.astype(np.float64) / 1000.0
         unsafe = np.flatnonzero(big)[(np.abs(q) < 1000) | (np.abs(q) >= 2**52)].tolist()
         for k in unsafe:
-            out[k] = float(bytes(texts[k]))
+            out[k] = float(bytes(texts[events[k]]))
     for k in inexact:
-        out[k] = float(bytes(texts[k]))
+        out[k] = float(bytes(texts[events[k]]))
     return out
 
 
