@@ -657,6 +657,31 @@ field_at(PyObject *object, Py_ssize_t offset)
     return *(PyObject **)((char *)object + offset);
 }
 
+/* A field of objects that are mostly of one type: read from its slot in objects of
+   the first type seen, with getattr in any other. */
+typedef struct {
+    PyObject *name;
+    const char *text;
+    PyTypeObject *type;
+    Py_ssize_t offset;
+} Field;
+
+/* The field's value (a new reference), or NULL with an exception. */
+static PyObject *
+read_field(PyObject *object, Field *field)
+{
+    if (field->type == NULL) {
+        field->type = Py_TYPE(object);
+        field->offset = slot_offset(field->type, field->text);
+    }
+    PyObject *value = Py_TYPE(object) == field->type && field->offset >= 0
+                          ? Py_XNewRef(field_at(object, field->offset))
+                          : PyObject_GetAttr(object, field->name);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_AttributeError, "an event's `%s` is unset", field->text);
+    return value;
+}
+
 /* The code of (a, b) among `keys` (appended, with the next code, when new); -1 on error
    (a TypeError for an unhashable member). */
 static long
@@ -719,8 +744,9 @@ slice_keys(PyObject *module, PyObject *args)
         ok = 0;
     }
     const char *scope = scopes.buf;
-    PyTypeObject *event_type = NULL, *args_type = NULL;
-    Py_ssize_t pid_at = -1, tid_at = -1, args_at = -1, device_at = -1;
+    Field pid_field = {pid_name, "pid", NULL, -1}, tid_field = {tid_name, "tid", NULL, -1};
+    Field args_field = {args_name, "args", NULL, -1};
+    Field device_field = {device_name, "device", NULL, -1};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(indices, i));
         if (at < 0 || at >= PyList_GET_SIZE(events)) {
@@ -730,41 +756,23 @@ slice_keys(PyObject *module, PyObject *args)
             break;
         }
         PyObject *event = PyList_GET_ITEM(events, at);
-        if (event_type == NULL) { /* the fields' slots, read directly where they are slots */
-            event_type = Py_TYPE(event);
-            pid_at = slot_offset(event_type, "pid");
-            tid_at = slot_offset(event_type, "tid");
-            args_at = slot_offset(event_type, "args");
-        }
-        int slots = Py_TYPE(event) == event_type && pid_at >= 0 && tid_at >= 0 && args_at >= 0;
-        PyObject *pid = slots ? Py_XNewRef(field_at(event, pid_at))
-                              : PyObject_GetAttr(event, pid_name);
-        PyObject *tid = !pid ? NULL : slots ? Py_XNewRef(field_at(event, tid_at))
-                                            : PyObject_GetAttr(event, tid_name);
+        PyObject *pid = read_field(event, &pid_field);
+        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
         PyObject *device = NULL;
         if (tid != NULL) {
             if (scope[i]) {
                 device = Py_NewRef(scopes_device);
             }
             else {
-                PyObject *event_args = slots ? Py_XNewRef(field_at(event, args_at))
-                                             : PyObject_GetAttr(event, args_name);
+                PyObject *event_args = read_field(event, &args_field);
                 if (event_args == Py_None)
                     device = event_args; /* the reference moves over */
                 else if (event_args != NULL) {
-                    if (args_type == NULL) {
-                        args_type = Py_TYPE(event_args);
-                        device_at = slot_offset(args_type, "device");
-                    }
-                    device = Py_TYPE(event_args) == args_type && device_at >= 0
-                                 ? Py_XNewRef(field_at(event_args, device_at))
-                                 : PyObject_GetAttr(event_args, device_name);
+                    device = read_field(event_args, &device_field);
                     Py_DECREF(event_args);
                 }
             }
         }
-        if ((pid == NULL || tid == NULL || device == NULL) && !PyErr_Occurred())
-            PyErr_SetString(PyExc_AttributeError, "an event field is unset");
         long track = device ? pair_code(track_map, track_keys, pid, tid) : -1;
         long group = track >= 0 ? pair_code(group_map, group_keys, pid, device) : -1;
         Py_XDECREF(pid);
@@ -903,43 +911,22 @@ first_set(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!UUO:first_set", &PyList_Type, &events, &outer_name,
                           &inner_name, &unset))
         return NULL;
-    PyTypeObject *event_type = NULL, *outer_type = NULL;
-    Py_ssize_t outer_at = -1, inner_at = -1;
-    const char *outer_text = PyUnicode_AsUTF8(outer_name);
-    const char *inner_text = PyUnicode_AsUTF8(inner_name);
-    if (outer_text == NULL || inner_text == NULL)
+    Field outer_field = {outer_name, PyUnicode_AsUTF8(outer_name), NULL, -1};
+    Field inner_field = {inner_name, PyUnicode_AsUTF8(inner_name), NULL, -1};
+    if (outer_field.text == NULL || inner_field.text == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
-        PyObject *event = PyList_GET_ITEM(events, i);
-        if (event_type == NULL) {
-            event_type = Py_TYPE(event);
-            outer_at = slot_offset(event_type, outer_text);
-        }
-        PyObject *outer = Py_TYPE(event) == event_type && outer_at >= 0
-                              ? Py_XNewRef(field_at(event, outer_at))
-                              : PyObject_GetAttr(event, outer_name);
-        if (outer == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_AttributeError, "an event field is unset");
+        PyObject *outer = read_field(PyList_GET_ITEM(events, i), &outer_field);
+        if (outer == NULL)
             return NULL;
-        }
         if (outer == Py_None) {
             Py_DECREF(outer);
             continue;
         }
-        if (outer_type == NULL) {
-            outer_type = Py_TYPE(outer);
-            inner_at = slot_offset(outer_type, inner_text);
-        }
-        PyObject *inner = Py_TYPE(outer) == outer_type && inner_at >= 0
-                              ? Py_XNewRef(field_at(outer, inner_at))
-                              : PyObject_GetAttr(outer, inner_name);
+        PyObject *inner = read_field(outer, &inner_field);
         Py_DECREF(outer);
-        if (inner == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_AttributeError, "an event field is unset");
+        if (inner == NULL)
             return NULL;
-        }
         int set = inner != unset;
         Py_DECREF(inner);
         if (set)
