@@ -378,28 +378,36 @@ def test_a_signal_after_the_commit_decision_keeps_the_files(tmp_path, monkeypatc
 
 
 def test_sigkill_leaves_no_workers(large, tmp_path):
-    """A killed run (OOM killer, kill -9) leaves no output and no orphaned worker process."""
+    """A killed run (OOM killer, kill -9) leaves no output and no orphaned worker process.
+
+    It is killed halfway through its index pass, when the workers are busy: the
+    time comes from a reference run, as the passes take well under a second here.
+    """
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    rewrite, _ = _timeline(command("compact", large, reference / "out.json", "--workers", "2"),
+                           large, reference)
     folder = tmp_path / "out"
     folder.mkdir()
-    for delay in (0.3,):
-        proc = subprocess.Popen(
-            [PYTHON, "-m", "tracestream", *map(str, command(
-                "compact", large, folder / "out.json", "--workers", "2"))],
-            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-        _wait_until_reading(proc.pid, large)
-        time.sleep(delay)
-        proc.kill()
-        proc.wait(timeout=30)
-        deadline = time.monotonic() + 5
-        while _same_group_processes(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        orphans = _same_group_processes(proc.pid)
-        if orphans:
-            os.killpg(proc.pid, signal.SIGKILL)
-        assert not orphans, f"workers outlived their killed parent: {orphans}"
-        assert leftovers(folder) == []
-        TALLY["faults injected (SIGKILL mid-run)"] += 1
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "tracestream", *map(str, command(
+            "compact", large, folder / "out.json", "--workers", "2"))],
+        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    _wait_until_reading(proc.pid, large)
+    time.sleep(rewrite / 2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 5
+    while _same_group_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphans = _same_group_processes(proc.pid)
+    if orphans:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not orphans, f"workers outlived their killed parent: {orphans}"
+    assert leftovers(folder) == []
+    TALLY["faults injected (SIGKILL mid-run)"] += 1
 
 
 # -- the reader of stdout goes away ------------------------------------------------------------
