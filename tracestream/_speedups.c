@@ -1,7 +1,8 @@
-/* The byte scans and the splice that both passes run over every chunk, in C.
+/* The per-chunk work of both passes that numpy and per-event Python did, in C: byte
+   scans of a chunk, reading the decoded events' fields, and the rewrite's splice.
 
-   Each function returns exactly what its numpy counterpart in keyscan.py or
-   rewrite.py returns (the tests compare the two on the same bytes). Those stay
+   Each function returns exactly what the code it stands in for in keyscan.py,
+   observe.py or rewrite.py returns (the tests compare the two). That code stays
    the reference, and the package works without this module: setup.py builds it
    as an optional extension, and tracestream/speedups.py says which one runs.
 
@@ -101,6 +102,24 @@ separators(PyObject *module, PyObject *arg)
         return NULL;
     }
     return Py_BuildValue("(NN)", c, o);
+}
+
+/* An int64 column given as a buffer, of `count` items (any number when count < 0). */
+static int
+column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=')
+        format++;
+    if (view->itemsize != 8 || (count >= 0 && view->len != count * 8)
+        || (strcmp(format, "l") != 0 && strcmp(format, "q") != 0)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s must be contiguous int64", name);
+        return -1;
+    }
+    return 0;
 }
 
 #define MAX_LITERALS 32
@@ -253,8 +272,6 @@ count_in_event(void *context, Py_ssize_t k, Py_ssize_t p)
     return 0;
 }
 
-static int column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name);
-
 PyDoc_STRVAR(event_keys_doc,
 "event_keys(data, starts, ends, literals) -> (first, count)\n\n"
 "Per literal and per event [starts[i], ends[i]): where its first occurrence starts\n"
@@ -311,24 +328,6 @@ done:
     return Py_BuildValue("(NN)", first, count);
 }
 
-/* An int64 column given as a buffer, of `count` items (any number when count < 0). */
-static int
-column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return -1;
-    const char *format = view->format ? view->format : "B";
-    if (format[0] == '<' || format[0] == '=')
-        format++;
-    if (view->itemsize != 8 || (count >= 0 && view->len != count * 8)
-        || (strcmp(format, "l") != 0 && strcmp(format, "q") != 0)) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s must be contiguous int64", name);
-        return -1;
-    }
-    return 0;
-}
-
 enum { PREVIOUS, PID_START, PID_END, TID_START, TID_END, RESUME, ORDINAL, COLUMNS };
 static const char *column_names[COLUMNS] = {
     "previous", "pid_start", "pid_end", "tid_start", "tid_end", "resume", "ordinal"};
@@ -358,6 +357,16 @@ template(PyObject *parts, Template *t)
         t->fixed += t->len[k];
     }
     return 0;
+}
+
+/* Whether the args object whose members start at `inside` has any (the provenance
+   member then takes a `, ` after it). */
+static inline int
+args_have_members(const char *data, Py_ssize_t size, int64_t inside)
+{
+    const unsigned char *q = skip_space((const unsigned char *)data + inside,
+                                        (const unsigned char *)data + size);
+    return q == (const unsigned char *)data + size || *q != '}';
 }
 
 PyDoc_STRVAR(splice_doc,
@@ -427,13 +436,8 @@ splice(PyObject *module, PyObject *args)
                  + snprintf(digits, sizeof digits, "%lld", (long long)c[ORDINAL][i]);
         if (pid != Py_None)
             total += PyBytes_GET_SIZE(pid) - (p1 - p0);
-        if (with_args[i]) {
-            const char *q = data + resume, *end = data + buf.len;
-            while (q < end && is_json_space((unsigned char)*q))
-                q++;
-            if (q == end || *q != '}')
-                total += 2; /* the `, ` before the args' own members */
-        }
+        if (with_args[i] && args_have_members(data, buf.len, resume))
+            total += 2; /* the `, ` before the args' own members */
         last = resume;
     }
 
@@ -465,13 +469,8 @@ splice(PyObject *module, PyObject *args)
         PUT(t->part[2], t->len[2]);
         PUT(digits, len);
         PUT(t->part[3], t->len[3]);
-        if (with_args[i]) {
-            const char *q = data + resume, *end = data + buf.len;
-            while (q < end && is_json_space((unsigned char)*q))
-                q++;
-            if (q == end || *q != '}')
-                PUT(", ", 2);
-        }
+        if (with_args[i] && args_have_members(data, buf.len, resume))
+            PUT(", ", 2);
     }
     PUT(data + last, buf.len - last);
 #undef PUT
@@ -804,7 +803,7 @@ slice_keys(PyObject *module, PyObject *args)
 
 PyDoc_STRVAR(classify_doc,
 "classify(events, phase_codes, other_phase, kinds) -> (phases, kinds, phase counts)\n\n"
-"Per event (msgspec structs of one type, with `ph` and `cat` fields): the code\n"
+"Per event (msgspec structs, with `ph` and `cat` fields): the code\n"
 "phase_codes.get(ph, other_phase) and kinds[cat], as int8 bytearrays, and how\n"
 "often each ph occurs, in order of first appearance (observe._Observer.run).\n"
 "A TypeError for an unhashable category or more than 32 distinct phases.");
@@ -820,31 +819,27 @@ classify(PyObject *module, PyObject *args)
     Py_ssize_t n = PyList_GET_SIZE(events);
     PyObject *phases = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *kind_codes = PyByteArray_FromStringAndSize(NULL, n);
-    PyObject *counts = PyDict_New();
-    if (phases == NULL || kind_codes == NULL || counts == NULL)
-        goto fail;
-    PyTypeObject *type = n ? Py_TYPE(PyList_GET_ITEM(events, 0)) : NULL;
-    Py_ssize_t ph_at = type ? slot_offset(type, "ph") : -1;
-    Py_ssize_t cat_at = type ? slot_offset(type, "cat") : -1;
-    if (n && (ph_at < 0 || cat_at < 0)) {
-        PyErr_SetString(PyExc_TypeError, "events need `ph` and `cat` slots");
-        goto fail;
-    }
-    char *phase = PyByteArray_AS_STRING(phases), *kind = PyByteArray_AS_STRING(kind_codes);
-    PyObject *seen[MAX_PHASES];
+    PyObject *counts = PyDict_New(), *ph = NULL, *cat = NULL;
+    PyObject *seen[MAX_PHASES]; /* the distinct phases, in order of first appearance */
     Py_ssize_t seen_count[MAX_PHASES];
     int distinct = 0;
+    if (phases == NULL || kind_codes == NULL || counts == NULL)
+        goto fail;
+    static PyObject *ph_name, *cat_name;
+    if (ph_name == NULL) {
+        ph_name = PyUnicode_InternFromString("ph");
+        cat_name = PyUnicode_InternFromString("cat");
+        if (!ph_name || !cat_name)
+            goto fail;
+    }
+    Field ph_field = {ph_name, "ph", NULL, -1}, cat_field = {cat_name, "cat", NULL, -1};
+    char *phase = PyByteArray_AS_STRING(phases), *kind = PyByteArray_AS_STRING(kind_codes);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *event = PyList_GET_ITEM(events, i);
-        if (Py_TYPE(event) != type) {
-            PyErr_SetString(PyExc_TypeError, "events of one type");
+        Py_XSETREF(ph, read_field(event, &ph_field));
+        Py_XSETREF(cat, ph ? read_field(event, &cat_field) : NULL);
+        if (cat == NULL)
             goto fail;
-        }
-        PyObject *ph = field_at(event, ph_at), *cat = field_at(event, cat_at);
-        if (ph == NULL || cat == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "an event without `ph` or `cat`");
-            goto fail;
-        }
         PyObject *code = PyDict_GetItemWithError(phase_codes, ph);
         if (code == NULL && PyErr_Occurred())
             goto fail;
@@ -865,7 +860,7 @@ classify(PyObject *module, PyObject *args)
                 PyErr_SetString(PyExc_TypeError, "too many distinct phases");
                 goto fail;
             }
-            seen[distinct] = ph; /* the events keep it alive */
+            seen[distinct] = Py_NewRef(ph);
             seen_count[distinct++] = 0;
         }
         seen_count[j]++;
@@ -890,9 +885,17 @@ classify(PyObject *module, PyObject *args)
         }
         Py_DECREF(count);
     }
+    Py_XDECREF(ph);
+    Py_XDECREF(cat);
+    for (int j = 0; j < distinct; j++)
+        Py_DECREF(seen[j]);
     return Py_BuildValue("(NNN)", phases, kind_codes, counts);
 
 fail:
+    Py_XDECREF(ph);
+    Py_XDECREF(cat);
+    for (int j = 0; j < distinct; j++)
+        Py_DECREF(seen[j]);
     Py_XDECREF(phases);
     Py_XDECREF(kind_codes);
     Py_XDECREF(counts);
@@ -951,7 +954,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "tracestream._speedups",
-    "Byte scans and the splice of both passes, in C (see tracestream/speedups.py).", -1,
+    "The per-chunk work of both passes, in C (see tracestream/speedups.py).", -1,
     methods,
 };
 

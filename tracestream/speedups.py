@@ -1,10 +1,12 @@
 """Which code does the per-chunk byte work: the C extension, or the numpy it mirrors.
 
 `tracestream._speedups` (built from _speedups.c by setup.py where a C compiler is
-available) finds the event separators and key positions of a chunk and splices
-relocated events, in one pass each. The numpy functions in keyscan and rewrite
-return the same and stay the reference; they run when the extension is missing
-or when the environment sets TRACESTREAM_PURE=1 (for comparing the two).
+available) finds a chunk's event separators and key positions, reads the decoded
+events' fields (ts/dur columns, phase and category codes, track and group keys)
+and splices relocated events, each in one pass. The numpy and Python code in
+keyscan, observe and rewrite returns the same and stays the reference; it runs
+when the extension is missing or when the environment sets TRACESTREAM_PURE=1
+(for comparing the two).
 """
 
 from __future__ import annotations
