@@ -659,8 +659,7 @@ field_at(PyObject *object, Py_ssize_t offset)
 /* A field of objects that are mostly of one type: read from its slot in objects of
    the first type seen, with getattr in any other. */
 typedef struct {
-    PyObject *name;
-    const char *text;
+    const char *name;
     PyTypeObject *type;
     Py_ssize_t offset;
 } Field;
@@ -671,13 +670,13 @@ read_field(PyObject *object, Field *field)
 {
     if (field->type == NULL) {
         field->type = Py_TYPE(object);
-        field->offset = slot_offset(field->type, field->text);
+        field->offset = slot_offset(field->type, field->name);
     }
     PyObject *value = Py_TYPE(object) == field->type && field->offset >= 0
                           ? Py_XNewRef(field_at(object, field->offset))
-                          : PyObject_GetAttr(object, field->name);
+                          : PyObject_GetAttrString(object, field->name);
     if (value == NULL && !PyErr_Occurred())
-        PyErr_Format(PyExc_AttributeError, "an event's `%s` is unset", field->text);
+        PyErr_Format(PyExc_AttributeError, "an event's `%s` is unset", field->name);
     return value;
 }
 
@@ -721,17 +720,6 @@ slice_keys(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!y*O:slice_keys", &PyList_Type, &events, &PyList_Type,
                           &indices, &scopes, &scopes_device))
         return NULL;
-    static PyObject *pid_name, *tid_name, *args_name, *device_name;
-    if (pid_name == NULL) {
-        pid_name = PyUnicode_InternFromString("pid");
-        tid_name = PyUnicode_InternFromString("tid");
-        args_name = PyUnicode_InternFromString("args");
-        device_name = PyUnicode_InternFromString("device");
-        if (!pid_name || !tid_name || !args_name || !device_name) {
-            PyBuffer_Release(&scopes);
-            return NULL;
-        }
-    }
     Py_ssize_t n = PyList_GET_SIZE(indices);
     PyObject *track_codes = PyByteArray_FromStringAndSize(NULL, n * 4);
     PyObject *group_codes = PyByteArray_FromStringAndSize(NULL, n * 4);
@@ -743,9 +731,8 @@ slice_keys(PyObject *module, PyObject *args)
         ok = 0;
     }
     const char *scope = scopes.buf;
-    Field pid_field = {pid_name, "pid", NULL, -1}, tid_field = {tid_name, "tid", NULL, -1};
-    Field args_field = {args_name, "args", NULL, -1};
-    Field device_field = {device_name, "device", NULL, -1};
+    Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
+    Field args_field = {"args", NULL, -1}, device_field = {"device", NULL, -1};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(indices, i));
         if (at < 0 || at >= PyList_GET_SIZE(events)) {
@@ -825,14 +812,7 @@ classify(PyObject *module, PyObject *args)
     int distinct = 0;
     if (phases == NULL || kind_codes == NULL || counts == NULL)
         goto fail;
-    static PyObject *ph_name, *cat_name;
-    if (ph_name == NULL) {
-        ph_name = PyUnicode_InternFromString("ph");
-        cat_name = PyUnicode_InternFromString("cat");
-        if (!ph_name || !cat_name)
-            goto fail;
-    }
-    Field ph_field = {ph_name, "ph", NULL, -1}, cat_field = {cat_name, "cat", NULL, -1};
+    Field ph_field = {"ph", NULL, -1}, cat_field = {"cat", NULL, -1};
     char *phase = PyByteArray_AS_STRING(phases), *kind = PyByteArray_AS_STRING(kind_codes);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *event = PyList_GET_ITEM(events, i);
@@ -910,13 +890,10 @@ PyDoc_STRVAR(first_set_doc,
 static PyObject *
 first_set(PyObject *module, PyObject *args)
 {
-    PyObject *events, *outer_name, *inner_name, *unset;
-    if (!PyArg_ParseTuple(args, "O!UUO:first_set", &PyList_Type, &events, &outer_name,
-                          &inner_name, &unset))
-        return NULL;
-    Field outer_field = {outer_name, PyUnicode_AsUTF8(outer_name), NULL, -1};
-    Field inner_field = {inner_name, PyUnicode_AsUTF8(inner_name), NULL, -1};
-    if (outer_field.text == NULL || inner_field.text == NULL)
+    PyObject *events, *unset;
+    Field outer_field = {NULL, NULL, -1}, inner_field = {NULL, NULL, -1};
+    if (!PyArg_ParseTuple(args, "O!ssO:first_set", &PyList_Type, &events, &outer_field.name,
+                          &inner_field.name, &unset))
         return NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *outer = read_field(PyList_GET_ITEM(events, i), &outer_field);
