@@ -80,6 +80,10 @@ SWEEP_DTYPE = np.dtype([
 ])
 """Slices and flows for the plan's time sweep (lane allocation and flow binding)."""
 
+PEAK_DTYPE = np.dtype([("key", "<i8"), ("tie", "<i8"), ("hi", "<i8"), ("group", "<i4")])
+"""Slices only, for `inspect`'s peak overlaps: a third the bytes of a SWEEP_DTYPE row, and
+`tie` numbers the rows as they come, so the spill's sort never meets ties out of order."""
+
 _FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
 _NO_ID = NO_ID
@@ -198,7 +202,8 @@ class IndexBuilder:
         self._group_list: list[tuple] = []
         self.group_stats: dict[int, GroupStats] = {}
         self.spans = RecordStore(SPAN_DTYPE, tmpdir=options.tmpdir)
-        self.sweep = RecordStore(SWEEP_DTYPE, sort_keys=("key", "tie"), tmpdir=options.tmpdir)
+        self.sweep = RecordStore(SWEEP_DTYPE if options.records else PEAK_DTYPE,
+                                 sort_keys=("key", "tie"), tmpdir=options.tmpdir)
         self.flow_id_store = RecordStore(_FLOW_ID_DTYPE, tmpdir=options.tmpdir)
         self.flow_text_ids: dict[int, Any] = {}
         self.flow_tracks: set[int] = set()
@@ -320,7 +325,9 @@ class IndexBuilder:
             first, last = int(rows["lo"][mask].min()), int(rows["hi"][mask].max())
             stats.first_ns = first if stats.first_ns is None else min(stats.first_ns, first)
             stats.last_ns = last if stats.last_ns is None else max(stats.last_ns, last)
-        if not (self.options.records or self.options.sweep):
+        if not self.options.records:
+            if self.options.sweep:
+                self._peak_rows(rows, groups)
             return
         batch = np.empty(len(rows), SWEEP_DTYPE)
         cand = rows["cand"].astype(np.int64) + cand_base
@@ -333,6 +340,14 @@ class IndexBuilder:
         batch["group"] = groups[local_group]
         batch["kind"] = kind
         batch["cand"] = cand
+        self.sweep.append(batch)
+
+    def _peak_rows(self, rows: np.ndarray, groups) -> None:
+        batch = np.empty(len(rows), PEAK_DTYPE)
+        batch["key"] = rows["lo"]
+        batch["tie"] = np.arange(len(self.sweep), len(self.sweep) + len(rows))
+        batch["hi"] = rows["hi"]
+        batch["group"] = groups[rows["group"]]
         self.sweep.append(batch)
 
     def _flows(self, facts: ChunkFacts, tracks, cand_base: int) -> None:

@@ -20,7 +20,7 @@ from tracestream.api import compile_pattern
 from tracestream.errors import TraceError
 from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import on_gpu, select_gpu
-from tracestream.index import FLOW, SCOPES, IndexOptions, Match, TraceIndex, run_index
+from tracestream.index import SCOPES, IndexOptions, Match, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
 from tracestream.matches import MatchView
@@ -314,12 +314,12 @@ def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True,
 
 def peak_overlaps(index: TraceIndex, groups: set[int]) -> dict[int, GroupLanes]:
     """The greedy lane allocator over each activity group: lanes = peak overlap (= what
-    compaction would need), and the time the last lane opened."""
+    compaction would need), and the time the last lane opened. The read-only index's
+    sweep holds slices only (index.PEAK_DTYPE)."""
     states: dict[int, GroupLanes] = {g: GroupLanes() for g in groups}
     for block in index.sweep.sorted_blocks():
-        keep = block["kind"] != FLOW
         for g in groups:
-            mask = keep & (block["group"] == g)
+            mask = block["group"] == g
             if not mask.any():
                 continue
             states[g].place_block(block["key"][mask], block["hi"][mask])
