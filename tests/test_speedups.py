@@ -14,10 +14,10 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import REAL_WITH_GPU, ROOT, TRACESTREAM, layers_args, real_trace
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tracestream import keyscan, speedups
+from tracestream import keyscan, observe, speedups
 
 C = speedups.built
 
@@ -130,6 +130,43 @@ def test_splice_refuses_ranges_out_of_order():
     columns[5] = np.array([len(data) + 5], np.int64)
     with pytest.raises(ValueError, match="out of order"):
         C.splice(data, tuple(columns), np.array([True]), [b"99"], [None], parts, parts)
+
+
+_KEY_MEMBERS = st.one_of(st.integers(-3, 400), st.sampled_from(
+    [b"1.0", b"0.0", b"-0.0", b"true", b"9223372036854775807", b"-9223372036854775808",
+     b"9223372036854775808", b"123456789012345678901234567890", b'"1"', b'"gpu"', b"null"]))
+
+
+def _member(value) -> bytes:
+    return value if isinstance(value, bytes) else b"%d" % value
+
+
+def _int_or_text(member) -> bool:
+    """What a pid or tid may be."""
+    return not isinstance(member, bytes) or member.lstrip(b"-").isdigit() or member[:1] == b'"'
+
+
+@needs_c
+@given(st.lists(st.tuples(_KEY_MEMBERS.filter(_int_or_text), _KEY_MEMBERS.filter(_int_or_text),
+                          _KEY_MEMBERS, st.booleans()),
+                min_size=1, max_size=700))
+@example([(k % 3, k % 450, [k % 5, b"1.0", b"true"][k % 3], k % 7 == 0) for k in range(900)])
+def test_slice_keys_number_tracks_and_groups_as_a_dict_does(members):
+    """(pid, tid) and (pid, device) codes, as observe numbers them: ints by value however
+    large, and 1, 1.0 and true one key, as in a dict; past 256 distinct keys too."""
+    events = b", ".join(
+        b'{"ph": "X", "cat": "%b", "name": "k", "pid": %b, "tid": %b, "ts": 1, "dur": 1, '
+        b'"args": {"device": %b}}' % (b"gpu_user_annotation" if scope else b"kernel",
+                                      _member(pid), _member(tid), _member(device))
+        for pid, tid, device, scope in members)
+    context = observe.Context(count_names=True, records=False)
+    with_c = observe.observe_chunk(events, 0, context)
+    with_numpy = _numpy(observe.observe_chunk, events, 0, context)
+    assert with_c.tracks == with_numpy.tracks
+    assert with_c.groups == with_numpy.groups
+    assert [type(x) for key in with_c.groups for x in key] == [
+        type(x) for key in with_numpy.groups for x in key]
+    assert with_c.slices.tobytes() == with_numpy.slices.tobytes()
 
 
 def _both_ways(*args) -> tuple[bytes, bytes]:

@@ -704,6 +704,103 @@ pair_code(PyObject *codes, PyObject *keys, PyObject *a, PyObject *b)
     return code;
 }
 
+/* A cache of pair_code's answers for pairs of exact ints, by value: most GPU events'
+   pid, tid and device are small ints, and a tuple and a dict lookup per event cost
+   more than the rest of slice_keys. Only a cache: every code still comes from the dict
+   the first time, so the codes and the order of the keys are pair_code's. */
+typedef struct {
+    int64_t *a, *b;
+    int32_t *code; /* -1: empty */
+    Py_ssize_t cap, used;
+} IntPairs;
+
+static void
+int_pairs_free(IntPairs *pairs)
+{
+    PyMem_Free(pairs->a);
+    PyMem_Free(pairs->b);
+    PyMem_Free(pairs->code);
+    memset(pairs, 0, sizeof *pairs);
+}
+
+static Py_ssize_t
+int_pair_slot(const IntPairs *pairs, int64_t a, int64_t b)
+{
+    uint64_t h = ((uint64_t)a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b * 0xC2B2AE3D27D4EB4Full);
+    Py_ssize_t mask = pairs->cap - 1;
+    for (Py_ssize_t at = (Py_ssize_t)((h ^ (h >> 29)) & (uint64_t)mask);; at = (at + 1) & mask) {
+        if (pairs->code[at] < 0 || (pairs->a[at] == a && pairs->b[at] == b))
+            return at;
+    }
+}
+
+/* Room for one more pair (the table stays at most half full); 0 on failure. */
+static int
+int_pairs_reserve(IntPairs *pairs)
+{
+    if (2 * (pairs->used + 1) <= pairs->cap)
+        return 1;
+    IntPairs bigger = {NULL, NULL, NULL, pairs->cap ? 2 * pairs->cap : 256, pairs->used};
+    bigger.a = PyMem_Malloc(bigger.cap * sizeof(int64_t));
+    bigger.b = PyMem_Malloc(bigger.cap * sizeof(int64_t));
+    bigger.code = PyMem_Malloc(bigger.cap * sizeof(int32_t));
+    if (bigger.a == NULL || bigger.b == NULL || bigger.code == NULL) {
+        int_pairs_free(&bigger);
+        PyErr_NoMemory();
+        return 0;
+    }
+    memset(bigger.code, 0xff, bigger.cap * sizeof(int32_t));
+    for (Py_ssize_t i = 0; i < pairs->cap; i++) {
+        if (pairs->code[i] >= 0) {
+            Py_ssize_t at = int_pair_slot(&bigger, pairs->a[i], pairs->b[i]);
+            bigger.a[at] = pairs->a[i];
+            bigger.b[at] = pairs->b[i];
+            bigger.code[at] = pairs->code[i];
+        }
+    }
+    int_pairs_free(pairs);
+    *pairs = bigger;
+    return 1;
+}
+
+/* The value of an exact int that fits in 64 bits, in *value; 0 for anything else. */
+static int
+exact_int(PyObject *object, int64_t *value)
+{
+    if (!PyLong_CheckExact(object))
+        return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(object, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *value = v;
+    return 1;
+}
+
+/* pair_code, answered from `pairs` where a and b are exact ints. */
+static long
+cached_pair_code(IntPairs *pairs, PyObject *codes, PyObject *keys, PyObject *a, PyObject *b)
+{
+    int64_t x, y;
+    if (!exact_int(a, &x) || !exact_int(b, &y))
+        return pair_code(codes, keys, a, b);
+    if (!int_pairs_reserve(pairs))
+        return -1;
+    Py_ssize_t at = int_pair_slot(pairs, x, y);
+    if (pairs->code[at] >= 0)
+        return pairs->code[at];
+    long code = pair_code(codes, keys, a, b);
+    if (code >= 0) {
+        pairs->a[at] = x;
+        pairs->b[at] = y;
+        pairs->code[at] = (int32_t)code;
+        pairs->used++;
+    }
+    return code;
+}
+
 PyDoc_STRVAR(slice_keys_doc,
 "slice_keys(events, indices, scopes, scopes_device)\n"
 "-> (track codes, track keys, group codes, group keys)\n\n"
@@ -733,6 +830,7 @@ slice_keys(PyObject *module, PyObject *args)
     const char *scope = scopes.buf;
     Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
     Field args_field = {"args", NULL, -1}, device_field = {"device", NULL, -1};
+    IntPairs track_pairs = {0}, group_pairs = {0};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(indices, i));
         if (at < 0 || at >= PyList_GET_SIZE(events)) {
@@ -759,8 +857,10 @@ slice_keys(PyObject *module, PyObject *args)
                 }
             }
         }
-        long track = device ? pair_code(track_map, track_keys, pid, tid) : -1;
-        long group = track >= 0 ? pair_code(group_map, group_keys, pid, device) : -1;
+        long track = device ? cached_pair_code(&track_pairs, track_map, track_keys, pid, tid) : -1;
+        long group = track >= 0
+                         ? cached_pair_code(&group_pairs, group_map, group_keys, pid, device)
+                         : -1;
         Py_XDECREF(pid);
         Py_XDECREF(tid);
         Py_XDECREF(device);
@@ -772,6 +872,8 @@ slice_keys(PyObject *module, PyObject *args)
         ((int32_t *)PyByteArray_AS_STRING(group_codes))[i] = (int32_t)group;
     }
     PyBuffer_Release(&scopes);
+    int_pairs_free(&track_pairs);
+    int_pairs_free(&group_pairs);
     Py_XDECREF(track_map);
     Py_XDECREF(group_map);
     if (!ok) {
