@@ -146,6 +146,33 @@ def test_only_complete_events_are_activity_and_odd_categories_are_other():
     assert facts.phase_counts == {"X": 3, "i": 1, "s": 1, "M": 1}
 
 
+@pytest.mark.parametrize("lacking, missing", [
+    (b'"pid": 0, "ts": 3, "dur": 1', "tid"),
+    (b'"tid": 7, "ts": 3, "dur": 1', "pid"),
+    (b'"pid": null, "tid": 7, "ts": 3, "dur": 1', "pid"),
+    (b'"pid": 0, "tid": 7, "dur": 1', "ts"),
+    (b'"pid": 0, "tid": 7, "ts": 3', "dur"),
+    (b'"tid": 7, "dur": 1', "ts"),
+])
+def test_the_first_gpu_event_without_a_place_is_refused_by_what_it_lacks(lacking, missing):
+    """A GPU slice needs pid, tid, ts and dur (named in that order of checking); host
+    events and flows may lack them, and a flow without them binds nothing."""
+    events = [
+        b'{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 1}',
+        b'{"ph": "s", "cat": "ac2g", "id": 1, "pid": 0, "ts": 2}',
+        b'{"ph": "f", "cat": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 2}',
+        b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 1}',
+    ]
+    facts = observe_chunk(b", ".join(events), 0, Context())
+    assert facts.candidates["index"].tolist() == [2, 3]
+    assert facts.candidates["kind"].tolist() == [FLOW, KERNEL]
+    placeless = b'{"ph": "X", "cat": "kernel", "name": "k", %b}' % lacking
+    later = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 4}'
+    with pytest.raises(ChunkError, match=f"GPU activity event has no `{missing}`") as refused:
+        observe_chunk(b", ".join([*events, placeless, later]), 0, Context())
+    assert refused.value.local == 4
+
+
 def test_a_matched_kernel_with_a_duplicate_key_is_refused():
     """The anchors' ts, dur, name... are read: a second value for one is refused, while the
     same words as values (counted at first, then parsed) are no duplicate."""

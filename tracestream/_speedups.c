@@ -891,10 +891,12 @@ slice_keys(PyObject *module, PyObject *args)
 #define MAX_PHASES 32
 
 PyDoc_STRVAR(classify_doc,
-"classify(events, phase_codes, other_phase, kinds) -> (phases, kinds, phase counts)\n\n"
-"Per event (msgspec structs, with `ph` and `cat` fields): the code\n"
-"phase_codes.get(ph, other_phase) and kinds[cat], as int8 bytearrays, and how\n"
-"often each ph occurs, in order of first appearance (observe._Observer.run).\n"
+"classify(events, phase_codes, other_phase, kinds)\n"
+"-> (phases, kinds, owned, phase counts)\n\n"
+"Per event (msgspec structs, with `ph`, `cat`, `pid` and `tid` fields): the code\n"
+"phase_codes.get(ph, other_phase) and kinds[cat], as int8 bytearrays, whether\n"
+"it has both a pid and a tid (not None, as a bool bytearray), and how often each ph\n"
+"occurs, in order of first appearance (observe._Observer.run).\n"
 "A TypeError for an unhashable category or more than 32 distinct phases.");
 
 static PyObject *
@@ -908,20 +910,30 @@ classify(PyObject *module, PyObject *args)
     Py_ssize_t n = PyList_GET_SIZE(events);
     PyObject *phases = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *kind_codes = PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *owners = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *counts = PyDict_New(), *ph = NULL, *cat = NULL;
     PyObject *seen[MAX_PHASES]; /* the distinct phases, in order of first appearance */
     Py_ssize_t seen_count[MAX_PHASES];
     int distinct = 0;
-    if (phases == NULL || kind_codes == NULL || counts == NULL)
+    if (phases == NULL || kind_codes == NULL || owners == NULL || counts == NULL)
         goto fail;
     Field ph_field = {"ph", NULL, -1}, cat_field = {"cat", NULL, -1};
+    Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
     char *phase = PyByteArray_AS_STRING(phases), *kind = PyByteArray_AS_STRING(kind_codes);
+    char *owned = PyByteArray_AS_STRING(owners);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *event = PyList_GET_ITEM(events, i);
         Py_XSETREF(ph, read_field(event, &ph_field));
         Py_XSETREF(cat, ph ? read_field(event, &cat_field) : NULL);
         if (cat == NULL)
             goto fail;
+        PyObject *pid = read_field(event, &pid_field);
+        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
+        owned[i] = tid != NULL && pid != Py_None && tid != Py_None;
+        Py_XDECREF(pid);
+        if (tid == NULL)
+            goto fail;
+        Py_DECREF(tid);
         PyObject *code = PyDict_GetItemWithError(phase_codes, ph);
         if (code == NULL && PyErr_Occurred())
             goto fail;
@@ -971,7 +983,7 @@ classify(PyObject *module, PyObject *args)
     Py_XDECREF(cat);
     for (int j = 0; j < distinct; j++)
         Py_DECREF(seen[j]);
-    return Py_BuildValue("(NNN)", phases, kind_codes, counts);
+    return Py_BuildValue("(NNNN)", phases, kind_codes, owners, counts);
 
 fail:
     Py_XDECREF(ph);
@@ -980,6 +992,7 @@ fail:
         Py_DECREF(seen[j]);
     Py_XDECREF(phases);
     Py_XDECREF(kind_codes);
+    Py_XDECREF(owners);
     Py_XDECREF(counts);
     return NULL;
 }

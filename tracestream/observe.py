@@ -333,11 +333,11 @@ class _Observer:
         ts_texts = [e.ts for e in events]
         dur_texts = [e.dur for e in events]
         ts_ns, ts_int, has_ts = self._column(ts_texts, "ts")
-        dur_ns, dur_int, _ = self._column(dur_texts, "dur")
+        dur_ns, dur_int, has_dur = self._column(dur_texts, "dur")
         kinds_of = CategoryKinds()
         classified = self._classified(kinds_of)
         if classified is not None:
-            phase, kind_of, phase_counts = classified
+            phase, kind_of, owned, phase_counts = classified
         else:
             phs = [e.ph for e in events]
             phase = np.fromiter(map(_PHASE_CODES.get, phs, repeat(_OTHER_PHASE)), np.int8, n)
@@ -347,16 +347,18 @@ class _Observer:
                                       np.int8, n)
             except TypeError:  # an unhashable category: classify one by one
                 kind_of = np.fromiter((_kind_of(kinds_of, e.cat) for e in events), np.int8, n)
+            owned = np.fromiter((e.pid is not None and e.tid is not None for e in events),
+                                bool, n)
         kind_of[phase != _COMPLETE] = -1  # only complete events are activity
         slices = np.flatnonzero((kind_of >= KERNEL) & (kind_of <= GPU_SCOPE)).tolist()
-        for i in slices:
+        complete = has_ts[slices] & has_dur[slices] & owned[slices]
+        if not complete.all():
+            i = slices[int(np.argmin(complete))]
             e = events[i]
-            if not ts_texts[i] or not dur_texts[i] or e.pid is None or e.tid is None:
-                missing = ("ts" if not ts_texts[i] else "dur" if not dur_texts[i]
-                           else "pid" if e.pid is None else "tid")
-                raise self.fail(i, f"GPU activity event has no `{missing}`")
-        flows = [i for i in np.flatnonzero(phase == _FLOW).tolist() if ts_texts[i]
-                 and events[i].pid is not None and events[i].tid is not None]
+            missing = ("ts" if not ts_texts[i] else "dur" if not dur_texts[i]
+                       else "pid" if e.pid is None else "tid")
+            raise self.fail(i, f"GPU activity event has no `{missing}`")
+        flows = np.flatnonzero((phase == _FLOW) & has_ts & owned).tolist()
         metas = np.flatnonzero(phase == _METADATA).tolist()
         guides = np.flatnonzero(kind_of == LAYER_GUIDE).tolist()
         other_mask = np.ones(n, bool)
@@ -409,16 +411,18 @@ class _Observer:
         )
 
     def _classified(self, kinds: CategoryKinds) -> tuple | None:
-        """(phase codes, category kinds, phase counts) of the events from the C extension;
-        None without it, or where it declines (an unhashable category, many phases)."""
+        """(phase codes, category kinds, has a pid and a tid, phase counts) of the events,
+        from the C extension; None without it, or where it declines (an unhashable
+        category, many phases)."""
         if speedups.native is None:
             return None
         try:
-            phases, kind_codes, counts = speedups.native.classify(
+            phases, kind_codes, owners, counts = speedups.native.classify(
                 self.events, _PHASE_CODES, _OTHER_PHASE, kinds)
         except TypeError:
             return None
-        return np.frombuffer(phases, np.int8), np.frombuffer(kind_codes, np.int8), Counter(counts)
+        return (np.frombuffer(phases, np.int8), np.frombuffer(kind_codes, np.int8),
+                np.frombuffer(owners, bool), Counter(counts))
 
     def _column(self, texts: list[bytes], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Exact values of a `ts`/`dur` column: (floor ns, integer literal?, present?) per event.
