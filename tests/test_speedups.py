@@ -169,6 +169,28 @@ def test_slice_keys_number_tracks_and_groups_as_a_dict_does(members):
     assert with_c.slices.tobytes() == with_numpy.slices.tobytes()
 
 
+_NAMES = st.sampled_from([b'"k"', b'"\\u006b"', b'"gemm"', b'"g\\u00e9mm"', b"1", b"1.0", b"true",
+                          b"null", b'""', b'{"a": 1}', b"[1]"])
+
+
+@needs_c
+@given(st.lists(st.tuples(_NAMES, st.integers(0, 3), st.sampled_from([b"kernel", b"gpu_memcpy"])),
+                min_size=1, max_size=60))
+def test_kernel_names_are_counted_as_a_counter_counts(kernels):
+    """Per group and in order of first appearance: equal names one key ("k" and its
+    escape, 1 and 1.0 and true), and an object or array as a name counted by its text."""
+    events = b", ".join(
+        b'{"ph": "X", "cat": "%b", "name": %b, "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
+        b'"args": {"device": %d}}' % (cat, name, device) for name, device, cat in kernels)
+    context = observe.Context(count_names=True, records=False)
+    with_c = observe.observe_chunk(events, 0, context).kernel_names
+    with_numpy = _numpy(observe.observe_chunk, events, 0, context).kernel_names
+    assert [(g, list(c.items())) for g, c in with_c.items()] == [
+        (g, list(c.items())) for g, c in with_numpy.items()]
+    assert [type(name) for c in with_c.values() for name in c] == [
+        type(name) for c in with_numpy.values() for name in c]
+
+
 def _both_ways(*args) -> tuple[bytes, bytes]:
     """The output of one CLI run with the C extension and one with numpy (each in its own
     folder: the output names its report)."""

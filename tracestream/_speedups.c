@@ -1030,6 +1030,76 @@ first_set(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* list[at] for an index read from another list, or NULL with an IndexError. */
+static PyObject *
+item_at(PyObject *list, PyObject *index)
+{
+    Py_ssize_t at = PyLong_AsSsize_t(index);
+    if (at < 0 || at >= PyList_GET_SIZE(list)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_IndexError, "an index past the list");
+        return NULL;
+    }
+    return PyList_GET_ITEM(list, at);
+}
+
+PyDoc_STRVAR(name_counts_doc,
+"name_counts(events, slices, kernels, groups) -> {group: {name: count}}\n\n"
+"For each k in `kernels`, the event events[slices[k]] counted by its `name`\n"
+"under groups[k]: groups and names in order of first appearance, equal names\n"
+"counted as one key, as Counter counts them (observe._Observer._kernel_names).\n"
+"A TypeError for an unhashable name.");
+
+static PyObject *
+name_counts(PyObject *module, PyObject *args)
+{
+    PyObject *events, *slices, *kernels, *groups;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:name_counts", &PyList_Type, &events, &PyList_Type,
+                          &slices, &PyList_Type, &kernels, &PyList_Type, &groups))
+        return NULL;
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    Field name_field = {"name", NULL, -1};
+    PyObject *group = NULL, *counts = NULL; /* borrowed: the last group and its counts */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
+        PyObject *k = PyList_GET_ITEM(kernels, i);
+        PyObject *slice = item_at(slices, k);
+        PyObject *event = slice ? item_at(events, slice) : NULL;
+        PyObject *its_group = event ? item_at(groups, k) : NULL;
+        if (its_group == NULL)
+            goto fail;
+        if (its_group != group) {
+            group = its_group;
+            counts = PyDict_GetItemWithError(out, group);
+            if (counts == NULL) {
+                if (PyErr_Occurred() || (counts = PyDict_New()) == NULL)
+                    goto fail;
+                int stored = PyDict_SetItem(out, group, counts);
+                Py_DECREF(counts); /* `out` holds it */
+                if (stored < 0)
+                    goto fail;
+            }
+        }
+        PyObject *name = read_field(event, &name_field);
+        if (name == NULL)
+            goto fail;
+        PyObject *count = PyDict_GetItemWithError(counts, name);
+        PyObject *more = count != NULL ? PyLong_FromSsize_t(PyLong_AsSsize_t(count) + 1)
+                         : PyErr_Occurred() ? NULL : PyLong_FromLong(1);
+        int stored = more != NULL ? PyDict_SetItem(counts, name, more) : -1;
+        Py_DECREF(name);
+        Py_XDECREF(more);
+        if (stored < 0)
+            goto fail;
+    }
+    return out;
+
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
@@ -1040,6 +1110,7 @@ static PyMethodDef methods[] = {
     {"slice_keys", slice_keys, METH_VARARGS, slice_keys_doc},
     {"classify", classify, METH_VARARGS, classify_doc},
     {"first_set", first_set, METH_VARARGS, first_set_doc},
+    {"name_counts", name_counts, METH_VARARGS, name_counts_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -588,17 +588,28 @@ class _Observer:
         kernels = np.flatnonzero(kind_a == KERNEL).tolist()
         if not kernels:
             return rows, matches, kernel_names
-        names = [sev[k].name for k in kernels]
         if self.ctx.count_names:
-            kernel_groups = [groups[k] for k in kernels]
-            distinct = dict.fromkeys(kernel_groups)
-            for group in distinct:  # mostly one: no tuple per kernel
-                kernel_names[group] = _name_counts(names if len(distinct) == 1 else [
-                    name for name, g in zip(names, kernel_groups) if g == group])
+            kernel_names = self._kernel_names(slices, sev, kernels, groups)
         if patterns:
+            names = [sev[k].name for k in kernels]
             matches = self._matches(slices, sev, kernels, names, ts_texts, dur_texts, start, dur,
                                     tracks, groups)
         return rows, matches, kernel_names
+
+    def _kernel_names(self, slices, sev, kernels, groups) -> dict[int, Counter]:
+        """How often each kernel name occurs, per (chunk-local) group."""
+        if speedups.native is not None:
+            try:
+                counted = speedups.native.name_counts(self.events, slices, kernels, groups)
+                return {group: Counter(counts) for group, counts in counted.items()}
+            except TypeError:  # an object or array as a name: counted by its JSON text below
+                pass
+        names = [sev[k].name for k in kernels]
+        kernel_groups = [groups[k] for k in kernels]
+        distinct = dict.fromkeys(kernel_groups)
+        return {group: _name_counts(names if len(distinct) == 1 else [  # mostly one group
+                    name for name, g in zip(names, kernel_groups) if g == group])
+                for group in distinct}
 
     def _slice_ids(self, slices: list[int], kind_of: np.ndarray) -> tuple[list, list] | None:
         """The slices' track and group ids, as `_intern` gives them, from the C extension
