@@ -17,6 +17,7 @@ from tracestream.observe import (
     META,
     ChunkError,
     Context,
+    Event,
     _Observer,
     kineto_decimals,
     observe_chunk,
@@ -70,8 +71,8 @@ def test_a_column_read_at_once_holds_each_exact_value(texts, key):
     """Whichever code reads the column (the C extension, numpy, or one value at a time),
     each value is its floor in ns, whether it is an integer literal, and whether it is
     there at all, as timebase gives them one by one; a value out of range is refused."""
-    events = [msgspec.Raw(t) for t in texts]
-    observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), [None] * len(texts))
+    events = [Event(**{key: msgspec.Raw(t)}) for t in texts]
+    observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
     expected, refused = [], False
     for text in texts:
         if not text:
@@ -82,7 +83,7 @@ def test_a_column_read_at_once_holds_each_exact_value(texts, key):
         expected.append((timebase.parse_decimal(text).floor_ns(),
                          timebase.is_integer_text(text), True))
     try:
-        ns, integer, present = observer._column(events, key)
+        ns, integer, present = observer._column(key)
     except ChunkError:
         assert refused
         return
@@ -171,6 +172,20 @@ def test_the_first_gpu_event_without_a_place_is_refused_by_what_it_lacks(lacking
     with pytest.raises(ChunkError, match=f"GPU activity event has no `{missing}`") as refused:
         observe_chunk(b", ".join([*events, placeless, later]), 0, Context())
     assert refused.value.local == 4
+
+
+def test_flow_ids_are_packed_where_they_are_small_integers_and_kept_otherwise():
+    """A flow's id goes in its packed row when it is an integer within ±2**62; any other id
+    (text, a big number, none) is kept as it is, by candidate, for messages."""
+    ids = [b"5", b'"abc"', b"4611686018427387904", b"-7", None, b"1.0"]
+    events = [b'{"ph": "s", "cat": "ac2g", %b"pid": 0, "tid": 7, "ts": %d}' % (
+        b'"id": %b, ' % i if i is not None else b"", k) for k, i in enumerate(ids)]
+    facts = observe_chunk(b", ".join(events), 0, Context())
+    no_id = -(2**63)
+    assert facts.flows["id"].tolist() == [5, no_id, no_id, -7, no_id, no_id]
+    assert facts.flows["ts"].tolist() == [0, 1000, 2000, 3000, 4000, 5000]
+    assert facts.flow_ids == {1: "abc", 2: 2**62, 4: None, 5: 1.0}
+    assert facts.flow_categories == {"ac2g": 6}
 
 
 def test_a_matched_kernel_with_a_duplicate_key_is_refused():

@@ -531,9 +531,53 @@ integer_ends(PyObject *module, PyObject *args)
     return out;
 }
 
+/* Where `type` keeps the field `name` of its instances (a msgspec Struct's fields are
+   slots), or -1 when it is not a plain object slot. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, const char *name)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    return member->type == T_OBJECT_EX ? member->offset : -1;
+}
+
+/* The field at `offset` of an object of the expected type (a borrowed reference). */
+static inline PyObject *
+field_at(PyObject *object, Py_ssize_t offset)
+{
+    return *(PyObject **)((char *)object + offset);
+}
+
+/* A field of objects that are mostly of one type: read from its slot in objects of
+   the first type seen, with getattr in any other. */
+typedef struct {
+    const char *name;
+    PyTypeObject *type;
+    Py_ssize_t offset;
+} Field;
+
+/* The field's value (a new reference), or NULL with an exception. */
+static PyObject *
+read_field(PyObject *object, Field *field)
+{
+    if (field->type == NULL) {
+        field->type = Py_TYPE(object);
+        field->offset = slot_offset(field->type, field->name);
+    }
+    PyObject *value = Py_TYPE(object) == field->type && field->offset >= 0
+                          ? Py_XNewRef(field_at(object, field->offset))
+                          : PyObject_GetAttrString(object, field->name);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_AttributeError, "an event's `%s` is unset", field->name);
+    return value;
+}
+
 PyDoc_STRVAR(decimal_column_doc,
-"decimal_column(texts, signed) -> (ns, present, decimals) or None\n\n"
-"A ts or dur column (JSON number texts, empty where absent) in Kineto's shapes:\n"
+"decimal_column(events, key, signed) -> (ns, present, decimals) or None\n\n"
+"The events' `key` field (msgspec.Raw number texts, empty where absent) as a ts or\n"
+"dur column, in Kineto's shapes:\n"
 "every present text an integer (decimals 0) or every one with three decimals\n"
 "(decimals 3), below 9e15 us, and not negative unless `signed`. Gives the values\n"
 "in ns (int64 bytearray, 0 where absent), which are present (a bytearray of 0/1)\n"
@@ -545,11 +589,13 @@ PyDoc_STRVAR(decimal_column_doc,
 static PyObject *
 decimal_column(PyObject *module, PyObject *args)
 {
-    PyObject *texts;
+    PyObject *events;
+    Field field = {NULL, NULL, -1};
     int is_signed;
-    if (!PyArg_ParseTuple(args, "O!p:decimal_column", &PyList_Type, &texts, &is_signed))
+    if (!PyArg_ParseTuple(args, "O!sp:decimal_column", &PyList_Type, &events, &field.name,
+                          &is_signed))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(texts);
+    Py_ssize_t n = PyList_GET_SIZE(events);
     PyObject *ns_obj = PyByteArray_FromStringAndSize(NULL, n * 8);
     PyObject *present_obj = PyByteArray_FromStringAndSize(NULL, n);
     if (ns_obj == NULL || present_obj == NULL)
@@ -559,7 +605,10 @@ decimal_column(PyObject *module, PyObject *args)
     int decimals = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_buffer view;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(texts, i), &view, PyBUF_SIMPLE) < 0)
+        PyObject *text = read_field(PyList_GET_ITEM(events, i), &field);
+        int viewed = text != NULL ? PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) : -1;
+        Py_XDECREF(text); /* the event holds the text while it is viewed */
+        if (viewed < 0)
             goto fail;
         const unsigned char *t = view.buf;
         Py_ssize_t len = view.len, at = 0;
@@ -635,49 +684,6 @@ continues(PyObject *module, PyObject *args)
     PyBuffer_Release(&literal);
     PyBuffer_Release(&buf);
     return out;
-}
-
-/* Where `type` keeps the field `name` of its instances (a msgspec Struct's fields are
-   slots), or -1 when it is not a plain object slot. */
-static Py_ssize_t
-slot_offset(PyTypeObject *type, const char *name)
-{
-    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
-        return -1;
-    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-    return member->type == T_OBJECT_EX ? member->offset : -1;
-}
-
-/* The field at `offset` of an object of the expected type (a borrowed reference). */
-static inline PyObject *
-field_at(PyObject *object, Py_ssize_t offset)
-{
-    return *(PyObject **)((char *)object + offset);
-}
-
-/* A field of objects that are mostly of one type: read from its slot in objects of
-   the first type seen, with getattr in any other. */
-typedef struct {
-    const char *name;
-    PyTypeObject *type;
-    Py_ssize_t offset;
-} Field;
-
-/* The field's value (a new reference), or NULL with an exception. */
-static PyObject *
-read_field(PyObject *object, Field *field)
-{
-    if (field->type == NULL) {
-        field->type = Py_TYPE(object);
-        field->offset = slot_offset(field->type, field->name);
-    }
-    PyObject *value = Py_TYPE(object) == field->type && field->offset >= 0
-                          ? Py_XNewRef(field_at(object, field->offset))
-                          : PyObject_GetAttrString(object, field->name);
-    if (value == NULL && !PyErr_Occurred())
-        PyErr_Format(PyExc_AttributeError, "an event's `%s` is unset", field->name);
-    return value;
 }
 
 /* The code of (a, b) among `keys` (appended, with the next code, when new); -1 on error

@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -275,6 +276,19 @@ def observe_received_chunk(slot: int, length: int, offset: int, ctx: Context) ->
     return observe_chunk(received(slot, length), offset, ctx)
 
 
+class _Texts:
+    """The `ts` or `dur` texts of a chunk's events, read where one is needed."""
+
+    __slots__ = ("events", "read")
+
+    def __init__(self, events: list[Event], key: str):
+        self.events = events
+        self.read = attrgetter(key)
+
+    def __getitem__(self, i: int) -> msgspec.Raw:
+        return self.read(self.events[i])
+
+
 class _Observer:
     def __init__(self, data: bytes, offset: int, ctx: Context, events: list[Event]):
         self.data = data
@@ -330,10 +344,10 @@ class _Observer:
         events = self.events
         n = len(events)
         # msgspec.Raw texts (bytes-like, empty when absent): bytes only where one is read
-        ts_texts = [e.ts for e in events]
-        dur_texts = [e.dur for e in events]
-        ts_ns, ts_int, has_ts = self._column(ts_texts, "ts")
-        dur_ns, dur_int, has_dur = self._column(dur_texts, "dur")
+        ts_texts = _Texts(events, "ts")
+        dur_texts = _Texts(events, "dur")
+        ts_ns, ts_int, has_ts = self._column("ts")
+        dur_ns, dur_int, has_dur = self._column("dur")
         kinds_of = CategoryKinds()
         classified = self._classified(kinds_of)
         if classified is not None:
@@ -424,8 +438,9 @@ class _Observer:
         return (np.frombuffer(phases, np.int8), np.frombuffer(kind_codes, np.int8),
                 np.frombuffer(owners, bool), Counter(counts))
 
-    def _column(self, texts: list[bytes], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Exact values of a `ts`/`dur` column: (floor ns, integer literal?, present?) per event.
+    def _column(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Exact values of the `ts` or `dur` column: (floor ns, integer literal?, present?) per
+        event.
 
         Absent values are 0 (their events are never read). Kineto's shapes (three
         decimals, or integers) are parsed a column at a time (by the C extension
@@ -434,12 +449,13 @@ class _Observer:
         and values out of range are refused.
         """
         if speedups.native is not None:
-            column = speedups.native.decimal_column(texts, key != "dur")
+            column = speedups.native.decimal_column(self.events, key, key != "dur")
             if column is not None:
                 ns, present, decimals = column
                 has = np.frombuffer(present, bool)
                 integer = has if decimals == 0 else np.zeros_like(has)
                 return np.frombuffer(ns, np.int64), integer, has
+        texts = list(map(attrgetter(key), self.events))
         lengths = np.fromiter(map(len, texts), np.int64, len(texts))
         has = lengths > 0
         present = list(filter(None, texts))
@@ -534,11 +550,13 @@ class _Observer:
         if not n:
             return rows, {}, kernel_names
         events = self.events
-        sev = [events[i] for i in slices]
-        kind_list = kind_of[slices].tolist()
+        kind_a = kind_of[slices]
         every_slice = self.ctx.bounds or self.ctx.records or self.ctx.count_names
         ids = self._slice_ids(slices, kind_of) if every_slice else None
+        sev = None  # the slices' events, where a step reads them one by one
         if ids is None:
+            sev = [events[i] for i in slices]
+            kind_list = kind_a.tolist()
             devices = [SCOPES if k == GPU_SCOPE else
                        (e.args.device if e.args is not None else None)
                        for e, k in zip(sev, kind_list)]
@@ -553,8 +571,8 @@ class _Observer:
                 keep = self._matching(slices, sev, kind_list)
                 slices = [slices[k] for k in keep]
                 sev = [sev[k] for k in keep]
-                kind_list = [kind_list[k] for k in keep]
                 devices = [devices[k] for k in keep]
+                kind_a = kind_a[keep]
                 rows = np.empty(len(slices), SLICE_DTYPE)
             pids = [e.pid for e in sev]
             tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
@@ -576,7 +594,6 @@ class _Observer:
             lo, hi = importer_bounds(start, end, ts_f, dur_f, ts_int[idx], dur_int[idx], dur)
         else:
             lo, hi = start, end
-        kind_a = np.array(kind_list, np.int8)
         rows["cand"] = cand_of[idx]
         rows["track"] = tracks
         rows["group"] = groups
@@ -589,14 +606,15 @@ class _Observer:
         if not kernels:
             return rows, matches, kernel_names
         if self.ctx.count_names:
-            kernel_names = self._kernel_names(slices, sev, kernels, groups)
+            kernel_names = self._kernel_names(slices, kernels, groups)
         if patterns:
+            sev = sev if sev is not None else [events[i] for i in slices]
             names = [sev[k].name for k in kernels]
             matches = self._matches(slices, sev, kernels, names, ts_texts, dur_texts, start, dur,
                                     tracks, groups)
         return rows, matches, kernel_names
 
-    def _kernel_names(self, slices, sev, kernels, groups) -> dict[int, Counter]:
+    def _kernel_names(self, slices, kernels, groups) -> dict[int, Counter]:
         """How often each kernel name occurs, per (chunk-local) group."""
         if speedups.native is not None:
             try:
@@ -604,7 +622,7 @@ class _Observer:
                 return {group: Counter(counts) for group, counts in counted.items()}
             except TypeError:  # an object or array as a name: counted by its JSON text below
                 pass
-        names = [sev[k].name for k in kernels]
+        names = [self.events[slices[k]].name for k in kernels]
         kernel_groups = [groups[k] for k in kernels]
         distinct = dict.fromkeys(kernel_groups)
         return {group: _name_counts(names if len(distinct) == 1 else [  # mostly one group
@@ -743,21 +761,20 @@ class _Observer:
     def _flows(self, flows, ts_ns, cand_of) -> tuple:
         if not flows:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
-        events = self.events
-        ids: dict[int, Any] = {}
-        rows = []
-        track_of = self.track
-        for _k, i in enumerate(flows):
-            e = events[i]
-            cand = int(cand_of[i])
-            fid = e.id
-            if not (type(fid) is int and -(2**62) < fid < 2**62):
-                ids[cand] = fid
-                fid = NO_ID
-            rows.append((cand, track_of(e.pid, e.tid), int(ts_ns[i]), fid))
-        categories = Counter(
-            e.cat if isinstance(e.cat, str) else str(e.cat) for e in (events[i] for i in flows))
-        return np.array(rows, FLOW_DTYPE), ids, categories
+        fev = [self.events[i] for i in flows]
+        rows = np.empty(len(flows), FLOW_DTYPE)
+        rows["cand"] = cand_of[flows]
+        rows["track"] = _intern(self.track, [(e.pid, e.tid) for e in fev])
+        rows["ts"] = ts_ns[flows]
+        fids = [e.id for e in fev]
+        packed = [fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID for fid in fids]
+        rows["id"] = packed
+        ids: dict[int, Any] = {}  # candidate -> id, for ids that are no such integer
+        if NO_ID in packed:
+            ids = {int(cand): fid for cand, fid, kept in zip(rows["cand"].tolist(), fids, packed)
+                   if kept == NO_ID}
+        categories = Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev)
+        return rows, ids, categories
 
     def _metadata(self, metas: list[int]) -> tuple[list, list, list]:
         thread_meta = []
