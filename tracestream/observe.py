@@ -146,8 +146,8 @@ class ChunkFacts:
     tracks: list[tuple]  # local track id -> (pid, tid)
     groups: list[tuple]  # local group id -> (pid, device or SCOPES)
     candidates: np.ndarray  # CANDIDATE_DTYPE, in file order
-    slices: np.ndarray  # SLICE_DTYPE
-    flows: np.ndarray  # FLOW_DTYPE
+    slices: np.ndarray  # SLICE_DTYPE (cand -1 without ctx.records)
+    flows: np.ndarray  # FLOW_DTYPE (none without ctx.records)
     flow_ids: dict[int, Any]  # local candidate -> id, for ids that are not integers
     thread_meta: list[MetaEvent]
     process_meta: list[tuple[Any, str, Any]]
@@ -385,7 +385,9 @@ class _Observer:
                        if self.ctx.count_names else [])
         origin = self._chunk_origin(metas, ts_texts, ts_ns, has_ts)
         thread_meta, process_meta, meta_cands = self._metadata(metas)
-        cand_index, cand_kind, cand_of = _numbering(kind_of, slices, flows, meta_cands)
+        cand_index = cand_kind = cand_of = None  # read-only commands rewrite nothing
+        if self.ctx.records or self.ctx.moves_gpu:
+            cand_index, cand_kind, cand_of = _numbering(kind_of, slices, flows, meta_cands)
         event_keys = None
         if self.ctx.moves_gpu:  # compaction: the candidates' keys are counted once, for both
             starts, ends = self.spans
@@ -594,7 +596,7 @@ class _Observer:
             lo, hi = importer_bounds(start, end, ts_f, dur_f, ts_int[idx], dur_int[idx], dur)
         else:
             lo, hi = start, end
-        rows["cand"] = cand_of[idx]
+        rows["cand"] = cand_of[idx] if cand_of is not None else -1
         rows["track"] = tracks
         rows["group"] = groups
         rows["kind"] = kind_a
@@ -762,6 +764,9 @@ class _Observer:
         if not flows:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
         fev = [self.events[i] for i in flows]
+        categories = Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev)
+        if cand_of is None:  # no rewrite: only the categories are reported
+            return np.zeros(0, FLOW_DTYPE), {}, categories
         rows = np.empty(len(flows), FLOW_DTYPE)
         rows["cand"] = cand_of[flows]
         rows["track"] = _intern(self.track, [(e.pid, e.tid) for e in fev])
@@ -773,7 +778,6 @@ class _Observer:
         if NO_ID in packed:
             ids = {int(cand): fid for cand, fid, kept in zip(rows["cand"].tolist(), fids, packed)
                    if kept == NO_ID}
-        categories = Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev)
         return rows, ids, categories
 
     def _metadata(self, metas: list[int]) -> tuple[list, list, list]:
