@@ -59,6 +59,11 @@ SLICE_DTYPE = np.dtype([
     ("cand", "<i4"), ("track", "<i4"), ("group", "<i4"), ("kind", "i1"),
     ("start", "<i8"), ("end", "<i8"), ("lo", "<i8"), ("hi", "<i8"),
 ])
+SLICE_SUMMARY_DTYPE = np.dtype([
+    ("track", "<i4"), ("group", "<i4"), ("kind", "i1"), ("lo", "<i8"), ("hi", "<i8"),
+])
+"""What the read-only commands keep of a slice (stats and peak overlaps): half the bytes
+each result carries back from a worker."""
 FLOW_DTYPE = np.dtype([("cand", "<i4"), ("track", "<i4"), ("ts", "<i8"), ("id", "<i8")])
 
 SCOPES = "scopes"
@@ -146,7 +151,7 @@ class ChunkFacts:
     tracks: list[tuple]  # local track id -> (pid, tid)
     groups: list[tuple]  # local group id -> (pid, device or SCOPES)
     candidates: np.ndarray  # CANDIDATE_DTYPE, in file order
-    slices: np.ndarray  # SLICE_DTYPE (cand -1 without ctx.records)
+    slices: np.ndarray  # SLICE_DTYPE (SLICE_SUMMARY_DTYPE without ctx.records)
     flows: np.ndarray  # FLOW_DTYPE (none without ctx.records)
     flow_ids: dict[int, Any]  # local candidate -> id, for ids that are not integers
     thread_meta: list[MetaEvent]
@@ -548,7 +553,8 @@ class _Observer:
         matches: dict[str, tuple] = {}
         kernel_names: dict[int, Counter] = {}
         n = len(slices)
-        rows = np.empty(n, SLICE_DTYPE)
+        dtype = SLICE_DTYPE if self.ctx.records else SLICE_SUMMARY_DTYPE
+        rows = np.empty(n, dtype)
         if not n:
             return rows, {}, kernel_names
         events = self.events
@@ -575,7 +581,7 @@ class _Observer:
                 sev = [sev[k] for k in keep]
                 devices = [devices[k] for k in keep]
                 kind_a = kind_a[keep]
-                rows = np.empty(len(slices), SLICE_DTYPE)
+                rows = np.empty(len(slices), dtype)
             pids = [e.pid for e in sev]
             tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
             groups = _intern(self.group, list(zip(pids, devices)))
@@ -596,14 +602,15 @@ class _Observer:
             lo, hi = importer_bounds(start, end, ts_f, dur_f, ts_int[idx], dur_int[idx], dur)
         else:
             lo, hi = start, end
-        rows["cand"] = cand_of[idx] if cand_of is not None else -1
         rows["track"] = tracks
         rows["group"] = groups
         rows["kind"] = kind_a
-        rows["start"] = start
-        rows["end"] = end
         rows["lo"] = lo
         rows["hi"] = hi
+        if self.ctx.records:
+            rows["cand"] = cand_of[idx]
+            rows["start"] = start
+            rows["end"] = end
         kernels = np.flatnonzero(kind_a == KERNEL).tolist()
         if not kernels:
             return rows, matches, kernel_names
