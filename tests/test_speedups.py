@@ -191,6 +191,37 @@ def test_kernel_names_are_counted_as_a_counter_counts(kernels):
         type(name) for c in with_numpy.values() for name in c]
 
 
+_DEVICES = st.sampled_from([b"0", b"1", b'"0"', b"null", b"[0]", b'{"d": 0}'])
+
+
+def _observed(events: bytes, context: observe.Context):
+    """The chunk's facts, or the refusal (message and event) instead."""
+    try:
+        facts = observe.observe_chunk(events, 0, context)
+    except observe.ChunkError as exc:
+        return exc.message, exc.local
+    return (facts.tracks, facts.groups, {
+        pattern: (rows.tobytes(), names, streams, texts)
+        for pattern, (rows, names, streams, texts) in facts.matches.items()})
+
+
+@needs_c
+@given(st.lists(st.tuples(_NAMES, _DEVICES,
+                          st.sampled_from([b"kernel", b"gpu_memcpy", b"gpu_user_annotation"])),
+                min_size=1, max_size=40))
+def test_anchor_kernels_are_picked_and_refused_alike(kernels):
+    """`anchors` keeps only the kernels its patterns match, after refusing an object or
+    array as any GPU event's device, and as a matched name: the same facts, or the same
+    refusal at the same event, either way."""
+    events = b", ".join(
+        b'{"ph": "X", "cat": "%b", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1, '
+        b'"args": {"device": %b, "stream": 7}}' % (cat, name, k, device)
+        for k, (name, device, cat) in enumerate(kernels))
+    context = observe.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
+                              records=False, bounds=False)
+    assert _observed(events, context) == _numpy(_observed, events, context)
+
+
 def _both_ways(*args) -> tuple[bytes, bytes]:
     """The output of one CLI run with the C extension and one with numpy (each in its own
     folder: the output names its report)."""

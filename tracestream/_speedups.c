@@ -1106,6 +1106,87 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(first_unhashable_device_doc,
+"first_unhashable_device(events, slices, scopes) -> int or None\n\n"
+"The first position k whose event events[slices[k]] has an args.device that\n"
+"cannot be a key (a list or dict), skipping positions where the byte of\n"
+"`scopes` is set; None when every one can (observe._Observer._anchor_kernels).");
+
+static PyObject *
+first_unhashable_device(PyObject *module, PyObject *args)
+{
+    PyObject *events, *slices;
+    Py_buffer scopes;
+    if (!PyArg_ParseTuple(args, "O!O!y*:first_unhashable_device", &PyList_Type, &events,
+                          &PyList_Type, &slices, &scopes))
+        return NULL;
+    PyObject *out = NULL;
+    Field args_field = {"args", NULL, -1}, device_field = {"device", NULL, -1};
+    Py_ssize_t n = PyList_GET_SIZE(slices);
+    if (scopes.len != n) {
+        PyErr_SetString(PyExc_ValueError, "one scopes flag per slice");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (((const char *)scopes.buf)[k])
+            continue;
+        PyObject *event = item_at(events, PyList_GET_ITEM(slices, k));
+        PyObject *event_args = event ? read_field(event, &args_field) : NULL;
+        if (event_args == NULL)
+            goto done;
+        PyObject *device = event_args == Py_None ? Py_NewRef(Py_None)
+                                                 : read_field(event_args, &device_field);
+        Py_DECREF(event_args);
+        if (device == NULL)
+            goto done;
+        Py_hash_t hash = PyObject_Hash(device);
+        Py_DECREF(device);
+        if (hash == -1) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError))
+                goto done;
+            PyErr_Clear();
+            out = PyLong_FromSsize_t(k);
+            goto done;
+        }
+    }
+    out = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&scopes);
+    return out;
+}
+
+PyDoc_STRVAR(named_doc,
+"named(events, slices, kernels, wanted) -> list\n\n"
+"The k in `kernels` (in order) whose event events[slices[k]] has a `name` in\n"
+"`wanted` (a dict); a TypeError for an unhashable name\n"
+"(observe._Observer._anchor_kernels).");
+
+static PyObject *
+named(PyObject *module, PyObject *args)
+{
+    PyObject *events, *slices, *kernels, *wanted;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:named", &PyList_Type, &events, &PyList_Type,
+                          &slices, &PyList_Type, &kernels, &PyDict_Type, &wanted))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Field name_field = {"name", NULL, -1};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
+        PyObject *k = PyList_GET_ITEM(kernels, i);
+        PyObject *slice = item_at(slices, k);
+        PyObject *event = slice ? item_at(events, slice) : NULL;
+        PyObject *name = event ? read_field(event, &name_field) : NULL;
+        int found = name != NULL ? PyDict_Contains(wanted, name) : -1;
+        Py_XDECREF(name);
+        if (found < 0 || (found && PyList_Append(out, k) < 0)) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
@@ -1117,6 +1198,9 @@ static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS, classify_doc},
     {"first_set", first_set, METH_VARARGS, first_set_doc},
     {"name_counts", name_counts, METH_VARARGS, name_counts_doc},
+    {"first_unhashable_device", first_unhashable_device, METH_VARARGS,
+     first_unhashable_device_doc},
+    {"named", named, METH_VARARGS, named_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -563,6 +563,12 @@ class _Observer:
         ids = self._slice_ids(slices, kind_of) if every_slice else None
         sev = None  # the slices' events, where a step reads them one by one
         if ids is None:
+            # `anchors` keeps no per-slice facts: only the matched kernels go on
+            keep = None if every_slice else self._anchor_kernels(slices, kind_a)
+            if keep is not None:
+                slices = [slices[k] for k in keep]
+                kind_a = kind_a[keep]
+                rows = np.empty(len(slices), dtype)
             sev = [events[i] for i in slices]
             kind_list = kind_a.tolist()
             devices = [SCOPES if k == GPU_SCOPE else
@@ -574,8 +580,7 @@ class _Observer:
                 k = next(k for k, d in enumerate(devices) if not _hashable(d))
                 raise self.fail(slices[k], "`args.device` of a GPU event must be a number or "
                                            f"a string, not {_json_type(devices[k])}") from None
-            if not every_slice:
-                # `anchors`: no per-slice facts are kept, so only the matched kernels go on
+            if not every_slice and keep is None:
                 keep = self._matching(slices, sev, kind_list)
                 slices = [slices[k] for k in keep]
                 sev = [sev[k] for k in keep]
@@ -655,20 +660,38 @@ class _Observer:
 
     def _hits(self, slices, sev, kernels, names) -> dict:
         """The patterns each distinct kernel name matches (names that match none left out)."""
-        patterns = self.ctx.patterns
-        hits = {}
         try:
             unique = set(names)
         except TypeError:  # an object or array as a kernel name
             k = kernels[next(j for j, name in enumerate(names) if not _hashable(name))]
             raise self.fail(slices[k], "a kernel `name` must be a string (--anchor-regex "
                                        f"matches names), not {_json_type(sev[k].name)}") from None
+        return self._pattern_hits(unique)
+
+    def _pattern_hits(self, unique) -> dict:
+        hits = {}
         for name in unique:
             text = name if isinstance(name, str) else str(name)
-            found = [p for p, rx in patterns.items() if rx.search(text)]
+            found = [p for p, rx in self.ctx.patterns.items() if rx.search(text)]
             if found:
                 hits[name] = found
         return hits
+
+    def _anchor_kernels(self, slices, kind_a) -> list[int] | None:
+        """`_matching` from the C extension, once every slice's device is known to be a key;
+        None without it, or where a device or name is odd (the Python path refuses it)."""
+        native = speedups.native
+        if native is None or not self.ctx.patterns:
+            return None
+        events = self.events
+        if native.first_unhashable_device(events, slices, kind_a == GPU_SCOPE) is not None:
+            return None
+        kernels = np.flatnonzero(kind_a == KERNEL).tolist()
+        try:
+            counted = native.name_counts(events, slices, kernels, [0] * len(slices))
+        except TypeError:
+            return None
+        return native.named(events, slices, kernels, self._pattern_hits(counted.get(0, {})))
 
     def _matching(self, slices, sev, kind_list) -> list[int]:
         """Positions (among the slices) of the kernels whose name matches a pattern."""
