@@ -624,8 +624,7 @@ class _Observer:
         if patterns:
             sev = sev if sev is not None else [events[i] for i in slices]
             names = [sev[k].name for k in kernels]
-            matches = self._matches(slices, sev, kernels, names, ts_texts, dur_texts, start, dur,
-                                    tracks, groups)
+            matches = self._matches(slices, sev, kernels, names, start, dur, tracks, groups)
         return rows, matches, kernel_names
 
     def _kernel_names(self, slices, kernels, groups) -> dict[int, Counter]:
@@ -702,8 +701,7 @@ class _Observer:
         hits = self._hits(slices, sev, kernels, names)
         return [k for k, name in zip(kernels, names) if name in hits]
 
-    def _matches(self, slices, sev, kernels, names, ts_texts, dur_texts, start, dur, tracks,
-                 groups) -> dict[str, tuple]:
+    def _matches(self, slices, sev, kernels, names, start, dur, tracks, groups) -> dict[str, tuple]:
         """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
         patterns = self.ctx.patterns
         hits = self._hits(slices, sev, kernels, names)
@@ -711,8 +709,9 @@ class _Observer:
         found = [kernels[j] for j in picked]  # positions among the slices
         events = [slices[k] for k in found]
         self._check_duplicates(events)
+        matched = [sev[k] for k in found]
         stream_ids: dict = {}
-        streams = [a.stream if a is not None else None for a in (sev[k].args for k in found)]
+        streams = [a.stream if a is not None else None for a in (e.args for e in matched)]
         try:
             stream_codes = [stream_ids.setdefault((type(x), x), len(stream_ids))
                             for x in streams]
@@ -724,8 +723,8 @@ class _Observer:
         matched_names = [names[j] for j in picked]
         name_codes = [name_ids.setdefault((type(n), n), len(name_ids)) for n in matched_names]
         at = np.array(found, np.int64)
-        ts_of = [bytes(ts_texts[i]) for i in events]
-        dur_of = [bytes(dur_texts[i]) for i in events]
+        ts_of = [bytes(e.ts) for e in matched]
+        dur_of = [bytes(e.dur) for e in matched]
         forms = number_forms(ts_of, dur_of, start[at], dur[at])
         packed = np.empty(len(found), MATCH_DTYPE)
         packed["ordinal"] = events
