@@ -1049,6 +1049,15 @@ item_at(PyObject *list, PyObject *index)
     return PyList_GET_ITEM(list, at);
 }
 
+/* The `name` of events[slices[k]] (a new reference), or NULL with an exception. */
+static PyObject *
+kernel_name(PyObject *events, PyObject *slices, PyObject *k, Field *name_field)
+{
+    PyObject *slice = item_at(slices, k);
+    PyObject *event = slice ? item_at(events, slice) : NULL;
+    return event ? read_field(event, name_field) : NULL;
+}
+
 PyDoc_STRVAR(name_counts_doc,
 "name_counts(events, slices, kernels, groups) -> {group: {name: count}}\n\n"
 "For each k in `kernels`, the event events[slices[k]] counted by its `name`\n"
@@ -1070,9 +1079,7 @@ name_counts(PyObject *module, PyObject *args)
     PyObject *group = NULL, *counts = NULL; /* borrowed: the last group and its counts */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
         PyObject *k = PyList_GET_ITEM(kernels, i);
-        PyObject *slice = item_at(slices, k);
-        PyObject *event = slice ? item_at(events, slice) : NULL;
-        PyObject *its_group = event ? item_at(groups, k) : NULL;
+        PyObject *its_group = item_at(groups, k);
         if (its_group == NULL)
             goto fail;
         if (its_group != group) {
@@ -1087,7 +1094,7 @@ name_counts(PyObject *module, PyObject *args)
                     goto fail;
             }
         }
-        PyObject *name = read_field(event, &name_field);
+        PyObject *name = kernel_name(events, slices, k, &name_field);
         if (name == NULL)
             goto fail;
         PyObject *count = PyDict_GetItemWithError(counts, name);
@@ -1174,9 +1181,7 @@ named(PyObject *module, PyObject *args)
     Field name_field = {"name", NULL, -1};
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
         PyObject *k = PyList_GET_ITEM(kernels, i);
-        PyObject *slice = item_at(slices, k);
-        PyObject *event = slice ? item_at(events, slice) : NULL;
-        PyObject *name = event ? read_field(event, &name_field) : NULL;
+        PyObject *name = kernel_name(events, slices, k, &name_field);
         int found = name != NULL ? PyDict_Contains(wanted, name) : -1;
         Py_XDECREF(name);
         if (found < 0 || (found && PyList_Append(out, k) < 0)) {
