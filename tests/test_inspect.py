@@ -16,6 +16,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from conftest import events_of, load_exact
+from kineto import anchor_trace
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
 from tracestream.cli import main
@@ -412,6 +413,30 @@ def test_json_rows_are_the_rows_written_one_by_one(long_decode, bounds):
     rows = report["matches"]
     start, stop = bounds
     assert rows.json_rows(start, stop) == [_reference_row(rows[i]) for i in range(start, stop)]
+
+
+@pytest.mark.parametrize("bounds", [(0, 1), (0, 4096), (1, 7), (4090, 4500)])
+def test_json_text_is_the_rows_joined(long_decode, backend, bounds):
+    """What `anchors --json` writes per batch (one C call where the extension is built)."""
+    rows = find_anchors(long_decode, ANCHOR_RX, workers=0)["matches"]
+    start, stop = bounds
+    assert rows.json_text(start, stop) == b", ".join(
+        _reference_row(rows[i]) for i in range(start, stop))
+
+
+@pytest.mark.parametrize("times", [
+    ["1764400000005000", "1764400000005012", "1764400000005030"],  # integers
+    ["1764400000005000.5", "1764400000005000.5000001", "1764400000005001.25"],  # as text
+    ["-0.004", "0", "0.000", "0.003", "5.5"],  # around 0, mixed forms
+    ["5.000", "5.001", "5.009", "5.019"],  # rel_ms below 1e-5 (orjson writes 1e-6)
+    ["10.5", "1000000000.75", "3000000000.125"],  # rel_ms of more than 15 digits
+], ids=["integers", "long-decimals", "near-zero", "tiny-ms", "long-ms"])
+def test_json_text_writes_every_number_form_as_json_rows_does(tmp_path, backend, times):
+    trace = anchor_trace(tmp_path / "t.json", times, dur="2")
+    rows = find_anchors(trace, "^a$", workers=0)["matches"]
+    assert rows.json_text(0, len(rows)) == b", ".join(
+        _reference_row(rows[i]) for i in range(len(rows)))
+    assert json.loads(b"[" + rows.json_text(0, len(rows)) + b"]")[0]["ts_us"] == float(times[0])
 
 
 def test_match_rows_agree_with_the_events_they_name(long_decode):

@@ -12,6 +12,7 @@ import re
 import subprocess
 
 import numpy as np
+import orjson
 import pytest
 from conftest import REAL_WITH_GPU, ROOT, TRACESTREAM, layers_args, real_trace
 from hypothesis import example, given
@@ -254,3 +255,50 @@ def test_real_traces_compact_to_the_same_bytes_either_way(name, tmp_path):
                                       "--output", tmp_path / "out.json")
     assert b'"_compact_gpu_track"' in c_bytes
     assert c_bytes == numpy_bytes
+
+
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+_NEAR_LIMITS = st.sampled_from([0, 1, 9, 10, 11, 99, 100, 999, 1000, 10**15 - 1, 10**15,
+                                2**53, -1, -10, -(10**15), -(2**63), 2**63 - 1])
+
+
+@needs_c
+@given(st.lists(st.one_of(_INT64, _NEAR_LIMITS, st.integers(-(10**16), 10**16)), min_size=1,
+                max_size=40), st.sampled_from([3, 6]))
+@example([0, 9, 10, 10**15 - 1], 6)
+def test_json_rows_write_numbers_as_the_python_rows_do(values, decimals):
+    """INTEGERS as %d, FIXED as matches.threes, SHORTEST as orjson writes round(k / 10**d, d)
+    (or declined, only where orjson would use exponents or more than 15 digits)."""
+    from tracestream.matches import _three
+
+    column = np.array(values, np.int64)
+    parts = (b"[", b"|", b"]")
+    integers = C.json_rows(len(values), parts[::2], ((C.INTEGERS, column),), b",")
+    assert integers == b",".join(b"[%d]" % v for v in values)
+    if decimals == 3:
+        fixed = C.json_rows(len(values), parts[::2], ((C.FIXED, column, 3),), b",")
+        assert fixed == b",".join(b"[" + _three(v) + b"]" for v in values)
+    shortest = C.json_rows(len(values), parts, ((C.SHORTEST, column, decimals),
+                                                (C.TEXTS, [b"x"] * len(values))), b",")
+    written = [b"null" if v == -(2**63) else
+               orjson.dumps(round(float(np.float64(v) / 10**decimals), decimals)) for v in values]
+    if shortest is None:
+        assert any(v != -(2**63) and (abs(v) >= 10**15 or 0 < abs(v) < 10 ** (decimals - 5))
+                   for v in values)
+    else:
+        assert shortest == b",".join(b"[" + w + b"|x]" for w in written)
+
+
+@needs_c
+def test_json_rows_take_texts_by_code_and_refuse_odd_columns():
+    codes = np.array([2, 0, 2], np.int64)
+    assert C.json_rows(3, (b"<", b">"), ((C.CODED, codes, [b"a", b"b", b"c"]),), b" ") == \
+        b"<c> <a> <c>"
+    with pytest.raises(IndexError):
+        C.json_rows(1, (b"", b""), ((C.CODED, np.array([3], np.int64), [b"a"]),), b"")
+    with pytest.raises(TypeError):
+        C.json_rows(2, (b"", b""), ((C.TEXTS, [b"only one"]),), b"")
+    with pytest.raises(TypeError):
+        C.json_rows(1, (b"", b""), ((C.TEXTS, ["not bytes"]),), b"")
+    with pytest.raises(ValueError):
+        C.json_rows(2, (b"", b""), ((C.INTEGERS, np.array([1, 2], np.int32)),), b"")

@@ -1192,6 +1192,273 @@ named(PyObject *module, PyObject *args)
     return out;
 }
 
+/* -- the anchors report's JSON rows (inspect.MatchRows.json_text) ----------------------- */
+
+enum { TEXTS, INTEGERS, FIXED, SHORTEST, CODED, COLUMN_KINDS };
+
+/* One column of rows: given texts, or int64 values written as one of the number forms. */
+typedef struct {
+    int kind;
+    Py_buffer values;  /* INTEGERS, FIXED, SHORTEST: the numbers; CODED: the codes */
+    int held;
+    const int64_t *v;
+    PyObject *texts;   /* TEXTS: one bytes per row; CODED: one bytes per code */
+    int scale;         /* FIXED, SHORTEST: decimals */
+} RowColumn;
+
+/* A growing byte buffer. */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Text;
+
+static int
+text_reserve(Text *t, Py_ssize_t more)
+{
+    if (t->len + more <= t->cap)
+        return 0;
+    Py_ssize_t cap = t->cap ? t->cap : 1 << 16;
+    while (cap < t->len + more)
+        cap *= 2;
+    char *data = PyMem_Realloc(t->data, cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->data = data;
+    t->cap = cap;
+    return 0;
+}
+
+static int
+text_add(Text *t, const char *s, Py_ssize_t n)
+{
+    if (text_reserve(t, n) < 0)
+        return -1;
+    memcpy(t->data + t->len, s, n);
+    t->len += n;
+    return 0;
+}
+
+/* The decimal digits of `a` at `out`; returns how many (at most 20). */
+static int
+digits(char *out, uint64_t a)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + a % 10);
+        a /= 10;
+    } while (a);
+    for (int k = 0; k < n; k++)
+        out[k] = tmp[n - 1 - k];
+    return n;
+}
+
+static const uint64_t powers_of_ten[] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+    100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
+    10000000000000ULL, 100000000000000ULL, 1000000000000000ULL};
+
+#define SHORTEST_LIMIT 1000000000000000ULL /* 10**15: at most 15 significant digits */
+
+/* `value` written in a column's form at `out` (room for 48 bytes); returns the length,
+   or -1 where SHORTEST cannot say what orjson would write (the caller declines). */
+static int
+number_text(char *out, int kind, int scale, int64_t value)
+{
+    int n = 0;
+    if (kind == SHORTEST && value == INT64_MIN) {
+        memcpy(out, "null", 4);
+        return 4;
+    }
+    uint64_t a = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
+    if (kind == INTEGERS) {
+        if (value < 0)
+            out[n++] = '-';
+        return n + digits(out + n, a);
+    }
+    if (kind == SHORTEST) {
+        /* orjson writes a double in its shortest round-trip form: for the double nearest
+           to value / 10**scale (which round(value / 10**scale, scale) is, see
+           MatchRows.json_text) that is the decimal itself while it has at most 15
+           significant digits, in fixed notation from 1e-5 up (below, orjson writes 1e-6) */
+        if (a >= SHORTEST_LIMIT || (a != 0 && scale >= 5 && a < powers_of_ten[scale - 5]))
+            return -1;
+    }
+    uint64_t unit = powers_of_ten[scale];
+    uint64_t whole = a / unit, part = a % unit;
+    if (value < 0)
+        out[n++] = '-';
+    n += digits(out + n, whole);
+    out[n++] = '.';
+    int width = scale;
+    if (kind == SHORTEST) {
+        while (width > 1 && part % 10 == 0) {  /* trailing zeros go; one digit stays */
+            part /= 10;
+            width--;
+        }
+        if (width == 0)  /* scale 0 */
+            width = 1;
+    }
+    for (int k = width - 1; k >= 0; k--) {
+        out[n + k] = (char)('0' + part % 10);
+        part /= 10;
+    }
+    return n + width;
+}
+
+static void
+row_columns_release(RowColumn *cols, Py_ssize_t count)
+{
+    for (Py_ssize_t c = 0; c < count; c++)
+        if (cols[c].held)
+            PyBuffer_Release(&cols[c].values);
+}
+
+/* Column c of the spec `(kind, ...)` for n rows. */
+static int
+row_column(PyObject *spec, Py_ssize_t n, RowColumn *col)
+{
+    memset(col, 0, sizeof *col);
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 2)
+        goto bad;
+    col->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (col->kind == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *second = PyTuple_GET_ITEM(spec, 1);
+    if (col->kind == TEXTS) {
+        if (!PyList_Check(second) || PyList_GET_SIZE(second) != n)
+            goto bad;
+        col->texts = second;
+        return 0;
+    }
+    if (col->kind <= TEXTS || col->kind >= COLUMN_KINDS)
+        goto bad;
+    Py_ssize_t wanted = col->kind == INTEGERS ? 2 : 3;
+    if (PyTuple_GET_SIZE(spec) != wanted)
+        goto bad;
+    if (column(second, &col->values, n, "a row column") < 0)
+        return -1;
+    col->held = 1;
+    col->v = col->values.buf;
+    if (col->kind == CODED) {
+        col->texts = PyTuple_GET_ITEM(spec, 2);
+        if (!PyList_Check(col->texts))
+            goto bad;
+        return 0;
+    }
+    if (col->kind == FIXED || col->kind == SHORTEST) {
+        long scale = PyLong_AsLong(PyTuple_GET_ITEM(spec, 2));
+        if (scale == -1 && PyErr_Occurred())
+            return -1;
+        if (scale < 0 || scale > 9 || (col->kind == FIXED && scale == 0))
+            goto bad;
+        col->scale = (int)scale;
+    }
+    return 0;
+bad:
+    PyErr_SetString(PyExc_TypeError, "a row column is (TEXTS, list), (INTEGERS, int64s), "
+                    "(FIXED or SHORTEST, int64s, decimals) or (CODED, int64s, list)");
+    return -1;
+}
+
+/* Append the bytes object `item` (a TypeError for anything else). */
+static int
+add_bytes(Text *t, PyObject *item)
+{
+    if (!PyBytes_Check(item)) {
+        PyErr_SetString(PyExc_TypeError, "row texts must be bytes");
+        return -1;
+    }
+    return text_add(t, PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item));
+}
+
+PyDoc_STRVAR(json_rows_doc,
+"json_rows(n, parts, columns, separator) -> bytes or None\n\n"
+"n rows joined by `separator`, row i being parts[0] + column 0's text of row i +\n"
+"parts[1] + ... + parts[-1] (one more part than columns). A column is\n"
+"(TEXTS, list of n bytes), (INTEGERS, int64s), (FIXED, int64s, d): v / 10**d with\n"
+"exactly d decimals (matches.threes for d = 3), (SHORTEST, int64s, d): what\n"
+"orjson writes for round(v / 10**d, d), `null` for INT64_MIN, or (CODED, int64s,\n"
+"texts): texts[code]. None where a SHORTEST value has more than 15 significant\n"
+"digits or lies below 1e-5 (orjson's scientific notation): the caller writes\n"
+"those rows itself (inspect.MatchRows.json_text).");
+
+static PyObject *
+json_rows(PyObject *module, PyObject *args)
+{
+    Py_ssize_t n;
+    PyObject *parts, *specs;
+    Py_buffer sep;
+    if (!PyArg_ParseTuple(args, "nO!O!y*:json_rows", &n, &PyTuple_Type, &parts,
+                          &PyTuple_Type, &specs, &sep))
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(specs);
+    RowColumn *cols = PyMem_Calloc(count ? count : 1, sizeof(RowColumn));
+    Text t = {0};
+    PyObject *out = NULL;
+    if (cols == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(parts) != count + 1) {
+        PyErr_SetString(PyExc_TypeError, "json_rows takes one more part than columns");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k <= count; k++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(parts, k))) {
+            PyErr_SetString(PyExc_TypeError, "row parts must be bytes");
+            goto done;
+        }
+    for (Py_ssize_t c = 0; c < count; c++)  /* cols is zeroed: each one read is released */
+        if (row_column(PyTuple_GET_ITEM(specs, c), n, &cols[c]) < 0)
+            goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i && text_add(&t, sep.buf, sep.len) < 0)
+            goto done;
+        for (Py_ssize_t c = 0; c <= count; c++) {
+            if (add_bytes(&t, PyTuple_GET_ITEM(parts, c)) < 0)
+                goto done;
+            if (c == count)
+                break;
+            RowColumn *col = &cols[c];
+            if (col->kind == TEXTS) {
+                if (add_bytes(&t, PyList_GET_ITEM(col->texts, i)) < 0)
+                    goto done;
+                continue;
+            }
+            if (col->kind == CODED) {
+                int64_t code = col->v[i];
+                if (code < 0 || code >= PyList_GET_SIZE(col->texts)) {
+                    PyErr_SetString(PyExc_IndexError, "a row code names no text");
+                    goto done;
+                }
+                if (add_bytes(&t, PyList_GET_ITEM(col->texts, code)) < 0)
+                    goto done;
+                continue;
+            }
+            if (text_reserve(&t, 48) < 0)
+                goto done;
+            int len = number_text(t.data + t.len, col->kind, col->scale, col->v[i]);
+            if (len < 0) {
+                out = Py_None;
+                Py_INCREF(out);
+                goto done;
+            }
+            t.len += len;
+        }
+    }
+    out = PyBytes_FromStringAndSize(t.data ? t.data : "", t.len);
+done:
+    if (cols != NULL)
+        row_columns_release(cols, count);
+    PyMem_Free(cols);
+    PyMem_Free(t.data);
+    PyBuffer_Release(&sep);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
@@ -1207,6 +1474,7 @@ static PyMethodDef methods[] = {
      first_unhashable_device_doc},
     {"named", named, METH_VARARGS, named_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
+    {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1219,5 +1487,14 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    static const char *kinds[COLUMN_KINDS] = {"TEXTS", "INTEGERS", "FIXED", "SHORTEST", "CODED"};
+    for (int k = 0; k < COLUMN_KINDS; k++)
+        if (PyModule_AddIntConstant(m, kinds[k], k) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    return m;
 }
