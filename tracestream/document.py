@@ -50,14 +50,22 @@ class EventChunk:
     """Consecutive events: their bytes, exact per-event slices and absolute position."""
 
     offset: int  # absolute offset of data[0], the first event's first byte
-    data: bytes | None  # None: a speculative chunk of a file the caller reads itself (`peek`)
+    data: bytes | None  # None: a speculative chunk in `pieces`, or of a file the caller
+    # reads itself (`peek`)
     first_ordinal: int
     events: list  # msgspec.Raw per event, in order
     length: int = -1
+    pieces: tuple = ()
+    """A speculative chunk of a stream: its bytes as slices of the decompressed blocks,
+    not joined (the caller copies them once, where the chunk goes: see `content`)."""
 
     def __post_init__(self):
         if self.length < 0:
             self.length = len(self.data)
+
+    def content(self) -> bytes:
+        """The chunk's bytes (its pieces joined, where it has them)."""
+        return self.data if self.data is not None else b"".join(self.pieces)
 
 
 SETTLE = EventChunk(-1, b"", -1, None)
@@ -156,26 +164,29 @@ class _Buffer:
     def read(self, offset: int, length: int) -> bytes:
         """`length` bytes from absolute `offset`, in the window or the blocks held ahead of
         it (one copy; the same call as FilePeek.read)."""
+        pieces = self.pieces(offset, length)
+        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else b"".join(
+            pieces)
+
+    def pieces(self, offset: int, length: int) -> list:
+        """`read(offset, length)` as pieces: the part in the window copied as bytes (the
+        window is resized later), the rest as memoryviews of the blocks held ahead (each
+        keeps its block alive, however far the window moves on)."""
         start = offset - self.base
         end = start + length
         size = len(self.data)
         if end <= size:
-            return self.take(start, end)
-        with memoryview(self.data) as view:
-            parts = [view[start:size]] if start < size else []
-            at = size
-            for block in self._ahead:
-                if at >= end:
-                    break
-                lo, hi = max(start - at, 0), min(end - at, len(block))
-                if lo < hi:
-                    parts.append(memoryview(block)[lo:hi])
-                at += len(block)
-            try:
-                return b"".join(parts)
-            finally:
-                for part in parts:
-                    part.release()
+            return [self.take(start, end)]
+        parts = [self.take(start, size)] if start < size else []
+        at = size
+        for block in self._ahead:
+            if at >= end:
+                break
+            lo, hi = max(start - at, 0), min(end - at, len(block))
+            if lo < hi:
+                parts.append(memoryview(block)[lo:hi])
+            at += len(block)
+        return parts
 
     def discard(self, pos: int) -> int:
         """Drop data before `pos` (relative); return the new relative position 0."""
@@ -452,7 +463,8 @@ class DocumentScanner:
         near the cut are read (from the blocks held ahead, or from the file with
         `peek`): the cut is looked for in the last 64 KB before the target, in the
         whole chunk only if there is none. A file's chunk carries no bytes (whoever
-        observes it reads them); a stream's is copied out of its blocks once.
+        observes it reads them); a stream's carries its blocks' slices, copied once where
+        the chunk goes.
         """
         buf = self._buf
         target = self._chunk_bytes
@@ -472,8 +484,8 @@ class DocumentScanner:
             return None
         close_brace, after, _ = cut
         length = at + close_brace + 1 - begin
-        data = None if self._peek is not None else read(begin, length)
-        return EventChunk(begin, data, -1, None, length), at + after
+        pieces = () if self._peek is not None else tuple(buf.pieces(begin, length))
+        return EventChunk(begin, None, -1, None, length, pieces), at + after
 
     def confirm(self, chunk: EventChunk) -> None:
         """A speculative chunk decoded fine: forget the bytes kept for a rewind."""
@@ -497,7 +509,7 @@ class DocumentScanner:
         if self._peek is not None:
             before = self._peek.read(chunk.offset, buf.base + pos - chunk.offset)
         else:
-            before = b"".join(c.data + sep for c, sep in kept[index:])
+            before = b"".join(c.content() + sep for c, sep in kept[index:])
         buf.data = bytearray(before) + buf.data[pos:]
         buf.base = chunk.offset
         self._exact_next = True

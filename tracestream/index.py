@@ -420,12 +420,12 @@ def _submit(pool, chunk: EventChunk, by_path: str | None, context: Context):
         return pool.submit(observe_file_chunk, by_path, chunk.offset, chunk.length,
                            context), None
     slot = pool.slots.acquire() if pool.slots is not None else None
-    if slot is not None and pool.slots.put(slot, chunk.data):
+    if slot is not None and pool.slots.put_pieces(slot, chunk.pieces or (chunk.data,)):
         return pool.submit(observe_received_chunk, slot, chunk.length, chunk.offset,
                            context), slot
     if slot is not None:
         pool.slots.release(slot)
-    return pool.submit(observe_chunk, chunk.data, chunk.offset, context), None
+    return pool.submit(observe_chunk, chunk.content(), chunk.offset, context), None
 
 
 def _chunk_error(exc: ChunkError, base: int) -> TraceError:

@@ -139,10 +139,17 @@ class ChunkSlots:
 
     def put(self, slot: int, data: bytes) -> bool:
         """Copy `data` into `slot` (for the other side); False if it does not fit."""
-        if len(data) > self.size:
+        return self.put_pieces(slot, (data,))
+
+    def put_pieces(self, slot: int, pieces) -> bool:
+        """Copy the bytes-like `pieces` one after the other into `slot`; False if they do
+        not fit."""
+        if sum(map(len, pieces)) > self.size:
             return False
-        start = slot * self.size
-        self.memory[start : start + len(data)] = data
+        at = slot * self.size
+        for piece in pieces:
+            self.memory[at : at + len(piece)] = piece
+            at += len(piece)
         return True
 
     def read(self, slot: int, length: int) -> bytes:
