@@ -414,13 +414,15 @@ def _submit(pool, chunk: EventChunk, by_path: str | None, context: Context):
     """A speculative chunk handed to a worker: (its task, the slot holding its bytes).
 
     A worker reads a plain file's chunk itself; a decompressed chunk goes through a
-    shared slot when one is free and it fits, else through the pipe.
+    shared slot when one is free and it fits (between `[` and `]`, as the worker decodes
+    it), else through the pipe.
     """
     if by_path is not None:
         return pool.submit(observe_file_chunk, by_path, chunk.offset, chunk.length,
                            context), None
     slot = pool.slots.acquire() if pool.slots is not None else None
-    if slot is not None and pool.slots.put_pieces(slot, chunk.pieces or (chunk.data,)):
+    if slot is not None and pool.slots.put_pieces(slot, (b"[", *(chunk.pieces or (chunk.data,)),
+                                                         b"]")):
         return pool.submit(observe_received_chunk, slot, chunk.length, chunk.offset,
                            context), slot
     if slot is not None:

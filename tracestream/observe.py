@@ -48,7 +48,7 @@ from tracestream.keyscan import (
     splice_positions,
 )
 from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_forms
-from tracestream.workers import received
+from tracestream.workers import received_view
 
 FLOW = 8  # candidate kind of flow events
 META = 9  # candidate kind of thread metadata events
@@ -184,14 +184,18 @@ class ChunkError(Exception):
         self.local = local
 
 
-def decode_chunk(data: bytes, offset: int) -> list[Event]:
-    """The chunk's events; BadCut if the cut was wrong, ChunkError if the input is malformed."""
+def decode_chunk(data: bytes, offset: int, doc=None) -> list[Event]:
+    """The chunk's events; BadCut if the cut was wrong, ChunkError if the input is malformed.
+
+    `doc`: the chunk between `[` and `]` where the caller has it so (else it is made).
+    """
     if not data.isascii():
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
-    doc = b"".join((b"[", data, b"]"))  # one copy of the chunk, not two
+    if doc is None:
+        doc = b"".join((b"[", data, b"]"))  # one copy of the chunk, not two
     try:
         return _EVENTS.decode(doc)
     except msgspec.ValidationError as exc:
@@ -277,8 +281,12 @@ def observe_file_chunk(path: str, offset: int, length: int, ctx: Context) -> Chu
 
 
 def observe_received_chunk(slot: int, length: int, offset: int, ctx: Context) -> ChunkFacts:
-    """`observe_chunk` of a chunk the parent put in a shared slot (see workers.ChunkSlots)."""
-    return observe_chunk(received(slot, length), offset, ctx)
+    """`observe_chunk` of a chunk the parent put in a shared slot between `[` and `]` (see
+    workers.ChunkSlots, index._submit): decoded where it lies, copied out once for the
+    byte work."""
+    doc = received_view(slot, length + 2)
+    data = bytes(doc[1:-1])
+    return _Observer(data, offset, ctx, decode_chunk(data, offset, doc)).run()
 
 
 class _Texts:

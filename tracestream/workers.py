@@ -181,6 +181,12 @@ def received(slot: int, length: int) -> bytes:
     return _SLOTS.read(slot, length)
 
 
+def received_view(slot: int, length: int) -> memoryview:
+    """In a worker: the `length` bytes the parent `put` in `slot`, not copied (the parent
+    leaves the slot alone until the task's result is back)."""
+    return _SLOTS.view(slot, length)
+
+
 def deliver(data: bytes, slot: int | None) -> bytes | int:
     """In a worker: `data` put in its slot (its length returned), or `data` itself if it
     has no slot or does not fit."""
