@@ -126,3 +126,51 @@ def test_a_failed_write_still_frees_the_slots_it_was_lent(monkeypatch, tmp_path)
         assert not (tmp_path / "out").exists()
     finally:
         slots.close()
+
+
+@pytest.fixture(scope="module")
+def negative_dur(tmp_path_factory) -> dict[str, Path]:
+    """A 14 MB trace with one `dur` made negative 9 MB in (a late chunk), plain and gzip."""
+    import gzip
+
+    folder = tmp_path_factory.mktemp("broken")
+    plain = folder / "source.json"
+    generate(plain, TraceConfig(size_bytes=14 << 20))
+    data = plain.read_bytes()
+    at = data.index(b'"dur": ', 9 << 20) + len(b'"dur": ')
+    broken = data[:at] + b"-" + data[at:]
+    (folder / "broken.json").write_bytes(broken)
+    (folder / "broken.json.gz").write_bytes(gzip.compress(broken, 1))
+    return {"json": folder / "broken.json", "json.gz": folder / "broken.json.gz"}
+
+
+@pytest.mark.parametrize("suffix", ["json", "json.gz"])
+def test_malformed_input_is_refused_by_a_worker_as_without_one(negative_dur, suffix):
+    """A worker's refusal reaches the parent whole (it used to break the pool: the error
+    could not be unpickled), naming the same event and byte as an inline run."""
+    from tracestream.errors import TraceError
+
+    messages = []
+    for workers in (0, 2):
+        with pytest.raises(TraceError) as refused:
+            inspect_trace(negative_dur[suffix], workers=workers)
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1]
+    assert re.fullmatch(r"event \d+ \(byte \d+\): dur -\S+ is negative", messages[0])
+
+
+@pytest.mark.parametrize("suffix", ["json", "json.gz"])
+def test_layers_with_workers_refuses_malformed_input_in_one_line(negative_dur, suffix, tmp_path):
+    import subprocess
+    import sys
+
+    output = tmp_path / "out.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tracestream", "layers", "--trace", str(negative_dur[suffix]),
+         "--output", str(output), "--anchor-regex", f"^{re.escape(ANCHOR)}$", "--num-layers",
+         "8", "--anchor-offset", "0", "--phase", "x", "--evidence", "e", "--workers", "2"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(r"tracestream: error: event \d+ \(byte \d+\): dur -\S+ is negative\n",
+                        done.stderr)
+    assert list(tmp_path.iterdir()) == []

@@ -173,6 +173,9 @@ class BadCut(Exception):
         super().__init__("bad cut")
         self.array_ends_at = array_ends_at
 
+    def __reduce__(self):  # raised in a worker, it is pickled back to the parent
+        return type(self), (self.array_ends_at,)
+
 
 class ChunkError(Exception):
     """Malformed input inside a chunk: `local` is the event index in the chunk (or None)."""
@@ -182,6 +185,10 @@ class ChunkError(Exception):
         self.message = message
         self.offset = offset
         self.local = local
+
+    def __reduce__(self):  # raised in a worker, it is pickled back to the parent: by default
+        # as ChunkError(message), which fails and breaks the process pool
+        return type(self), (self.message, self.offset, self.local)
 
 
 def decode_chunk(data: bytes, offset: int, doc=None) -> list[Event]:
