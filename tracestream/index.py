@@ -54,6 +54,7 @@ from tracestream.workers import (
     SLOTS_PER_WORKER,
     InlinePool,
     collector_paused,
+    outcome,
     release_memory,
 )
 
@@ -462,7 +463,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         def settle(chunk: EventChunk, result, slot: int | None) -> bool:
             """Merge one speculative result; False when the scanner had to rewind."""
             try:
-                facts = result.result()
+                facts = outcome(result)
             except BadCut:
                 scanner.rewind(chunk)
                 for _, later, _ in inflight:

@@ -31,6 +31,7 @@ from tracestream.workers import (
     InlinePool,
     collector_paused,
     deliver,
+    outcome,
     received,
     release_memory,
     write_result,
@@ -398,7 +399,7 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
             out.write(payload)
             dropped_last = False
         else:
-            result, dropped_last = payload.result()
+            result, dropped_last = outcome(payload)
             write_result(out, result, slot, pool.slots)
 
     by_path = source.plain_path if pool.workers else None

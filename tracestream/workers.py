@@ -14,6 +14,7 @@ import mmap
 import multiprocessing
 import os
 import signal
+import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -233,10 +234,29 @@ class WorkerPool:
         try:
             return self._executor.submit(fn, *args)
         except BrokenProcessPool:
-            raise TraceError("a worker process died (killed, or out of memory?)") from None
+            raise TraceError(WORKER_DIED) from None
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        executor = self._executor
+        workers = list((executor._processes or {}).values())
+        stopped = threading.Event()
+
+        def kill_if_broken() -> None:
+            # a worker died: the executor stops the others with SIGTERM, which they ignore
+            # (_worker_start), and would wait for them forever (spinning a core)
+            while not executor._broken and not stopped.wait(0.05):
+                pass
+            if executor._broken:
+                for process in workers:
+                    process.kill()
+
+        watchdog = threading.Thread(target=kill_if_broken, name="pool watchdog", daemon=True)
+        watchdog.start()
+        try:
+            executor.shutdown(wait=True, cancel_futures=True)
+        finally:
+            stopped.set()
+            watchdog.join()
         if self.slots is not None:
             self.slots.close()
 
@@ -245,6 +265,17 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+WORKER_DIED = "a worker process died (killed, or out of memory?)"
+
+
+def outcome(task):
+    """`task.result()`; a pool that a dead worker broke is the same TraceError as at submit."""
+    try:
+        return task.result()
+    except BrokenProcessPool:
+        raise TraceError(WORKER_DIED) from None
 
 
 class _Done:

@@ -410,6 +410,47 @@ def test_sigkill_leaves_no_workers(large, tmp_path):
     TALLY["faults injected (SIGKILL mid-run)"] += 1
 
 
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
+def test_a_killed_worker_ends_the_run_in_one_line(large, tmp_path, compressed):
+    """A worker killed mid-pass (OOM killer, kill -9) ends the run at once with one line,
+    exit 2, nothing written and no worker left: the executor stops the other workers
+    with SIGTERM, which they ignore, and used to wait for them forever at 100% CPU."""
+    import gzip
+
+    trace = large
+    if compressed:
+        trace = tmp_path / "large.json.gz"
+        trace.write_bytes(gzip.compress(large.read_bytes(), 1))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "tracestream", *map(str, command(
+            "layers", trace, folder / "out.json", "--workers", "2"))],
+        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    _wait_until_reading(proc.pid, trace)
+    workers = []
+    while proc.poll() is None and not workers:
+        found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        workers = found.stdout.split()
+    assert workers, "the run ended before a worker could be killed"
+    os.kill(int(workers[0]), signal.SIGKILL)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("hung after a worker was killed")
+    orphans = _same_group_processes(proc.pid)
+    if orphans:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, err
+    assert err.decode() == "tracestream: error: a worker process died (killed, or out of memory?)\n"
+    assert not orphans, f"workers outlived the run: {orphans}"
+    assert leftovers(folder) == []
+    TALLY["faults injected (a worker killed)"] += 1
+
+
 # -- the reader of stdout goes away ------------------------------------------------------------
 
 
