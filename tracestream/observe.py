@@ -384,21 +384,22 @@ class _Observer:
             owned = np.fromiter((e.pid is not None and e.tid is not None for e in events),
                                 bool, n)
         kind_of[phase != _COMPLETE] = -1  # only complete events are activity
-        slices = np.flatnonzero((kind_of >= KERNEL) & (kind_of <= GPU_SCOPE)).tolist()
-        complete = has_ts[slices] & has_dur[slices] & owned[slices]
+        is_slice = (kind_of >= KERNEL) & (kind_of <= GPU_SCOPE)
+        slice_at = np.flatnonzero(is_slice)  # for numpy, which would convert the list each time
+        slices = slice_at.tolist()
+        complete = has_ts[slice_at] & has_dur[slice_at] & owned[slice_at]
         if not complete.all():
             i = slices[int(np.argmin(complete))]
             e = events[i]
             missing = ("ts" if not ts_texts[i] else "dur" if not dur_texts[i]
                        else "pid" if e.pid is None else "tid")
             raise self.fail(i, f"GPU activity event has no `{missing}`")
-        flows = np.flatnonzero((phase == _FLOW) & has_ts & owned).tolist()
-        metas = np.flatnonzero(phase == _METADATA).tolist()
+        is_flow = (phase == _FLOW) & has_ts & owned
+        flows = np.flatnonzero(is_flow).tolist()
+        is_meta = phase == _METADATA
+        metas = np.flatnonzero(is_meta).tolist()
         guides = np.flatnonzero(kind_of == LAYER_GUIDE).tolist()
-        other_mask = np.ones(n, bool)
-        for taken in (slices, flows, metas):
-            other_mask[taken] = False
-        others = np.flatnonzero(other_mask).tolist()
+        others = np.flatnonzero(~(is_slice | is_flow | is_meta)).tolist()
         keys = [(events[i].pid, events[i].tid) for i in others]
         other = dict(zip(reversed(keys), reversed(others)))  # first event per track wins
         annotations = ([events[i].name for i in np.flatnonzero(kind_of == CPU_ANNOTATION).tolist()]
@@ -407,7 +408,7 @@ class _Observer:
         thread_meta, process_meta, meta_cands = self._metadata(metas)
         cand_index = cand_kind = cand_of = None  # read-only commands rewrite nothing
         if self.ctx.records or self.ctx.moves_gpu:
-            cand_index, cand_kind, cand_of = _numbering(kind_of, slices, flows, meta_cands)
+            cand_index, cand_kind, cand_of = _numbering(kind_of, slice_at, flows, meta_cands)
         event_keys = None
         if self.ctx.moves_gpu:  # compaction: the candidates' keys are counted once, for both
             starts, ends = self.spans
@@ -417,7 +418,8 @@ class _Observer:
                 self._check_gpu_duplicates(slices, cand_of, event_keys)
         candidates = self._candidates(cand_index, cand_kind, event_keys)
         slice_rows, matches, kernel_names = self._slices(
-            slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of, cand_of)
+            slices, slice_at, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of,
+            cand_of)
         flow_rows, flow_ids, flow_categories = self._flows(flows, ts_ns, cand_of)
         other_on_track = {
             self.track(*key): OtherOnTrack(i, events[i].ph, events[i].name,
@@ -562,8 +564,8 @@ class _Observer:
                     rows[name] = CAREFUL
         return rows
 
-    def _slices(self, slices, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of,
-                cand_of) -> tuple:
+    def _slices(self, slices, slice_at, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int,
+                kind_of, cand_of) -> tuple:
         patterns = self.ctx.patterns
         matches: dict[str, tuple] = {}
         kernel_names: dict[int, Counter] = {}
@@ -573,9 +575,10 @@ class _Observer:
         if not n:
             return rows, {}, kernel_names
         events = self.events
-        kind_a = kind_of[slices]
+        kind_a = kind_of[slice_at]
+        idx = slice_at
         every_slice = self.ctx.bounds or self.ctx.records or self.ctx.count_names
-        ids = self._slice_ids(slices, kind_of) if every_slice else None
+        ids = self._slice_ids(slices, kind_a) if every_slice else None
         sev = None  # the slices' events, where a step reads them one by one
         if ids is None:
             # `anchors` keeps no per-slice facts: only the matched kernels go on
@@ -605,9 +608,9 @@ class _Observer:
             pids = [e.pid for e in sev]
             tracks = _intern(self.track, list(zip(pids, [e.tid for e in sev])))
             groups = _intern(self.group, list(zip(pids, devices)))
+            idx = np.array(slices, np.int64)  # fewer, where only the matched kernels go on
         else:
             tracks, groups = ids
-        idx = np.array(slices, np.int64)
         start = ts_ns[idx]
         dur = dur_ns[idx]
         end = start + dur
@@ -657,18 +660,22 @@ class _Observer:
                     name for name, g in zip(names, kernel_groups) if g == group])
                 for group in distinct}
 
-    def _slice_ids(self, slices: list[int], kind_of: np.ndarray) -> tuple[list, list] | None:
+    def _slice_ids(self, slices: list[int], kinds: np.ndarray) -> tuple[list, list] | None:
         """The slices' track and group ids, as `_intern` gives them, from the C extension
-        (None without it, or where a device cannot be a key: the caller refuses it)."""
+        (`kinds`: their category kinds; None without it, or where a device cannot be a key:
+        the caller refuses it)."""
         if speedups.native is None:
             return None
         try:
             track_codes, track_keys, group_codes, group_keys = speedups.native.slice_keys(
-                self.events, slices, kind_of[slices] == GPU_SCOPE, SCOPES)
+                self.events, slices, kinds == GPU_SCOPE, SCOPES)
         except TypeError:
             return None
-        track_ids = np.array([self.track(*key) for key in track_keys], np.int64)
-        group_ids = np.array([self.group(*key) for key in group_keys], np.int64)
+        tracks, groups = self.tracks, self.groups  # numbered as track() and group() do
+        track_ids = np.array([tracks.setdefault(key, len(tracks)) for key in track_keys],
+                             np.int64)
+        group_ids = np.array([groups.setdefault(key, len(groups)) for key in group_keys],
+                             np.int64)
         return (track_ids[np.frombuffer(track_codes, np.int32)].tolist(),
                 group_ids[np.frombuffer(group_codes, np.int32)].tolist())
 
