@@ -1,0 +1,30 @@
+"""`anchors --json` writing its match rows: the part of the command that runs after the
+workers are done (a 1 GB trace has ~213,000 rows; 10 GB, millions).
+
+The report is built once from the 50 MB trace (its index pass is measured elsewhere);
+each round writes every row, as the CLI does, a batch at a time: with the C extension,
+and with the Python rows it stands in for.
+"""
+
+import pytest
+
+from tracestream import speedups
+from tracestream.inspect import anchors_json, find_anchors
+
+from .conftest import ANCHOR_REGEX
+
+
+@pytest.fixture(scope="module")
+def anchors_report(trace_path):
+    return find_anchors(trace_path, ANCHOR_REGEX, workers=0)
+
+
+@pytest.mark.parametrize("rows", ["C", "Python"])
+def test_anchors_json_rows(benchmark, anchors_report, record_throughput, monkeypatch, rows):
+    if rows == "Python":
+        monkeypatch.setattr(speedups, "native", None)
+    elif speedups.native is None:
+        pytest.skip("tracestream._speedups is not built")
+    text = benchmark(lambda: b"".join(anchors_json(anchors_report)))
+    assert text.count(b'"index": ') == anchors_report["count"] > 10_000
+    record_throughput(len(text))
