@@ -377,6 +377,15 @@ def test_a_signal_after_the_commit_decision_keeps_the_files(tmp_path, monkeypatc
             signal.signal(signum, handler)
 
 
+def _started(kind: str, trace: Path, output: Path, *, stderr) -> subprocess.Popen:
+    """A run of `kind` with two workers, in a session of its own, once it reads `trace`."""
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "tracestream", *map(str, command(kind, trace, output, "--workers", "2"))],
+        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    _wait_until_reading(proc.pid, trace)
+    return proc
+
+
 def test_sigkill_leaves_no_workers(large, tmp_path):
     """A killed run (OOM killer, kill -9) leaves no output and no orphaned worker process.
 
@@ -389,12 +398,7 @@ def test_sigkill_leaves_no_workers(large, tmp_path):
                            large, reference)
     folder = tmp_path / "out"
     folder.mkdir()
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "tracestream", *map(str, command(
-            "compact", large, folder / "out.json", "--workers", "2"))],
-        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
-    _wait_until_reading(proc.pid, large)
+    proc = _started("compact", large, folder / "out.json", stderr=subprocess.DEVNULL)
     time.sleep(rewrite / 2)
     assert proc.poll() is None, "the run ended before it could be killed"
     proc.kill()
@@ -423,12 +427,7 @@ def test_a_killed_worker_ends_the_run_in_one_line(large, tmp_path, compressed):
         trace.write_bytes(gzip.compress(large.read_bytes(), 1))
     folder = tmp_path / "out"
     folder.mkdir()
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "tracestream", *map(str, command(
-            "layers", trace, folder / "out.json", "--workers", "2"))],
-        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)
-    _wait_until_reading(proc.pid, trace)
+    proc = _started("layers", trace, folder / "out.json", stderr=subprocess.PIPE)
     workers = []
     while proc.poll() is None and not workers:
         found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
