@@ -148,6 +148,36 @@ def test_kernel_moved_to_another_lane(compacted, tmp_path):
     assert "the plan puts it at pid 0 tid" in failures["output equals the plan"]
 
 
+_RELOCATED_FLOW = r'"ph": "f", "id": \d+, "pid": 0, "tid": (\d+), "ts": (\d+)\.\d{3}'
+
+
+def test_flow_moved_off_its_activitys_lane(compacted, tmp_path):
+    source, out = compacted
+    report = json.loads(Path(f"{out}.layers.json").read_text())
+    lanes = report["compaction"]["groups"][0]["lane_tids"]
+
+    def edit(text):
+        m = re.search(_RELOCATED_FLOW, text)
+        other = next(t for t in lanes if t != int(m.group(1)))
+        return text[: m.start(1)] + str(other) + text[m.end(1):]
+
+    failures = failed_checks(*tamper(compacted, tmp_path, edit))
+    assert re.fullmatch(r"flow event \d+ is not on the lane of the activity it binds to",
+                        failures["flows on their activity's lane"])
+
+
+@pytest.mark.parametrize("ts", ["1", "1900000000000000"], ids=["before", "after"])
+def test_flow_moved_away_from_every_activity(compacted, tmp_path, ts):
+    """Before every activity of its stream, or after all of them (past every end)."""
+    def edit(text):
+        m = re.search(_RELOCATED_FLOW, text)
+        return text[: m.start(2)] + ts + text[m.end(2):]
+
+    failures = failed_checks(*tamper(compacted, tmp_path, edit))
+    assert re.fullmatch(r"flow event \d+ binds to 0 activities",
+                        failures["flows on their activity's lane"])
+
+
 def test_renamed_kernel(compacted, tmp_path):
     failures = failed_checks(*tamper(compacted, tmp_path,
                                      lambda t: t.replace(f'"{LM_HEAD}"', '"lm_head"', 1)))

@@ -12,6 +12,7 @@ per-GPU kernel and stream counts match the report.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,10 +316,16 @@ class _OutputChecks:
         return problems
 
     def binding_problems(self) -> list[str]:
-        """Each relocated flow must be on the lane of the activity it binds to."""
+        """Each relocated flow must be on the lane of the activity it binds to.
+
+        A flow binds to the activity of its stream that starts at its ts, else to the one
+        that contains it. Records come in start order per stream, so the activities still
+        open at a flow are those that end at or after it: a heap by end keeps just them
+        (keeping every activity of a stream made this quadratic in its length).
+        """
         self._flush()
         problems = []
-        open_: list = []
+        open_: list = []  # (end, start, lane) of the stream's activities not yet ended
         current = None
         for block in self.binding.sorted_blocks():
             for track, key, end, lane, flow, ordinal in zip(
@@ -329,10 +336,12 @@ class _OutputChecks:
                     current, open_ = track, []
                 key >>= 1  # keys are 2*ns (+1 for flows, so activities sort first)
                 if not flow:
-                    open_.append((key, end, lane))
+                    heapq.heappush(open_, (end, key, lane))
                     continue
-                exact = [e for e in open_ if e[0] == key]
-                hits = exact or [e for e in open_ if e[0] <= key <= e[1]]
+                while open_ and open_[0][0] < key:  # ended before this flow (and every later one)
+                    heapq.heappop(open_)
+                exact = [e for e in open_ if e[1] == key]
+                hits = exact or open_  # every open activity started at or before the flow
                 if len(hits) != 1:
                     problems.append(f"flow event {ordinal} binds to {len(hits)} activities")
                 elif hits[0][2] != lane:
