@@ -650,7 +650,7 @@ def parse_args(argv=None):
     parser.add_argument("--repeat", type=int, default=2, help="runs per timed command")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--no-verify", action="store_true",
-                        help="skip verify/restore of our output (10 GB: saves most of an hour)")
+                        help="skip verify/restore of our output (10 GB: saves ~8 minutes here)")
     parser.add_argument("--engine", choices=("head", "worktree", "live"), default="head",
                         help="which tracestream to measure: HEAD's committed code (default), "
                              "a copy of the checkout taken at the start, or the live checkout")
