@@ -570,22 +570,31 @@ class MatchRows(Sequence):
                 "tid": [table.tid_of(t) for t in rows["track"].tolist()],
                 "cluster": c["cluster"], "event": c["event"]}
 
+    def _gaps(self, start: int, stop: int) -> np.ndarray:
+        """Start-to-start gaps (ns) of rows start..stop; the first match's is NO_GAP."""
+        times = self.times[start:stop]
+        gaps = np.empty(len(times), np.int64)
+        gaps[1:] = np.diff(times)
+        if len(gaps):
+            gaps[0] = times[0] - self.times[start - 1] if start else NO_GAP
+        return gaps
+
     def _columns(self, start: int, stop: int) -> tuple[np.ndarray, dict[str, list]]:
         """The packed rows start..stop, and every column but stream and tid."""
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
         ts_texts, dur_texts = table.texts_of(picked)
         times = self.times[start:stop]
-        previous = self.times[start - 1 : stop - 1] if start else self.times[: max(stop - 1, 0)]
-        following = times if start else times[1:]
+        gaps = self._gaps(start, stop)
+        first = 0 if start else 1  # the first match has no gap
         rows = take_rows(table.rows, picked)
         return rows, {
             "index": list(range(start, stop)),
             "ts_us": ts_texts,
             "dur_us": dur_texts,
             "rel_ms": list(map(round, ((times - self.origin_ns) / 1e6).tolist(), repeat(6))),
-            "gap_us": ([] if start else [None]) + list(
-                map(round, ((following - previous) / 1000).tolist(), repeat(3))),
+            "gap_us": [None] * first + list(
+                map(round, (gaps[first:] / 1000).tolist(), repeat(3))),
             "cluster": self.cluster_of[start:stop].tolist(),
             "event": rows["ordinal"].tolist(),
         }
@@ -612,7 +621,6 @@ class MatchRows(Sequence):
             c["index"], c["ts_us"], c["dur_us"], _floats(c["rel_ms"]), _floats(c["gap_us"]),
             _dumped(rows["stream"], table.streams.__getitem__),
             _dumped(rows["track"], table.tid_of), c["cluster"], c["event"])))
-
 
     def json_text(self, start: int, stop: int) -> bytes:
         """Rows start..stop as JSON text, `b", ".join(self.json_rows(start, stop))`: in one
@@ -643,13 +651,10 @@ class MatchRows(Sequence):
         else:
             ts_texts, dur_texts = table.texts_of(picked)
             ts, dur = (native.TEXTS, ts_texts), (native.TEXTS, dur_texts)
-        times = self.times[start:stop]
-        gaps = np.empty(len(times), np.int64)
-        gaps[1:] = np.diff(times)
-        gaps[0] = times[0] - self.times[start - 1] if start else np.iinfo(np.int64).min  # null
         return (
             (native.INTEGERS, np.arange(start, stop, dtype=np.int64)), ts, dur,
-            (native.SHORTEST, times - self.origin_ns, 6), (native.SHORTEST, gaps, 3),
+            (native.SHORTEST, self.times[start:stop] - self.origin_ns, 6),
+            (native.SHORTEST, self._gaps(start, stop), 3),  # NO_GAP is written as null
             _coded(native, rows["stream"], table.streams.__getitem__),
             _coded(native, rows["track"], table.tid_of),
             (native.INTEGERS, np.ascontiguousarray(self.cluster_of[start:stop], np.int64)),
@@ -660,14 +665,13 @@ class MatchRows(Sequence):
 _ROW = (b'{"index": %d, "ts_us": %b, "dur_us": %b, "rel_ms": %b, "gap_us": %b, "stream": %b, '
         b'"tid": %b, "cluster": %d, "event": %d}')
 _ROW_PARTS = tuple(re.split(rb"%[db]", _ROW))
+NO_GAP = np.iinfo(np.int64).min  # what the C extension's json_rows writes as null
 
 
 def _coded(native, codes: np.ndarray, value_of) -> tuple:
-    """A column of JSON values by code for the C extension's json_rows (each distinct code
-    dumped once, as `_dumped` does)."""
-    distinct, inverse = np.unique(codes, return_inverse=True)
-    return (native.CODED, inverse.astype(np.int64).reshape(-1),
-            [orjson.dumps(value_of(code)) for code in distinct.tolist()])
+    """`_dumped` as a column for the C extension's json_rows: the texts by code."""
+    inverse, texts = _distinct_texts(codes, lambda code: orjson.dumps(value_of(code)))
+    return native.CODED, inverse.astype(np.int64).reshape(-1), texts
 
 
 def _floats(values: list) -> list[bytes]:
@@ -682,9 +686,14 @@ def _dumped(codes: np.ndarray, value_of) -> list[bytes]:
 
 def _texts(codes: np.ndarray, text_of) -> list:
     """`text_of(code)` for each code, computed once per distinct code."""
-    distinct, inverse = np.unique(codes, return_inverse=True)
-    texts = [text_of(code) for code in distinct.tolist()]
+    inverse, texts = _distinct_texts(codes, text_of)
     return list(map(texts.__getitem__, inverse.tolist()))
+
+
+def _distinct_texts(codes: np.ndarray, text_of) -> tuple[np.ndarray, list]:
+    """(each code's position among the distinct codes, `text_of` each distinct code)."""
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    return inverse, [text_of(code) for code in distinct.tolist()]
 
 
 def _cluster_rows(anchors: MatchView, clusters, origin_ns: int) -> list[dict]:

@@ -266,9 +266,9 @@ def event_starts(data: bytes, count: int | None) -> list[int]:
     return event_spans(data, count)[0].tolist()
 
 
-def observe_chunk(data: bytes, offset: int, ctx: Context) -> ChunkFacts:
-    """The index pass's view of one chunk (see module docstring)."""
-    events = decode_chunk(data, offset)
+def observe_chunk(data: bytes, offset: int, ctx: Context, doc=None) -> ChunkFacts:
+    """The index pass's view of one chunk (see module docstring; `doc` as decode_chunk's)."""
+    events = decode_chunk(data, offset, doc)
     return _Observer(data, offset, ctx, events).run()
 
 
@@ -292,8 +292,7 @@ def observe_received_chunk(slot: int, length: int, offset: int, ctx: Context) ->
     workers.ChunkSlots, index._submit): decoded where it lies, copied out once for the
     byte work."""
     doc = received_view(slot, length + 2)
-    data = bytes(doc[1:-1])
-    return _Observer(data, offset, ctx, decode_chunk(data, offset, doc)).run()
+    return observe_chunk(bytes(doc[1:-1]), offset, ctx, doc)
 
 
 class _Texts:
