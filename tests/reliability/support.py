@@ -38,7 +38,7 @@ PLACE = re.compile(r"\b(?:event \d+|byte \d+|pid \S+ (?:tid|device) \S+|ts \S+)"
 ERROR_LINE = "tracestream: error: "
 
 TALLY: Counter = Counter()
-"""What the suite did (printed at the end of the run, quoted in RELIABILITY.md)."""
+"""What the suite did (printed at the end of the run)."""
 
 
 def examples(default: int) -> int:
