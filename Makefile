@@ -1,34 +1,44 @@
 # Set-up and everyday jobs. `make demo` and `make test` are all a fresh clone needs.
 PYTHON ?= python3
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+# pip's own notices (e.g. about this machine's index configuration) are not ours to show.
+PIP := $(BIN)/pip --quiet --disable-pip-version-check
 
 .PHONY: install demo test bench fuzz lint clean
 
 install: $(STAMP)
 
+# The package alone: what `make demo` and the `tracestream` command need.
 $(STAMP): pyproject.toml setup.py tracestream/_speedups.c
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,dask]'
+	$(PIP) install -e . 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }
 	touch $(STAMP)
+
+# The test, benchmark and Dask extras on top.
+$(DEV_STAMP): $(STAMP)
+	$(PIP) install -e '.[dev,dask]' 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+	touch $(DEV_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m samples.demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	-scripts/ensure-chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q benchmarks --benchmark-only -p no:cacheprovider
 	$(BIN)/python -m benchmarks.scale --size 1GB --size 10GB
 
-fuzz: $(STAMP)
+fuzz: $(DEV_STAMP)
 	TRACESTREAM_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q tests/reliability -k fuzz -p no:cacheprovider
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check tracestream tests benchmarks samples
 
 clean:
