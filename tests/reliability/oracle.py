@@ -1,4 +1,4 @@
-"""An independent model of what compaction must produce, written from docs/design.md, not the engine.
+"""An independent model of what compaction must produce, from docs/design.md, not the engine.
 
 Lanes must equal the peak overlap of the conservative nanosecond bounds of each
 group's activity: bounds that contain the exact decimal interval and the
