@@ -279,6 +279,11 @@ def selected(name: str, selectors) -> bool:
     return any(name == s or name.startswith(s + ":") for s in selectors)
 
 
+def wanted_under(prefix: str, selectors) -> bool:
+    """Whether any row under `prefix` (e.g. an input's `real:<trace>`) is selected."""
+    return selected(prefix, selectors) or any(s.startswith(prefix + ":") for s in selectors)
+
+
 def nightly_layers(truth: dict, pid: int | None = None) -> list[str]:
     """Every pass of a generated trace: iterations passes of `layers` layers + 1 extra anchor."""
     args = ["--anchor-regex", NIGHTLY_ANCHOR, "--num-layers", str(truth["config"]["layers"]),
@@ -610,8 +615,7 @@ def run_inputs(label: str, size: int, ctx: dict, opts, log) -> list[dict]:
     if want("gpus8"):
         rows += run_generated("gpus8", TraceConfig(size_bytes=size, gpus=8),
                               [Row("gpus8", "layers")], label, size, ctx, opts, log, pid=0)
-    if any(want(f"real:{p.name.split('.')[0]}") for p in real_traces(opts)) or (
-            want("real") and not real_traces(opts)):
+    if ctx["under"]("real"):
         rows += run_real(label, size, ctx, opts, log)
     return rows
 
@@ -708,7 +712,7 @@ def run_real(label: str, size: int, ctx: dict, opts, log) -> list[dict]:
     for source in sources:
         stem = source.name.split(".")[0]
         key = f"real:{stem}"
-        if not want(key):
+        if not ctx["under"](key):
             continue
         if not gpu_activity(source):
             rows.append(skipped_row(key, label, size, "skipped: no GPU activity in the trace"))
@@ -955,7 +959,8 @@ def run_size(size: int, opts, log) -> dict:
     info = machine()
     selectors = opts.workload or (WORKLOADS if size <= LARGE else LARGE_WORKLOADS)
     ctx = {"label": label, "size": size, "stem": path.stem,
-           "want": lambda name: selected(name, selectors)}
+           "want": lambda name: selected(name, selectors),
+           "under": lambda prefix: wanted_under(prefix, selectors)}
     rows = run_inputs(label, size, ctx, opts, log)
     data = {"size": label, "size_bytes": size, "started": started,
             "finished": datetime.datetime.now().isoformat(timespec="seconds"),

@@ -14,6 +14,7 @@ from benchmarks.scale import (
     selected,
     target,
     targets,
+    wanted_under,
     without_terminal,
 )
 
@@ -24,6 +25,13 @@ def test_a_workload_selects_its_rows_by_name_or_prefix():
     assert selected("real:hta_x:layers", ["real"])
     assert selected("real:hta_x:layers", ["real:hta_x"])
     assert not selected("real:hta_xy:layers", ["real:hta_x"])
+
+
+def test_an_input_is_made_when_any_row_under_it_is_selected():
+    assert wanted_under("real:hta_x", ["real:hta_x:layers"])
+    assert wanted_under("real:hta_x", ["real"])
+    assert wanted_under("real", ["real:hta_x:compact"])
+    assert not wanted_under("real:hta_x", ["real:hta_xy:layers", "nightly"])
 
 
 def test_unknown_workloads_are_refused():
