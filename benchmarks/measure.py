@@ -16,11 +16,17 @@ number cannot say everything:
   for "how much memory does this job take", and the one targets are judged by.
 
 Sampling may miss a peak shorter than the interval; ``max_rss`` cannot.
+
+The machine is shared: with ``memory_limit`` the whole process group is
+killed as soon as a sample of its tree PSS exceeds it (the run is then
+reported with ``killed`` set), so a regression that needs 17 GB fails one
+row instead of the machine.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -45,6 +51,7 @@ class Run:
     tree_pss: int
     max_procs: int
     load_before: float  # 1-minute load average when the run started (a shared machine)
+    killed: str = ""  # why the watchdog killed the run ("" if it did not)
     stdout: bytes = field(default=b"", repr=False)
     stderr: bytes = field(default=b"", repr=False)
 
@@ -136,13 +143,15 @@ def pss_of(pid: int) -> int:
 class TreeSampler(threading.Thread):
     """Samples summed RSS and PSS of a process tree until stopped; keeps the peaks."""
 
-    def __init__(self, root: int, interval: float = INTERVAL):
+    def __init__(self, root: int, interval: float = INTERVAL, limit: int | None = None):
         super().__init__(daemon=True, name="tree sampler")
         self.root = root
         self.interval = interval
+        self.limit = limit
         self.peak_rss = 0
         self.peak_pss = 0
         self.max_procs = 0
+        self.killed = ""
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -154,11 +163,23 @@ class TreeSampler(threading.Thread):
         pids = process_tree(self.root)
         self.max_procs = max(self.max_procs, len(pids))
         self.peak_rss = max(self.peak_rss, sum(map(rss_of, pids)))
-        self.peak_pss = max(self.peak_pss, sum(map(pss_of, pids)))
+        pss = sum(map(pss_of, pids))
+        self.peak_pss = max(self.peak_pss, pss)
+        if self.limit is not None and pss > self.limit and not self.killed:
+            self.killed = f"tree PSS {pss >> 20} MiB over the limit of {self.limit >> 20} MiB"
+            _kill_group(self.root)
 
     def stop(self) -> None:
         self._stop_event.set()
         self.join()
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group `pid` leads (the command and every worker it forked)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _gnu_time_kb(path: str) -> int | None:
@@ -172,8 +193,11 @@ def _gnu_time_kb(path: str) -> int | None:
 
 
 def run_measured(argv: list[str], *, stdout=subprocess.PIPE, env=None, cwd=None,
-                 interval: float = INTERVAL) -> Run:
+                 interval: float = INTERVAL, memory_limit: int | None = None) -> Run:
     """Run `argv` in a new process; wall time from spawn to reap, memory as above.
+
+    The command leads its own process group, so the watchdog (`memory_limit`)
+    and an interrupt here end it and its workers together.
 
     The child is reaped with `os.wait4` so its rusage is its own (and that of the
     workers it reaped), not the sum over every child this script ever had.
@@ -190,13 +214,14 @@ def run_measured(argv: list[str], *, stdout=subprocess.PIPE, env=None, cwd=None,
             wrapped = [GNU_TIME, "-f", "%M", "-o", rss_file.name, *wrapped]
         load = load_average()
         start = time.perf_counter()
-        proc = subprocess.Popen(wrapped, stdout=target, stderr=err, env=env, cwd=cwd)
-        sampler = TreeSampler(proc.pid, interval)
+        proc = subprocess.Popen(wrapped, stdout=target, stderr=err, env=env, cwd=cwd,
+                                start_new_session=True)
+        sampler = TreeSampler(proc.pid, interval, memory_limit)
         sampler.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)
         except BaseException:
-            proc.kill()
+            _kill_group(proc.pid)
             proc.wait()
             raise
         finally:
@@ -211,6 +236,6 @@ def run_measured(argv: list[str], *, stdout=subprocess.PIPE, env=None, cwd=None,
             user_s=usage.ru_utime, sys_s=usage.ru_stime,
             max_rss=(max_rss if max_rss is not None else usage.ru_maxrss) * 1024,
             tree_rss=sampler.peak_rss, tree_pss=sampler.peak_pss,
-            max_procs=sampler.max_procs, load_before=load,
+            max_procs=sampler.max_procs, load_before=load, killed=sampler.killed,
             stdout=out.read() if stdout is subprocess.PIPE else b"", stderr=err.read(),
         )

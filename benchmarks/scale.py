@@ -1,26 +1,47 @@
-"""Scale runs: tracestream against the in-memory baseline and gzip on generated multi-GB traces.
+"""Scale runs: every benchmarked workload against the in-memory baseline, on multi-GB traces.
 
-    python -m benchmarks.scale --size 1GB [--size 10GB] [--formats plain,gzip,zstd]
+    python -m benchmarks.scale --size 1GB [--size 10GB] [--workload NAME ...]
+                               [--formats plain,gzip,zstd] [--real-traces DIR]
                                [--keep] [--workdir DIR] [--repeat 2] [--profile]
 
-For every size and input format it generates a trace with `samples.generate`
-and times, each in a fresh process (wall time, and memory as `measure.py`
-explains: GNU time's max RSS, and the summed RSS and PSS of the process tree):
+One row per workload (`--workload NAME`, repeatable, selects rows; a prefix
+such as `real` or `real:hta_train_6streams` selects every row under it):
 
-* ours: `tracestream layers ... --max-gpu-lanes 10` (both passes, end to end);
-* the baseline (`benchmarks/baseline.py`: json.load, plain Python, json.dump),
-  unless it would need more than 70% of MemAvailable (~7.5x the JSON size);
-* the reference `gzip -dc T.gz | gzip -1 > /dev/null` (and zstd's analogue)
-  on the same bytes;
-* `inspect --json` and `anchors --json` on the same file;
-* `verify` on our output, and for plain input up to 1 GB `restore` plus an
-  independent streaming comparison of the restored events with the source.
+* `nightly`: `layers` labelling every pass of a generated CUDA-Graph decode
+  trace (`samples.generate`; passes = its iterations, from the generator's
+  ground truth), with `--end-anchor-regex` (the terminal kernel),
+  `--extra-anchors-per-pass 1` and `--max-gpu-lanes 10`; in every format of
+  `--formats` (gzip and zstd inputs are the plain trace compressed, so the
+  same bytes), with the `gzip -dc | gzip -1` (zstd's analogue) reference;
+* `nightly-no-terminal`: the same without `--end-anchor-regex` (what the
+  terminal check costs);
+* `compact`: `compact --max-gpu-lanes 10` on the nightly trace;
+* `gpus8`: the nightly job on a trace of eight GPUs (`gpus=8`; anchors of
+  pid 0, every GPU compacted);
+* `inspect`, `anchors` (with `--cross-check` of the terminal): on the nightly trace;
+* `verify`: `verify` of the nightly output (its own row; every other output
+  is verified too, in its row's verify column);
+* `real:<trace>:compact`, `real:<trace>:layers`: each real Kineto trace with
+  GPU activity in `--real-traces DIR`, replicated in time up to the size
+  (`benchmarks/replicate.py`, exact text), then `compact`, and `layers
+  --num-layers 1` labelling every match of a kernel that runs once per step
+  (`REAL_ANCHORS`). Traces without GPU activity are listed as skipped.
 
-Timed commands run `--repeat` times; the best wall time is reported with the
-spread (worst - best), memory as the worst of the runs. Results go to
-`benchmarks/results/<date>-<host>-<size>.json`; generated traces and outputs
-are deleted unless `--keep`. Sizes above 2 GB use gzip input only (disk), and
-plain output only if three times the space it needs is free.
+Every row is timed against the baseline (`benchmarks/baseline.py`:
+json.load, the same job in plain Python, json.dump) doing the same work in
+the same run, unless it would need more than 70% of MemAvailable (~7.5x the
+JSON size). Each command runs in a fresh process (wall time, and memory as
+`measure.py` explains: GNU time's max RSS, and the summed RSS and PSS of the
+process tree); a run whose tree PSS passes 70% of MemAvailable is killed and
+reported as such. Timed commands run `--repeat` times; the best wall time is
+reported with the spread (worst - best), memory as the worst of the runs.
+
+Without `--workload`, sizes up to 2 GB run every row (the nightly row in
+every format, the others on plain input) and larger sizes run `nightly` and
+`verify` on gzip input (plain output if three times the space it needs is
+free). Results go to `benchmarks/results/<date>-<host>-<size>.json`; generated
+traces and outputs are deleted unless `--keep`. The targets section judges
+issue 23's targets on every row and names the worst row of each.
 """
 
 from __future__ import annotations
@@ -33,6 +54,7 @@ import io
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import socket
@@ -40,27 +62,54 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.compare import compare_events
 from benchmarks.measure import Run, load_average, run_measured
-from samples.generate import ANCHOR, TraceConfig, generate, parse_size
+from benchmarks.replicate import gpu_activity, kernel_matches, replicate
+from samples.generate import ANCHOR, TERMINAL, TraceConfig, generate, parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+REAL_TRACES = ROOT.parent / "shared" / "real-traces"
 SUFFIX = {"plain": ".json", "gzip": ".json.gz", "zstd": ".json.zst"}
 COMPRESS = {"plain": "none", "gzip": "gzip", "zstd": "zstd"}
 RATIO_GUESS = {"plain": 1.0, "gzip": 5.0, "zstd": 6.0}  # conservative, for disk checks
-LARGE = 2 << 30  # above this: gzip input only
+LARGE = 2 << 30  # above this: gzip input, and only the nightly rows by default
 RESTORE_MAX = 1 << 30  # restore + comparison only up to this size (plain input)
 BASELINE_FACTOR = 7.5  # baseline RSS per JSON byte (json.load dicts + the text)
 MEMORY_SHARE = 0.7
 DISK_FACTOR = 3
-LAYERS_ARGS = ["--anchor-regex", f"^{ANCHOR}$", "--num-layers", "8", "--anchor-offset", "0",
-               "--passes", "1", "--extra-anchors-per-pass", "1"]
-TARGETS = {"mb_per_s": 100.0, "speedup": 10.0, "pss_1gb": 200 << 20, "pss_10gb": 300 << 20,
-           "gzip_ratio": 2.0, "read_only_speedup": 2.0}
+NIGHTLY_ANCHOR = f"^{ANCHOR}$"
+NIGHTLY_TERMINAL = f"^{re.escape(TERMINAL)}$"
+LANES = ["--max-gpu-lanes", "10"]
+WORKLOADS = ("nightly", "nightly-no-terminal", "compact", "gpus8", "inspect", "anchors",
+             "verify", "real")
+LARGE_WORKLOADS = ("nightly", "verify")
+# A kernel that runs once per step in each real trace, chosen with `tracestream anchors`
+# (docs/notes-issue23.md has the evidence). Per copy: the number of its matches.
+REAL_ANCHORS = {
+    # 5 matches, one per ProfilerStep (gaps 215-217 ms = the step time)
+    "hta_train_6streams": "^void split_embedding_codegen_forward_unweighted_kernel<",
+    # 2 matches, one per ProfilerStep (gap 606 ms = the step time)
+    "hta_sampled_rank0_5streams": "^void split_embedding_codegen_forward_unweighted_kernel<",
+    # 3 matches, one per ProfilerStep (gaps 220-225 ms = the step time)
+    "hta_nccl_gpu_scopes": "max_pool_backward_nchw<",
+    # no step annotations and one kernel name (3 GEMMs): every match is a pass
+    "hta_cuda_sync_multistream": "^ampere_sgemm_128x64_nn$",
+    # one GEMM in the capture (one step)
+    "hta_rocm_mi250": "^Cijk_Alik_Bljk",
+    # one gemv in the capture (one step)
+    "hta_legacy_categories": "^void gemmk1_kernel<",
+    # the only kernel (one step)
+    "hta_triton_single_kernel": "^triton_poi_fused_add_cos_sin_0$",
+}
+TARGETS = {"mb_per_s": 100.0, "stretch_mb_per_s": 200.0, "speedup": 10.0,
+           "max_rss": 200 << 20, "tree_pss": 250 << 20, "pss_10gb": 300 << 20,
+           "gzip_ratio": 2.0, "terminal_ratio": 1.5, "verify_ratio": 2.0,
+           "verify_pss": 250 << 20}
+
 
 
 def tool() -> list[str]:
@@ -190,30 +239,74 @@ def engine(mode: str, snapshot: Path) -> tuple[dict, dict]:
 
 
 @dataclass
-class Case:
-    """One (size, input format) cell: the files it uses and what it found."""
+class Input:
+    """One trace that rows read: the file, its format, its JSON size, and what `layers` labels."""
 
-    label: str
-    size: int
+    key: str  # "nightly", "gpus8", "real:<trace>"
+    path: Path
     fmt: str
-    out_fmt: str
-    workdir: Path
-    result: dict = field(default_factory=dict)
+    nbytes: int  # uncompressed JSON bytes
+    layers: list[str] | None  # the anchor options of `layers` (ours and the baseline)
+    how: str
+    seconds: float = 0.0
+
+    def record(self) -> dict:
+        return {"key": self.key, "path": str(self.path), "format": self.fmt,
+                "bytes_on_disk": self.path.stat().st_size if self.path.exists() else None,
+                "uncompressed_bytes": self.nbytes, "layers": self.layers, "how": self.how,
+                "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class Row:
+    """A workload: its name (what --workload selects), the command, and its options."""
+
+    name: str
+    kind: str  # layers | compact | inspect | anchors
+    terminal: bool = True  # layers: keep --end-anchor-regex
 
     @property
-    def trace(self) -> Path:
-        return self.workdir / f"scale-{self.label}{SUFFIX[self.fmt]}"
+    def writes(self) -> bool:
+        return self.kind in ("layers", "compact")
 
-    @property
-    def plain(self) -> Path:
-        return self.workdir / f"scale-{self.label}{SUFFIX['plain']}"
 
-    def output(self, tag: str = "ours") -> Path:
-        return self.workdir / f"scale-{self.label}-{self.fmt}.{tag}{SUFFIX[self.out_fmt]}"
+NIGHTLY_ROWS = [Row("nightly", "layers"), Row("nightly-no-terminal", "layers", terminal=False),
+                Row("compact", "compact"), Row("inspect", "inspect"), Row("anchors", "anchors")]
+
+
+def selected(name: str, selectors) -> bool:
+    """A row is selected by its name or by a prefix of it that ends at a ':'."""
+    return any(name == s or name.startswith(s + ":") for s in selectors)
+
+
+def wanted_under(prefix: str, selectors) -> bool:
+    """Whether any row under `prefix` (e.g. an input's `real:<trace>`) is selected."""
+    return selected(prefix, selectors) or any(s.startswith(prefix + ":") for s in selectors)
+
+
+def nightly_layers(truth: dict, pid: int | None = None) -> list[str]:
+    """Every pass of a generated trace: iterations passes of `layers` layers + 1 extra anchor."""
+    args = ["--anchor-regex", NIGHTLY_ANCHOR, "--num-layers", str(truth["config"]["layers"]),
+            "--anchor-offset", "0", "--passes", str(truth["iterations"]),
+            "--extra-anchors-per-pass", "1" if truth["config"]["extra_anchor"] else "0"]
+    if pid is not None:
+        args += ["--pid", str(pid)]
+    return args + ["--end-anchor-regex", NIGHTLY_TERMINAL]
+
+
+def without_terminal(args: list[str]) -> list[str]:
+    i = args.index("--end-anchor-regex")
+    return args[:i] + args[i + 2:]
+
+
+def real_layers(regex: str, passes: int) -> list[str]:
+    """One guide per match of a once-per-step kernel (`--passes all` once it exists)."""
+    return ["--anchor-regex", regex, "--num-layers", "1", "--anchor-offset", "0",
+            "--passes", str(passes)]
 
 
 def disk_needed(size: int, fmt: str, out_fmt: str, keep_plain: bool) -> int:
-    """Bytes on disk one case may hold at once (input, output, spill, restore, plain copy)."""
+    """Bytes on disk one input may hold at once (input, output, spill, restore, plain copy)."""
     need = size / RATIO_GUESS[fmt] + 1.25 * size / RATIO_GUESS[out_fmt] + 0.2 * size
     if fmt == "plain" and size <= RESTORE_MAX:
         need += size
@@ -223,7 +316,7 @@ def disk_needed(size: int, fmt: str, out_fmt: str, keep_plain: bool) -> int:
 
 
 def choose_output(size: int, fmt: str, workdir: Path) -> tuple[str | None, str]:
-    """Output format for a case: like the input, or for large sizes plain if the disk allows."""
+    """Output format for an input: like the input, or for large sizes plain if the disk allows."""
     free = shutil.disk_usage(workdir).free
     wanted = ["plain", "gzip"] if size > LARGE else [fmt]
     for out_fmt in wanted:
@@ -235,21 +328,40 @@ def choose_output(size: int, fmt: str, workdir: Path) -> tuple[str | None, str]:
                   f"~{need / 2**30:.1f} GiB it needs")
 
 
-def make_input(case: Case) -> dict:
-    """Generate the case's trace (or compress an existing plain one of the same size)."""
-    start = time.perf_counter()
-    if case.trace.exists():
-        how = "existing file (--keep from an earlier run)"
-    elif case.fmt != "plain" and case.plain.exists():
-        tool_argv = {"gzip": ["gzip", "-1", "-c"], "zstd": ["zstd", "-q", "-3", "-c"]}[case.fmt]
-        with open(case.plain, "rb") as src, open(case.trace, "wb") as dst:
-            subprocess.run(tool_argv, stdin=src, stdout=dst, check=True)
-        how = f"{' '.join(tool_argv)} of the plain trace (same bytes)"
-    else:
-        generate(case.trace, TraceConfig(size_bytes=case.size))
-        how = "samples.generate"
-    return {"path": str(case.trace), "bytes": case.trace.stat().st_size, "how": how,
-            "seconds": time.perf_counter() - start}
+def trace_path(workdir: Path, label: str, key: str, fmt: str) -> Path:
+    return workdir / f"scale-{label}-{key.replace(':', '-')}{SUFFIX[fmt]}"
+
+
+def facts_path(trace: Path) -> Path:
+    return trace.with_name(trace.name + ".facts.json")
+
+
+def generated(path: Path, cfg: TraceConfig) -> tuple[dict, str]:
+    """The generator's ground truth for `path`: generated now, or kept (--keep) with it."""
+    facts = facts_path(path)
+    if path.exists() and facts.exists():
+        return json.loads(facts.read_text()), "existing file (--keep from an earlier run)"
+    truth = asdict(generate(path, cfg))
+    facts.write_text(json.dumps(truth))
+    return truth, "samples.generate"
+
+
+def compressed_copy(plain: Path, fmt: str, path: Path) -> str:
+    """`path`: the plain trace compressed (the same bytes as the plain rows read)."""
+    argv = {"gzip": ["gzip", "-1", "-c"], "zstd": ["zstd", "-q", "-3", "-c"]}[fmt]
+    if not path.exists():
+        with open(plain, "rb") as src, open(path, "wb") as dst:
+            subprocess.run(argv, stdin=src, stdout=dst, check=True)
+    return f"{' '.join(argv)} of the plain trace (same bytes)"
+
+
+def replicated(source: Path, path: Path, size: int) -> tuple[dict, str]:
+    """A real trace copied in time up to `size`, and what the copy holds (kept with --keep)."""
+    facts = facts_path(path)
+    if path.exists() and facts.exists():
+        return json.loads(facts.read_text()), "existing file (--keep from an earlier run)"
+    facts.write_text(json.dumps(asdict(replicate(source, path, size))))
+    return json.loads(facts.read_text()), f"benchmarks.replicate of {source.name}"
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -264,8 +376,11 @@ def summary_of(runs: list[Run], nbytes: int | None = None) -> dict:
     """Best wall time, spread, worst memory; every run kept for the record."""
     ok = [r for r in runs if r.returncode == 0]
     data = {"runs": [r.record() for r in runs], "ok": len(ok) == len(runs) and bool(runs)}
-    if not ok:
-        data["error"] = runs[-1].stderr.decode(errors="replace")[-500:] if runs else "not run"
+    if not data["ok"]:
+        last = runs[-1] if runs else None
+        data["error"] = ("not run" if last is None else last.killed
+                         or last.stderr.decode(errors="replace")[-500:] or
+                         f"exit {last.returncode}")
         return data
     walls = [r.wall_s for r in ok]
     data.update(best_wall_s=min(walls), spread_s=max(walls) - min(walls),
@@ -276,52 +391,70 @@ def summary_of(runs: list[Run], nbytes: int | None = None) -> dict:
     return data
 
 
-def repeat(argv_for, times: int, *, env=None, cleanup=(), stdout=subprocess.DEVNULL,
+def repeat(argv_for, times: int, opts, *, env=None, cleanup=(), stdout=subprocess.DEVNULL,
            log=None) -> list[Run]:
     """Run a command `times` times in fresh processes, removing `cleanup` before each run."""
     runs = []
     for i in range(times):
         _remove(*cleanup)
-        argv = argv_for(i)
-        run = run_measured(argv, stdout=stdout, cwd=ROOT, env=env)
+        run = run_measured(argv_for(i), stdout=stdout, cwd=ROOT, env=env,
+                           memory_limit=opts.memory_limit)
         runs.append(run)
         if log:
             log(f"    run {i + 1}/{times}: {run.wall_s:7.1f} s, rc {run.returncode}, "
                 f"max RSS {run.max_rss / 2**20:.0f} MiB, tree PSS {run.tree_pss / 2**20:.0f} MiB"
-                f" (load {run.load_before:.1f})")
+                f" (load {run.load_before:.1f}){'  KILLED: ' + run.killed if run.killed else ''}")
         if run.returncode != 0:
             break
     return runs
 
 
-def ours_argv(case: Case) -> list[str]:
-    out = case.output()
-    argv = tool() + ["layers", "--trace", str(case.trace), "--output", str(out), *LAYERS_ARGS,
-                     "--phase", "target-verify", "--evidence", "bench", "--max-gpu-lanes", "10",
-                     "--quiet"]
-    if case.out_fmt != "plain":
-        argv += ["--compress", COMPRESS[case.out_fmt]]
+def layer_args(row: Row, inp: Input) -> list[str]:
+    return inp.layers if row.terminal else without_terminal(inp.layers)
+
+
+def ours_argv(row: Row, inp: Input, out: Path, out_fmt: str) -> list[str]:
+    """The command a user runs for this row (the installed script of the measured engine)."""
+    trace = ["--trace", str(inp.path)]
+    if row.kind == "layers":
+        argv = ["layers", *trace, "--output", str(out), *layer_args(row, inp),
+                "--phase", "target-verify", "--evidence", "bench", *LANES, "--quiet"]
+    elif row.kind == "compact":
+        argv = ["compact", *trace, "--output", str(out), *LANES, "--quiet"]
+    elif row.kind == "inspect":
+        argv = ["inspect", *trace, "--json"]
+    else:
+        argv = ["anchors", *trace, "--anchor-regex", NIGHTLY_ANCHOR,
+                "--cross-check", NIGHTLY_TERMINAL, "--json"]
+    if row.writes and out_fmt != "plain":
+        argv += ["--compress", COMPRESS[out_fmt]]
+    return tool() + argv
+
+
+def baseline_argv(row: Row, inp: Input, out: Path, out_fmt: str) -> list[str]:
+    """The same job in benchmarks/baseline.py."""
+    argv = [sys.executable, "-m", "benchmarks.baseline", "--job", row.kind,
+            "--trace", str(inp.path)]
+    if row.writes:
+        argv += ["--output", str(out), *LANES, "--compress", COMPRESS[out_fmt]]
+    if row.kind == "layers":
+        argv += [*layer_args(row, inp), "--phase", "target-verify"]
+    if row.kind == "anchors":
+        argv += ["--anchor-regex", NIGHTLY_ANCHOR, "--cross-check", NIGHTLY_TERMINAL]
     return argv
 
 
-def baseline_argv(case: Case) -> list[str]:
-    out = case.output("baseline")
-    return [sys.executable, "-m", "benchmarks.baseline", "--trace", str(case.trace),
-            "--output", str(out), *LAYERS_ARGS, "--max-gpu-lanes", "10",
-            "--compress", COMPRESS[case.out_fmt]]
-
-
-def reference_argv(case: Case) -> list[str] | None:
+def reference_argv(inp: Input, out_fmt: str) -> list[str] | None:
     """`gzip -dc T | gzip -1` (or zstd's analogue) of the same bytes, to /dev/null.
 
     With plain output only the decompression (`gzip -dc T > /dev/null`) is the
     reference; plain input has none.
     """
-    if case.fmt == "plain":
+    if inp.fmt == "plain":
         return None
-    path = shlex.quote(str(case.trace))
-    decompress = {"gzip": f"gzip -dc {path}", "zstd": f"zstd -q -dc {path}"}[case.fmt]
-    compress = {"plain": "", "gzip": " | gzip -1", "zstd": " | zstd -q -3 -c"}[case.out_fmt]
+    path = shlex.quote(str(inp.path))
+    decompress = {"gzip": f"gzip -dc {path}", "zstd": f"zstd -q -dc {path}"}[inp.fmt]
+    compress = {"plain": "", "gzip": " | gzip -1", "zstd": " | zstd -q -3 -c"}[out_fmt]
     return ["bash", "-o", "pipefail", "-c", f"{decompress}{compress} > /dev/null"]
 
 
@@ -335,45 +468,46 @@ def baseline_gate(uncompressed: int) -> str | None:
     return None
 
 
-def uncompressed_size(case: Case, inspect_runs: list[Run]) -> int:
-    """JSON bytes of the input: the file itself, or what `inspect` decompressed."""
-    if case.fmt == "plain":
-        return case.trace.stat().st_size
-    if case.plain.exists():
-        return case.plain.stat().st_size
-    for run in inspect_runs:
-        if run.returncode == 0 and run.stdout:
-            return int(json.loads(run.stdout)["decompressed_bytes"])
-    return case.size
+def run_baseline(row: Row, inp: Input, out: Path, out_fmt: str, opts, log) -> dict:
+    if opts.no_baseline:
+        return {"skipped": "skipped: --no-baseline"}
+    why = baseline_gate(inp.nbytes)
+    if why:
+        log(f"    baseline {why}")
+        return {"skipped": why}
+    log(f"  {row.name}: baseline (json.load + Python + json.dump)")
+    runs = repeat(lambda i: baseline_argv(row, inp, out, out_fmt), opts.repeat, opts,
+                  cleanup=(out,), log=log)
+    _remove(out)
+    return summary_of(runs, inp.nbytes)
 
 
-def verify_output(case: Case, env, log) -> dict:
-    """`tracestream verify` on our output: its verdict, the failed checks, the time."""
-    argv = tool() + ["verify", "--trace", str(case.trace), "--output", str(case.output()),
-                     "--json"]
-    run = run_measured(argv, cwd=ROOT, env=env)
-    data = {"run": run.record(), "wall_s": run.wall_s, "tree_pss": run.tree_pss,
-            "max_rss": run.max_rss}
+def verify_output(inp: Input, out: Path, times: int, opts, log) -> dict:
+    """`tracestream verify` of an output: time and memory as a row, its verdict, failed checks."""
+    argv = tool() + ["verify", "--trace", str(inp.path), "--output", str(out), "--json"]
+    runs = repeat(lambda i: argv, times, opts, env=opts.env, stdout=subprocess.PIPE, log=log)
+    data = summary_of(runs, inp.nbytes)
+    data["command"] = shlex.join(argv)
     try:
-        verdict = json.loads(run.stdout)
+        verdict = json.loads(runs[-1].stdout)
         data["verdict"] = verdict.get("verdict")
         data["failed"] = [c for c in verdict.get("checks", []) if not c.get("ok")]
     except ValueError:
-        data["verdict"] = f"no verdict (exit {run.returncode})"
-    log(f"    verify: {data['verdict']} in {run.wall_s:.1f} s")
+        data["verdict"] = f"no verdict (exit {runs[-1].returncode})"
+    log(f"    verify: {data['verdict']}")
     return data
 
 
-def restore_and_compare(case: Case, env, log) -> dict:
+def restore_and_compare(inp: Input, out: Path, opts, log) -> dict:
     """`tracestream restore`, then the restored events against the source, streamed."""
-    restored = case.output("restored").with_suffix(".json")
+    restored = out.with_name(out.name + ".restored.json")
     _remove(restored)
-    argv = tool() + ["restore", "--trace", str(case.output()), "--output", str(restored)]
-    run = run_measured(argv, cwd=ROOT, env=env)
+    argv = tool() + ["restore", "--trace", str(out), "--output", str(restored)]
+    run = run_measured(argv, cwd=ROOT, env=opts.env, memory_limit=opts.memory_limit)
     data = {"run": run.record(), "wall_s": run.wall_s, "tree_pss": run.tree_pss}
     if run.returncode == 0:
         start = time.perf_counter()
-        data["comparison"] = compare_events(case.trace, restored)
+        data["comparison"] = compare_events(inp.path, restored)
         data["comparison_s"] = time.perf_counter() - start
         data["verdict"] = data["comparison"]["verdict"]
     else:
@@ -383,22 +517,21 @@ def restore_and_compare(case: Case, env, log) -> dict:
     return data
 
 
-def profile_ours(case: Case, stem: str, env, log) -> dict:
+def profile_ours(argv: list[str], out: Path, report: Path, raw: Path, opts, log) -> dict:
     """One more run of ours under py-spy (workers included); where the samples fall."""
-    from benchmarks.profile import as_dict, report, summarize
+    from benchmarks.profile import as_dict, summarize
+    from benchmarks.profile import report as profile_report
 
     spy = Path(sys.executable).parent / "py-spy"
     if not spy.exists():
         return {"skipped": "py-spy not installed (.venv/bin/pip install py-spy)"}
-    raw = case.workdir / f"{stem}-profile-{case.fmt}.txt"
-    _remove(case.output(), Path(str(case.output()) + ".layers.json"))
-    argv = [str(spy), "record", "--subprocesses", "--format", "raw", "--rate", "25",
-            "-o", str(raw), "--", *ours_argv(case)]
-    run = run_measured(argv, cwd=ROOT, env=env)
+    _remove(out, report)
+    run = run_measured([str(spy), "record", "--subprocesses", "--format", "raw", "--rate", "25",
+                        "-o", str(raw), "--", *argv], cwd=ROOT, env=opts.env)
     if run.returncode != 0 or not raw.exists():
         return {"skipped": f"py-spy failed: {run.stderr.decode(errors='replace')[-300:]}"}
     summary = summarize(str(raw))
-    log(report(summary, 12))
+    log(profile_report(summary, 12))
     kept = RESULTS / (raw.name + ".gz")
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(raw, "rb") as src, gzip.open(kept, "wb") as dst:
@@ -408,57 +541,209 @@ def profile_ours(case: Case, stem: str, env, log) -> dict:
             **as_dict(summary)}
 
 
-def run_case(case: Case, opts, stem: str, log) -> dict:
-    """Every measurement of one (size, format) case; see the module docstring."""
-    res = case.result
-    log(f"== {case.label} {case.fmt} input -> {case.out_fmt} output")
-    res["input"] = make_input(case)
-    os.sync()  # no timed run pays for writing back the generator's (or a baseline's) output
-    log(f"  input: {res['input']['bytes'] / 1e6:,.0f} MB on disk ({res['input']['how']}, "
-        f"{res['input']['seconds']:.0f} s)")
-    report = Path(str(case.output()) + ".layers.json")
-    log("  ours: tracestream layers")
-    ours = repeat(lambda i: ours_argv(case), opts.repeat, env=opts.env,
-                  cleanup=(case.output(), report), log=log)
-    log("  inspect / anchors")
-    inspect = repeat(lambda i: tool() + ["inspect", "--trace", str(case.trace), "--json"],
-                     opts.repeat, env=opts.env, stdout=subprocess.PIPE, log=log)
-    anchors = repeat(lambda i: tool() + ["anchors", "--trace", str(case.trace), "--anchor-regex",
-                                         f"^{ANCHOR}$", "--json"], opts.repeat, env=opts.env,
-                     log=log)
-    nbytes = uncompressed_size(case, inspect)
-    res.update(uncompressed_bytes=nbytes, ours=summary_of(ours, nbytes),
-               inspect=summary_of(inspect, nbytes), anchors=summary_of(anchors, nbytes))
-    ref = reference_argv(case)
+def run_row(row: Row, inp: Input, out_fmt: str, ctx: dict, opts, log) -> dict:
+    """Ours, the reference (nightly, compressed input), the baseline, verify of the output."""
+    label = ctx["label"]
+    res = {"workload": row.name, "kind": row.kind, "size": label, "size_bytes": ctx["size"],
+           "fmt": inp.fmt, "out_fmt": out_fmt if row.writes else "-", "input": inp.key,
+           "uncompressed_bytes": inp.nbytes}
+    if row.kind == "layers" and not inp.layers:
+        res["skipped"] = "skipped: no once-per-step anchor chosen for this trace"
+        return res
+    slug = row.name.replace(":", "-")
+    out = opts.workdir / f"scale-{label}-{slug}-{inp.fmt}.ours{SUFFIX[out_fmt]}"
+    report = Path(f"{out}.{row.kind}.json")
+    argv = ours_argv(row, inp, out, out_fmt)
+    res["command"] = shlex.join(argv)
+    log(f"  {row.name} ({inp.fmt} -> {res['out_fmt']}): {res['command']}")
+    runs = repeat(lambda i: argv, opts.repeat, opts, env=opts.env, cleanup=(out, report),
+                  log=log)
+    res["ours"] = summary_of(runs, inp.nbytes)
+    ref = reference_argv(inp, out_fmt) if row.name == "nightly" else None
     if ref is not None:
         log(f"  reference: {ref[-1]}")
-        res["reference"] = summary_of(repeat(lambda i: ref, opts.repeat, log=log), nbytes)
+        res["reference"] = summary_of(repeat(lambda i: ref, opts.repeat, opts, log=log),
+                                      inp.nbytes)
         res["reference"]["command"] = ref[-1]
-    res["baseline"] = run_baseline(case, opts, nbytes, log)
-    if res["ours"]["ok"] and opts.no_verify:
-        res["verify"] = {"verdict": "skipped (--no-verify)"}
-    elif res["ours"]["ok"]:
-        res["verify"] = verify_output(case, opts.env, log)
-        if case.fmt == "plain" and nbytes <= RESTORE_MAX * 1.1:
-            res["restore"] = restore_and_compare(case, opts.env, log)
-        if opts.profile:
-            res["profile"] = profile_ours(case, stem, opts.env, log)
-    _remove(case.output(), report)
+    base_out = out.with_name(out.name.replace(".ours", ".baseline"))
+    res["baseline"] = run_baseline(row, inp, base_out, out_fmt, opts, log)
+    if row.writes and res["ours"]["ok"]:
+        if opts.no_verify:
+            res["verify"] = {"verdict": "skipped (--no-verify)"}
+        else:
+            # the nightly output's verify is a row of its own (timed like the others)
+            times = opts.repeat if row.name == "nightly" and ctx["size"] <= LARGE else 1
+            res["verify"] = verify_output(inp, out, times, opts, log)
+            if row.name == "nightly" and inp.fmt == "plain" and out_fmt == "plain" \
+                    and inp.nbytes <= RESTORE_MAX * 1.1:
+                res["restore"] = restore_and_compare(inp, out, opts, log)
+        if opts.profile and row.name == "nightly":
+            raw = opts.workdir / f"{ctx['stem']}-profile-{inp.fmt}.txt"
+            res["profile"] = profile_ours(argv, out, report, raw, opts, log)
+    _remove(out, report)
     return res
 
 
-def run_baseline(case: Case, opts, nbytes: int, log) -> dict:
-    if opts.no_baseline:
-        return {"skipped": "skipped: --no-baseline"}
-    why = baseline_gate(nbytes)
-    if why:
-        log(f"  baseline {why}")
-        return {"skipped": why}
-    log("  baseline: json.load + Python + json.dump")
-    out = case.output("baseline")
-    runs = repeat(lambda i: baseline_argv(case), opts.repeat, cleanup=(out,), log=log)
-    _remove(out)
-    return summary_of(runs, nbytes)
+def verify_row(nightly: dict) -> dict | None:
+    """The verify of the nightly output as a row: its time against the layers run's."""
+    check = nightly.get("verify")
+    if not check or "ok" not in check:
+        return None
+    return {"workload": "verify", "kind": "verify", "size": nightly["size"],
+            "size_bytes": nightly["size_bytes"], "fmt": nightly["fmt"],
+            "out_fmt": nightly["out_fmt"], "input": nightly["input"],
+            "uncompressed_bytes": nightly["uncompressed_bytes"], "ours": check,
+            "command": check.get("command"), "of": "nightly",
+            "layers_best_wall_s": nightly["ours"].get("best_wall_s"),
+            "verify": {"verdict": check.get("verdict")}}
+
+
+# -- the inputs' rows ------------------------------------------------------------------------
+
+
+def skipped_row(name: str, label: str, size: int, why: str) -> dict:
+    return {"workload": name, "size": label, "size_bytes": size, "fmt": "-", "out_fmt": "-",
+            "skipped": why}
+
+
+def run_inputs(label: str, size: int, ctx: dict, opts, log) -> list[dict]:
+    """Every selected row, input by input (each input deleted after its rows unless --keep)."""
+    want = ctx["want"]
+    rows: list[dict] = []
+    if any(want(r.name) for r in NIGHTLY_ROWS) or want("verify"):
+        rows += run_nightly(label, size, ctx, opts, log)
+    if want("gpus8"):
+        rows += run_generated("gpus8", TraceConfig(size_bytes=size, gpus=8),
+                              [Row("gpus8", "layers")], label, size, ctx, opts, log, pid=0)
+    if ctx["under"]("real"):
+        rows += run_real(label, size, ctx, opts, log)
+    return rows
+
+
+def run_nightly(label: str, size: int, ctx: dict, opts, log) -> list[dict]:
+    """The nightly trace: `nightly` in every format, the other rows on the first format."""
+    want = ctx["want"]
+    formats = ["gzip"] if size > LARGE else sorted(opts.formats, key=list(SUFFIX).index)
+    rows: list[dict] = []
+    made: list[Path] = []
+    plain = trace_path(opts.workdir, label, "nightly", "plain")
+    try:
+        for fmt in formats:
+            out_fmt, disk = choose_output(size, fmt, opts.workdir)
+            if out_fmt is None:
+                log(f"== {label} nightly {fmt}: {disk}")
+                rows.append(skipped_row(f"nightly ({fmt})", label, size, disk))
+                continue
+            log(f"== {label} nightly trace, {fmt} input -> {out_fmt} output ({disk})")
+            inp = nightly_input(label, size, fmt, plain, opts, made, log)
+            for row in NIGHTLY_ROWS:
+                # nightly in every format (verify needs its output); the others on the first
+                if row.name == "nightly":
+                    wanted = want("nightly") or want("verify")
+                else:
+                    wanted = want(row.name) and fmt == formats[0]
+                if wanted:
+                    res = run_row(row, inp, out_fmt, ctx, opts, log)
+                    res["input_info"] = inp.record()
+                    rows.append(res)
+                    if row.name == "nightly" and want("verify"):
+                        extra = verify_row(res)
+                        if extra:
+                            rows.append(extra)
+    finally:
+        if not opts.keep:
+            _remove(*made, *(facts_path(p) for p in made))
+    return rows
+
+
+def nightly_input(label: str, size: int, fmt: str, plain: Path, opts, made: list, log) -> Input:
+    """The nightly trace in `fmt`: generated (plain first, so every format has its bytes)."""
+    start = time.perf_counter()
+    path = trace_path(opts.workdir, label, "nightly", fmt)
+    source = plain if size <= LARGE else path
+    truth, how = generated(source, TraceConfig(size_bytes=size))
+    made.append(source)
+    if path != source:
+        how = compressed_copy(source, fmt, path)
+        made.append(path)
+    os.sync()  # no timed run pays for writing back the generator's output
+    inp = Input("nightly", path, fmt, truth["bytes"], nightly_layers(truth), how,
+                time.perf_counter() - start)
+    log(f"  input: {path.stat().st_size / 1e6:,.0f} MB on disk, {inp.nbytes / 1e6:,.0f} MB "
+        f"JSON, {truth['iterations']:,} passes ({how}, {inp.seconds:.0f} s)")
+    return inp
+
+
+def run_generated(key: str, cfg: TraceConfig, rows: list[Row], label: str, size: int,
+                  ctx: dict, opts, log, pid: int | None = None) -> list[dict]:
+    """Rows on a generated trace of its own (plain; gzip above LARGE)."""
+    fmt = "gzip" if size > LARGE else "plain"
+    out_fmt, disk = choose_output(size, fmt, opts.workdir)
+    if out_fmt is None:
+        return [skipped_row(r.name, label, size, disk) for r in rows]
+    log(f"== {label} {key} trace, {fmt} input -> {out_fmt} output ({disk})")
+    path = trace_path(opts.workdir, label, key, fmt)
+    start = time.perf_counter()
+    try:
+        truth, how = generated(path, cfg)
+        os.sync()
+        inp = Input(key, path, fmt, truth["bytes"], nightly_layers(truth, pid), how,
+                    time.perf_counter() - start)
+        log(f"  input: {inp.nbytes / 1e6:,.0f} MB JSON, {truth['iterations']:,} passes ({how})")
+        return [{**run_row(r, inp, out_fmt, ctx, opts, log), "input_info": inp.record()}
+                for r in rows]
+    finally:
+        if not opts.keep:
+            _remove(path, facts_path(path))
+
+
+def real_traces(opts) -> list[Path]:
+    folder = opts.real_traces
+    return sorted(folder.glob("*.json*")) if folder and folder.is_dir() else []
+
+
+def run_real(label: str, size: int, ctx: dict, opts, log) -> list[dict]:
+    """Each real trace with GPU activity, replicated to the size: compact, and layers."""
+    want = ctx["want"]
+    sources = real_traces(opts)
+    if not sources:
+        return [skipped_row("real", label, size, f"skipped: no real traces in {opts.real_traces}")]
+    rows: list[dict] = []
+    for source in sources:
+        stem = source.name.split(".")[0]
+        key = f"real:{stem}"
+        if not ctx["under"](key):
+            continue
+        if not gpu_activity(source):
+            rows.append(skipped_row(key, label, size, "skipped: no GPU activity in the trace"))
+            continue
+        out_fmt, disk = choose_output(size, "plain", opts.workdir)
+        if out_fmt is None:
+            rows.append(skipped_row(key, label, size, disk))
+            continue
+        log(f"== {label} {key}, replicated to plain JSON ({disk})")
+        path = trace_path(opts.workdir, label, key, "plain")
+        start = time.perf_counter()
+        try:
+            replica, how = replicated(source, path, size)
+            os.sync()
+            regex = REAL_ANCHORS.get(stem)
+            per_copy = kernel_matches(source, regex) if regex else 0
+            passes = replica["copies"] * per_copy
+            inp = Input(key, path, "plain", replica["bytes"],
+                        real_layers(regex, passes) if passes else None, how,
+                        time.perf_counter() - start)
+            log(f"  input: {inp.nbytes / 1e6:,.0f} MB, {replica['copies']:,} copies, "
+                f"{passes:,} anchor matches of {regex!r}")
+            for row in (Row(f"{key}:compact", "compact"), Row(f"{key}:layers", "layers")):
+                if want(row.name):
+                    res = run_row(row, inp, out_fmt, ctx, opts, log)
+                    rows.append({**res, "input_info": {**inp.record(), "replica": replica,
+                                                       "anchor_matches_per_copy": per_copy}})
+        finally:
+            if not opts.keep:
+                _remove(path, facts_path(path))
+    return rows
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -474,101 +759,182 @@ def _timed(part: dict | None) -> str:
     if "skipped" in part:
         return part["skipped"]
     if not part.get("ok"):
-        return "failed"
+        return "FAILED: " + part.get("error", "").strip().splitlines()[-1][:120] \
+            if part.get("error", "").strip() else "FAILED"
     return f"{part['best_wall_s']:.1f} (±{part['spread_s']:.1f})"
 
 
 def _ratio(a: dict | None, b: dict | None, key: str = "best_wall_s") -> float | None:
     if not a or not b or not a.get("ok") or not b.get("ok"):
         return None
-    return a[key] / b[key]
+    return a[key] / b[key] if b[key] else None
 
 
-def row(label: str, res: dict) -> list[str]:
-    ours, base = res.get("ours", {}), res.get("baseline")
-    ref = res.get("reference")
-    speed = _ratio(base, ours)
-    mem = _ratio(base, ours, "tree_pss")
-    vs_ref = _ratio(ours, ref)
-    ins = _ratio(ours, res.get("inspect"))
-    anc = _ratio(ours, res.get("anchors"))
-    base_mem = (f"{_mib(base['max_rss'])} / {_mib(base['tree_pss'])}"
-                if base and base.get("ok") else "-")
-    verdict = res.get("verify", {}).get("verdict", "-")
+def row_label(res: dict) -> str:
+    return f"{res['workload']} {res['size']} {res['fmt']}→{res['out_fmt']}"
+
+
+def verify_cell(res: dict) -> str:
+    check = res.get("verify")
+    if not check:
+        return "-"
+    text = str(check.get("verdict"))
+    if res["kind"] == "verify":
+        ratio = (res["ours"]["best_wall_s"] / res["layers_best_wall_s"]
+                 if res["ours"].get("ok") and res.get("layers_best_wall_s") else None)
+        return text + (f" ({ratio:.2f}× the layers time)" if ratio else "")
+    if check.get("ok"):
+        text += f" ({check['best_wall_s']:.1f} s, {_mib(check['tree_pss'])} MiB)"
     if "restore" in res:
-        verdict += f"; restore: {res['restore']['verdict']}"
+        text += f"; restore: {res['restore']['verdict']}"
+    return text
+
+
+def table_row(res: dict) -> list[str]:
+    if "skipped" in res:
+        return [res["workload"], res["size"], "-", res["skipped"]] + ["-"] * (len(HEADER) - 4)
+    ours, base, ref = res["ours"], res.get("baseline"), res.get("reference")
+    speed, mem, vs_ref = _ratio(base, ours), _ratio(base, ours, "tree_pss"), _ratio(ours, ref)
+    in_out = (f"{res['fmt']} source + output" if res["kind"] == "verify"
+              else f"{res['fmt']} → {res['out_fmt']}")
     return [
-        label, f"{res['fmt']} → {res['out_fmt']}", _timed(ours),
+        res["workload"], res["size"], in_out, _timed(ours),
         f"{ours['mb_per_s']:.1f}" if ours.get("ok") else "-",
         f"{_mib(ours.get('max_rss'))} / {_mib(ours.get('tree_pss'))} "
-        f"({_mib(ours.get('tree_rss'))})",
-        _timed(base), base_mem,
+        f"({_mib(ours.get('tree_rss'))})" if ours.get("ok") else "-",
+        _timed(base) if res["kind"] != "verify" else "-",
+        f"{_mib(base['max_rss'])} / {_mib(base['tree_pss'])}" if base and base.get("ok")
+        else "-",
         f"{speed:.2f}×" if speed else "-", f"{mem:.1f}×" if mem else "-",
-        _timed(ref), f"{vs_ref:.2f}×" if vs_ref else "-",
-        f"{_timed(res.get('inspect'))} ({ins:.1f}×)" if ins else _timed(res.get("inspect")),
-        f"{_timed(res.get('anchors'))} ({anc:.1f}×)" if anc else _timed(res.get("anchors")),
-        verdict,
+        f"{_timed(ref)} (ours {vs_ref:.2f}×)" if vs_ref else _timed(ref),
+        verify_cell(res),
     ]
 
 
-HEADER = ["size", "in → out", "ours s (±spread)", "ours MB/s",
-          "ours RSS MiB: max / tree PSS (tree RSS)", "baseline s", "baseline MiB: max / PSS",
-          "speed vs baseline", "memory vs baseline", "gzip/zstd ref s", "ours / ref",
-          "inspect s (speed-up)", "anchors s (speed-up)", "verify"]
+HEADER = ["workload", "size", "in → out", "ours s (±spread)", "ours MB/s",
+          "ours MiB: max RSS / tree PSS (tree RSS)", "baseline s", "baseline MiB: max / PSS",
+          "speed vs baseline", "memory vs baseline", "gzip/zstd ref s", "verify"]
 
 
-def markdown(rows: list[list[str]]) -> str:
+def table_order(res: dict) -> tuple:
+    """Size, then the workloads in the order the docstring lists them, then the format."""
+    name = res["workload"].split(" ")[0]
+    base = "real" if name.startswith("real") else name
+    order = ["nightly", "verify", "nightly-no-terminal", "compact", "gpus8", "inspect",
+             "anchors", "real"]
+    fmt = list(SUFFIX).index(res["fmt"]) if res["fmt"] in SUFFIX else -1
+    nightly_pair = base in ("nightly", "verify")
+    return (res["size_bytes"], order.index(base) if not nightly_pair else 0,
+            fmt if nightly_pair else 0, order.index(base), name)
+
+
+def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(table_row(r)) + " |" for r in sorted(rows, key=table_order)]
     return "\n".join(lines)
 
 
 # -- targets ---------------------------------------------------------------------------------
 
 
-def targets(label: str, size: int, cases: list[dict]) -> list[dict]:
-    """The issue's four targets, judged on this run (tree PSS for memory)."""
-    by_fmt = {c["fmt"]: c for c in cases if "ours" in c}
-    out = []
-    plain = by_fmt.get("plain")
-    if plain and plain["ours"].get("ok"):
-        rate = plain["ours"]["mb_per_s"]
-        speed = _ratio(plain.get("baseline"), plain["ours"])
-        ok = rate >= TARGETS["mb_per_s"] and speed is not None and speed >= TARGETS["speedup"]
-        out.append({"target": f"plain JSON {label}: >= 100 MB/s and >= 10x baseline",
-                    "holds": ok, "value": f"{rate:.1f} MB/s, "
-                    + (f"{speed:.2f}x baseline" if speed else "baseline not run")})
-    limit = TARGETS["pss_1gb"] if size <= (1 << 30) * 1.5 else TARGETS["pss_10gb"]
-    for fmt, c in by_fmt.items():
-        if c["ours"].get("ok"):
-            pss = c["ours"]["tree_pss"]
-            out.append({"target": f"peak memory {label} {fmt}: tree PSS <= {limit >> 20} MiB",
-                        "holds": pss <= limit,
-                        "value": f"tree PSS {_mib(pss)} MiB, max RSS "
-                                 f"{_mib(c['ours']['max_rss'])} MiB, tree RSS "
-                                 f"{_mib(c['ours']['tree_rss'])} MiB"})
-    gz = by_fmt.get("gzip")
-    if gz and gz["out_fmt"] == "gzip" and _ratio(gz["ours"], gz.get("reference")):
-        r = _ratio(gz["ours"], gz["reference"])
-        out.append({"target": f"gzip {label}: <= 2x `gzip -dc | gzip -1`",
-                    "holds": r <= TARGETS["gzip_ratio"], "value": f"{r:.2f}x"})
-    for fmt, c in by_fmt.items():
-        for cmd in ("inspect", "anchors"):
-            r = _ratio(c["ours"], c.get(cmd))
-            if r:
-                out.append({"target": f"{cmd} {label} {fmt}: >= 2x faster than layers",
-                            "holds": r >= TARGETS["read_only_speedup"], "value": f"{r:.2f}x"})
-    return out
+def target(name: str, rows: list[dict], value, holds, show, worst=min) -> dict:
+    """One target judged on `rows`: the worst row, and which rows miss it or were not judged.
+
+    `value(row)` is None when the row cannot be judged (e.g. its baseline was
+    skipped); a row whose own run failed misses every target it is judged by.
+    """
+    failed = [r for r in rows if not r["ours"].get("ok")]
+    judged = [(r, value(r)) for r in rows if r["ours"].get("ok")]
+    not_judged = [row_label(r) for r, v in judged if v is None]
+    judged = [(r, v) for r, v in judged if v is not None]
+    missed = [row_label(r) for r in failed] + [row_label(r) for r, v in judged if not holds(v)]
+    data = {"target": name, "rows": len(rows), "missed": missed, "not_judged": not_judged}
+    if failed:
+        data.update(holds=False, worst=row_label(failed[0]), value="the run failed")
+    elif judged:
+        worst_row, worst_value = worst(judged, key=lambda rv: rv[1])
+        data.update(holds=not missed, worst=row_label(worst_row), value=show(worst_value))
+    else:
+        data.update(holds=None, worst="-", value="no row of this run measures it")
+    return data
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """Issue 23's targets on every row (set for 1 GB plain and the 10 GB nightly row)."""
+    done = [r for r in rows if "skipped" not in r]
+    small = [r for r in done if r["size_bytes"] <= LARGE and r["kind"] != "verify"]
+    plain = [r for r in small if r["fmt"] == "plain" and r["out_fmt"] in ("plain", "-")]
+    large = [r for r in done if r["size_bytes"] > LARGE and r["workload"] == "nightly"]
+    verify = [r for r in done if r["kind"] == "verify"]
+    gz = [r for r in done if r["workload"] == "nightly" and r["fmt"] == r["out_fmt"] == "gzip"]
+    pairs = []
+    for r in done:
+        if r["workload"] == "nightly-no-terminal":
+            twin = [n for n in done if n["workload"] == "nightly" and n["size"] == r["size"]
+                    and n["fmt"] == r["fmt"] and n["ours"].get("ok")]
+            if twin:
+                pairs.append({**twin[0], "without": r["ours"]})
+    outputs = [r for r in done if r.get("verify") and r["kind"] != "verify"]
+    mbps = lambda r: r["ours"]["mb_per_s"]  # noqa: E731
+    return [
+        target(f">= {TARGETS['mb_per_s']:.0f} MB/s end to end, plain in and out, every "
+               "workload row", plain, mbps, lambda v: v >= TARGETS["mb_per_s"],
+               lambda v: f"{v:.1f} MB/s"),
+        target(f">= {TARGETS['speedup']:.0f}x the baseline in the same run, plain in and out, "
+               "every workload row", plain, lambda r: _ratio(r.get("baseline"), r["ours"]),
+               lambda v: v >= TARGETS["speedup"], lambda v: f"{v:.2f}x"),
+        target(f"max RSS <= {TARGETS['max_rss'] >> 20} MiB, every workload row up to 2 GB",
+               small, lambda r: r["ours"]["max_rss"], lambda v: v <= TARGETS["max_rss"],
+               lambda v: f"{_mib(v)} MiB", worst=max),
+        target(f"tree PSS <= {TARGETS['tree_pss'] >> 20} MiB, every workload row up to 2 GB",
+               small, lambda r: r["ours"]["tree_pss"], lambda v: v <= TARGETS["tree_pss"],
+               lambda v: f"{_mib(v)} MiB", worst=max),
+        target(f"10 GB nightly (gzip input): completes with tree PSS <= "
+               f"{TARGETS['pss_10gb'] >> 20} MiB", large, lambda r: r["ours"]["tree_pss"],
+               lambda v: v <= TARGETS["pss_10gb"], lambda v: f"{_mib(v)} MiB", worst=max),
+        target(f"gzip in/out <= {TARGETS['gzip_ratio']:.0f}x `gzip -dc | gzip -1`, nightly row",
+               gz, lambda r: _ratio(r["ours"], r.get("reference")),
+               lambda v: v <= TARGETS["gzip_ratio"], lambda v: f"{v:.2f}x", worst=max),
+        target(f"--end-anchor-regex <= {TARGETS['terminal_ratio']}x the same run without it",
+               pairs, lambda r: _ratio(r["ours"], r["without"]),
+               lambda v: v <= TARGETS["terminal_ratio"], lambda v: f"{v:.2f}x", worst=max),
+        target(f"verify of the nightly output <= {TARGETS['verify_ratio']:.0f}x the layers time",
+               verify, lambda r: r["ours"]["best_wall_s"] / r["layers_best_wall_s"]
+               if r.get("layers_best_wall_s") else None,
+               lambda v: v <= TARGETS["verify_ratio"], lambda v: f"{v:.2f}x", worst=max),
+        target(f"verify of the nightly output: tree PSS <= {TARGETS['verify_pss'] >> 20} MiB",
+               verify, lambda r: r["ours"]["tree_pss"], lambda v: v <= TARGETS["verify_pss"],
+               lambda v: f"{_mib(v)} MiB", worst=max),
+        target("verify passes on every benchmark output", outputs,
+               lambda r: 1 if r["verify"].get("verdict") == "ok" else 0
+               if "skipped" not in str(r["verify"].get("verdict")) else None,
+               lambda v: v == 1, lambda v: "ok" if v else "NOT ok"),
+        target(f"stretch: >= {TARGETS['stretch_mb_per_s']:.0f} MB/s on every workload row",
+               plain, mbps, lambda v: v >= TARGETS["stretch_mb_per_s"],
+               lambda v: f"{v:.1f} MB/s"),
+    ]
+
+
+def _some(names: list[str], shown: int = 6) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def target_lines(judged: list[dict]) -> list[str]:
+    lines = []
+    for t in judged:
+        mark = {True: "HOLDS ", False: "MISSED", None: "n/a   "}[t["holds"]]
+        line = f"{mark}  {t['target']}: worst {t['worst']}: {t['value']}"
+        if t["rows"]:
+            line += f" ({t['rows'] - len(t['missed'])} of {t['rows']} rows hold"
+            line += f"; missed: {_some(t['missed'])})" if t["missed"] else ")"
+        if t["not_judged"]:
+            line += f"; not judged (no baseline or verdict): {_some(t['not_judged'])}"
+        lines.append(line)
+    return lines
 
 
 # -- driver ----------------------------------------------------------------------------------
-
-
-def formats_for(size: int, wanted: list[str]) -> list[str]:
-    """Above LARGE only gzip input (disk); else the requested formats, plain first."""
-    if size > LARGE:
-        return ["gzip"]
-    return sorted(wanted, key=list(SUFFIX).index)
 
 
 def size_label(size: int) -> str:
@@ -589,33 +955,19 @@ def result_path(label: str) -> Path:
 def run_size(size: int, opts, log) -> dict:
     label = size_label(size)
     path = result_path(label)
-    stem = path.stem
     started = datetime.datetime.now().isoformat(timespec="seconds")
     info = machine()
-    cases: list[dict] = []
-    made: list[Path] = []
-    for fmt in formats_for(size, opts.formats):
-        out_fmt, disk = choose_output(size, fmt, opts.workdir)
-        if out_fmt is None:
-            log(f"== {label} {fmt}: {disk}")
-            cases.append({"fmt": fmt, "out_fmt": "-", "skipped": disk})
-            continue
-        case = Case(label, size, fmt, out_fmt, opts.workdir)
-        case.result.update(fmt=fmt, out_fmt=out_fmt, disk=disk)
-        try:
-            run_case(case, opts, stem, log)
-        finally:
-            made.append(case.trace)
-        cases.append(case.result)
-    if not opts.keep:
-        _remove(*made)
-    rows = [row(label, c) for c in cases if "ours" in c]
+    selectors = opts.workload or (WORKLOADS if size <= LARGE else LARGE_WORKLOADS)
+    ctx = {"label": label, "size": size, "stem": path.stem,
+           "want": lambda name: selected(name, selectors),
+           "under": lambda prefix: wanted_under(prefix, selectors)}
+    rows = run_inputs(label, size, ctx, opts, log)
     data = {"size": label, "size_bytes": size, "started": started,
             "finished": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": [Path(sys.executable).name, "-m", "benchmarks.scale", *sys.argv[1:]],
-            "machine": info, "engine": opts.engine, "load_average_end": load_average(),
-            "git_commit_end": git("rev-parse", "HEAD"),
-            "cases": cases, "targets": targets(label, size, cases), "table": markdown(rows)}
+            "workloads": list(selectors), "machine": info, "engine": opts.engine,
+            "load_average_end": load_average(), "git_commit_end": git("rev-parse", "HEAD"),
+            "rows": rows, "targets": targets(rows), "table": markdown(rows)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
     data["path"] = str(path)
@@ -623,18 +975,15 @@ def run_size(size: int, opts, log) -> dict:
 
 
 def print_results(all_data: list[dict]) -> None:
-    rows = []
-    for data in all_data:
-        rows += [row(data["size"], c) for c in data["cases"] if "ours" in c]
+    rows = [r for data in all_data for r in data["rows"]]
     print()
     print(markdown(rows))
     print()
+    print("Targets of issue 23 (set for 1 GB plain and the 10 GB nightly row; judged on every "
+          "row of this run):")
+    for line in target_lines(targets(rows)):
+        print(line)
     for data in all_data:
-        for t in data["targets"]:
-            print(f"{'HOLDS ' if t['holds'] else 'MISSED'}  {t['target']}: {t['value']}")
-        skipped = [c for c in data["cases"] if "skipped" in c]
-        for c in skipped:
-            print(f"SKIPPED {data['size']} {c['fmt']}: {c['skipped']}")
         print(f"results: {os.path.relpath(data['path'], Path.cwd())}")
 
 
@@ -643,24 +992,35 @@ def parse_args(argv=None):
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=parse_size, action="append", required=True,
                         help="uncompressed trace size, e.g. 1GB (repeatable)")
+    parser.add_argument("--workload", action="append", metavar="NAME",
+                        help="run only this row (repeatable): " + ", ".join(WORKLOADS)
+                        + ", real:<trace>, real:<trace>:compact|layers (default: every row "
+                        "up to 2 GB, nightly and verify above)")
     parser.add_argument("--formats", default="plain,gzip,zstd",
-                        help="input formats for sizes up to 2 GB (default plain,gzip,zstd)")
+                        help="input formats of the nightly row up to 2 GB (default "
+                             "plain,gzip,zstd; the other rows read plain JSON)")
+    parser.add_argument("--real-traces", type=Path, default=REAL_TRACES,
+                        help="folder of real Kineto traces for the real:* rows")
     parser.add_argument("--workdir", type=Path, default=ROOT / "benchmarks" / "work")
     parser.add_argument("--keep", action="store_true", help="keep the generated traces")
     parser.add_argument("--repeat", type=int, default=2, help="runs per timed command")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--no-verify", action="store_true",
-                        help="skip verify/restore of our output (10 GB: saves ~8 minutes here)")
+                        help="skip verify/restore of our outputs (10 GB: saves ~8 minutes here)")
     parser.add_argument("--engine", choices=("head", "worktree", "live"), default="head",
                         help="which tracestream to measure: HEAD's committed code (default), "
                              "a copy of the checkout taken at the start, or the live checkout")
     parser.add_argument("--profile", action="store_true",
-                        help="one extra run of ours per case under py-spy (needs py-spy)")
+                        help="one extra run of the nightly row under py-spy (needs py-spy)")
     opts = parser.parse_args(argv)
     opts.formats = [f.strip() for f in opts.formats.split(",") if f.strip()]
     unknown = set(opts.formats) - set(SUFFIX)
     if unknown:
         parser.error(f"unknown format(s) {', '.join(sorted(unknown))}: plain, gzip, zstd")
+    for name in opts.workload or ():
+        if name.split(":")[0] not in WORKLOADS or (":" in name and not name.startswith("real:")):
+            parser.error(f"unknown workload {name!r}: {', '.join(WORKLOADS)}, real:<trace>, "
+                         "real:<trace>:compact, real:<trace>:layers")
     opts.workdir = opts.workdir.resolve()
     return opts
 
@@ -668,6 +1028,7 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
     opts = parse_args(argv)
     opts.workdir.mkdir(parents=True, exist_ok=True)
+    opts.memory_limit = int(MEMORY_SHARE * meminfo("MemAvailable"))
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -676,7 +1037,8 @@ def main(argv=None) -> None:
     opts.env, opts.engine = engine(opts.engine, snap)
     log(f"engine: {opts.engine['mode']} = {opts.engine['imported_from']} (commit "
         f"{opts.engine['git_commit'][:10]}, sha256 {opts.engine['sha256'][:12]}, "
-        f"{opts.engine['speedups']})")
+        f"{opts.engine['speedups']}); runs over {opts.memory_limit >> 20} MiB tree PSS "
+        "are killed")
     try:
         all_data = [run_size(size, opts, log) for size in opts.size]
     finally:
