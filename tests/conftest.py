@@ -1,9 +1,8 @@
 """Shared fixtures: generated traces, the real traces in ../shared, CLI runs, verification.
 
 Every successful rewrite in the suite goes through `assert_verified`, which runs
-the same `verify` code path a user runs, and `restore` to compare the result
-with the source using an independent parser (the standard library's json,
-keeping every float's text).
+the same `verify` code path a user runs, and `restore`, whose output must be the
+source's (decompressed) bytes exactly, as `cmp` compares them.
 """
 
 from __future__ import annotations
@@ -102,7 +101,7 @@ def events_of(doc):
 
 
 def assert_verified(source: Path, output: Path, report: Path | None = None) -> dict:
-    """verify exits 0, and restore gives back the source's events and top-level keys."""
+    """verify exits 0, and restore gives back the source's (decompressed) bytes exactly."""
     from tracestream.restore import restore
     from tracestream.verify import verify
 
@@ -112,14 +111,23 @@ def assert_verified(source: Path, output: Path, report: Path | None = None) -> d
     if restored.exists():
         restored.unlink()
     restore(output, restored, report)
-    original = load_exact(source)
-    back = load_exact(restored)
-    assert events_of(back) == events_of(original)
-    if isinstance(original, dict):
-        assert list(back) == list(original)
-        assert back == original
-    restored.unlink()
+    try:
+        assert_same_bytes(restored, source)
+    finally:
+        restored.unlink()
     return verdict.to_json()
+
+
+def assert_same_bytes(restored: Path, source: Path) -> None:
+    """`cmp restored <(decompressed source)` is silent (else: where they first differ)."""
+    back, original = Path(restored).read_bytes(), read_bytes(source)
+    if back != original:
+        at = next((i for i, (a, b) in enumerate(zip(back, original)) if a != b),
+                  min(len(back), len(original)))
+        raise AssertionError(
+            f"restored {restored} differs from the source {source} at byte {at} "
+            f"({len(back)} vs {len(original)} bytes): {back[at - 40 : at + 40]!r} vs "
+            f"{original[at - 40 : at + 40]!r}")
 
 
 @pytest.fixture(scope="session")

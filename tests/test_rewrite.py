@@ -12,7 +12,7 @@ from tracestream.edit import relocate
 from tracestream.index import SPAN_DTYPE
 from tracestream.keyscan import SPLICE_KEYS, EventKeys, KeyScan, splice_positions
 from tracestream.plan import DELETE
-from tracestream.rewrite import rewrite_chunk
+from tracestream.rewrite import dropped_last, rewrite_chunk
 
 pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
 
@@ -88,19 +88,21 @@ def _one_by_one(data: bytes, rows: np.ndarray, actions: list[int]) -> bytes:
 def test_chunk_rewrite_equals_relocating_each_event(shapes, actions):
     data, rows = _chunk(shapes)
     acts = np.array(actions[: len(shapes)], np.uint16)
-    got, dropped_last = rewrite_chunk(data, 5000, rows, acts, TARGETS)
-    assert not dropped_last
+    got, dropped = rewrite_chunk(data, 5000, rows, acts, TARGETS)
+    assert dropped == ()
     assert got == _one_by_one(data, rows, acts.tolist())
     assert b'"name": "untouched", "pid": 1, "tid": 1}' in got
 
 
 def test_chunk_rewrite_drops_a_retired_event_with_its_separator():
     data, rows = _chunk(["args", "args", "args"])
-    got, dropped_last = rewrite_chunk(data, 5000, rows, np.array([1, DELETE, 2], np.uint16),
-                                      TARGETS)
+    got, dropped = rewrite_chunk(data, 5000, rows, np.array([1, DELETE, 2], np.uint16),
+                                 TARGETS)
     assert got.count(b'"cat": "kernel"') == 2
-    assert b'"name": "k1"' not in got and not dropped_last
-    got, dropped_last = rewrite_chunk(data, 5000, rows, np.array([1, 2, DELETE], np.uint16),
-                                      TARGETS)
+    # the separator it took comes back for the report (restore puts both back)
+    assert b'"name": "k1"' not in got and dropped == (b",\n  ",) and not dropped_last(dropped)
+    got, dropped = rewrite_chunk(data, 5000, rows, np.array([1, 2, DELETE], np.uint16),
+                                 TARGETS)
     # the separator before it stays; the caller leaves out the one after the chunk
-    assert dropped_last and got.endswith(b"},\n  ") and b'"name": "k2"' not in got
+    assert dropped == (b"",) and dropped_last(dropped)
+    assert got.endswith(b"},\n  ") and b'"name": "k2"' not in got

@@ -120,7 +120,8 @@ def test_kernel_shifted_by_one_ns(compacted, tmp_path):
         return text[: m.start(3)] + f"{ns:03d}" + text[m.end(3):]
 
     failures = failed_checks(*tamper(compacted, tmp_path, edit))
-    detail = failures["restored events equal the source"]
+    assert "the restored bytes differ" in failures["restored events equal the source"]
+    detail = failures["output equals the plan"]
     assert "field ts" in detail and re.search(r"\.\d{3} vs \d+\.\d{3}", detail)
 
 
@@ -181,7 +182,8 @@ def test_flow_moved_away_from_every_activity(compacted, tmp_path, ts):
 def test_renamed_kernel(compacted, tmp_path):
     failures = failed_checks(*tamper(compacted, tmp_path,
                                      lambda t: t.replace(f'"{LM_HEAD}"', '"lm_head"', 1)))
-    detail = failures["restored events equal the source"]
+    assert "the restored bytes differ" in failures["restored events equal the source"]
+    detail = failures["output equals the plan"]
     assert f'field name: "{LM_HEAD[:40]}' in detail and 'vs "lm_head"' in detail
 
 
@@ -192,7 +194,8 @@ def test_changed_stream(compacted, tmp_path):
         return text[: base + m.start(1)] + "99999" + text[base + m.end(1):]
 
     failures = failed_checks(*tamper(compacted, tmp_path, edit))
-    assert "field args.stream" in failures["restored events equal the source"]
+    assert "the restored bytes differ" in failures["restored events equal the source"]
+    assert "field args.stream" in failures["output equals the plan"]
 
 
 def test_report_from_another_source(compacted, traces, tmp_path):

@@ -106,8 +106,10 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
 
 def write_report(rep: OutputFile, plan: Plan, source: TraceSource) -> None:
     """Write the plan's report, with the source's sha256 (its thread started after the
-    index pass), after the rewrite pass."""
+    index pass) and that of its decompressed bytes (hashed by the index pass), after the
+    rewrite pass."""
     plan.report["source_sha256"] = source.sha256()
+    plan.report["source_data_sha256"] = source.data_sha256()
     rep.write(dumps_pretty(plan.report))
     rep.close_stream()
 

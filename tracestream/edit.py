@@ -32,11 +32,15 @@ _MEMBER_WITHOUT_ARGS = (
     b', "args": {"' + PROVENANCE_KEY.encode()
     + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": false}}'
 )
+_JSON_SCALAR = rb'(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null)'
 _PROVENANCE_MEMBER = re.compile(
-    rb'"' + PROVENANCE_KEY.encode() + rb'": \{"pid": (?P<pid>.*?), "tid": (?P<tid>.*?), '
+    rb'"' + PROVENANCE_KEY.encode() + rb'": \{"pid": (?P<pid>' + _JSON_SCALAR + rb'), '
+    rb'"tid": (?P<tid>' + _JSON_SCALAR + rb'), '
     rb'"source_event_index": (?P<index>[0-9]+), "had_args": (?P<had>true|false)\}(?P<trail>, )?',
     re.S,
 )
+_PROVENANCE_MARK = b'"' + PROVENANCE_KEY.encode() + b'": {"pid": '
+_ADDED_ARGS = b', "args": '
 
 
 _W = rb"[ \t\r\n]*"
@@ -196,9 +200,31 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
     return b"".join(out)
 
 
+def provenance_match(raw: bytes) -> re.Match | None:
+    """The provenance member where the rewrite puts it, or None: the first member of the
+    event's own (top-level) `args`, and for an event that had no args, the whole `args`
+    member appended last. The key's text anywhere else (a name, a nested object) is not
+    provenance."""
+    if _PROVENANCE_MARK not in raw:
+        return None
+    head = _KINETO_HEAD.match(raw)
+    if head is not None and head.group(3) is not None:
+        brace = head.start(3)
+    else:
+        args = member_spans(raw).get("args")
+        if args is None or raw[args[0] : args[0] + 1] != b"{":
+            return None
+        brace = args[0]
+    m = _PROVENANCE_MEMBER.match(raw, brace + 1)
+    if m is None or m.group("had") == b"true":
+        return m
+    added = raw[brace - len(_ADDED_ARGS) : brace] == _ADDED_ARGS and raw[m.end():] == b"}}"
+    return m if added and not m.group("trail") else None
+
+
 def provenance_of(raw: bytes):
     """(pid text, tid text, source index, had_args) of a relocated event, or None."""
-    m = _PROVENANCE_MEMBER.search(raw)
+    m = provenance_match(raw)
     if m is None:
         return None
     return m.group("pid"), m.group("tid"), int(m.group("index")), m.group("had") == b"true"
@@ -206,7 +232,7 @@ def provenance_of(raw: bytes):
 
 def unrelocate(raw: bytes) -> tuple[bytes, int]:
     """The original bytes of a relocated event, and its source index."""
-    m = _PROVENANCE_MEMBER.search(raw)
+    m = provenance_match(raw)
     if m is None:
         raise TraceError("event has no tracestream provenance to restore")
     pid_text, tid_text = m.group("pid"), m.group("tid")
@@ -214,15 +240,7 @@ def unrelocate(raw: bytes) -> tuple[bytes, int]:
     if m.group("had") == b"true":
         cut_start, cut_end = m.start(), m.end()
     else:
-        prefix = b', "args": {'
-        cut_start = m.start() - len(prefix)
-        if (
-            m.group("trail")
-            or raw[cut_start : m.start()] != prefix
-            or raw[m.end() : m.end() + 1] != b"}"
-        ):
-            raise TraceError(f"event {index}: provenance is not where tracestream puts it")
-        cut_end = m.end() + 1
+        cut_start, cut_end = m.start() - len(_ADDED_ARGS + b"{"), m.end() + 1
     stripped = raw[:cut_start] + raw[cut_end:]
     found = _fast_positions(stripped) or _exact_positions(stripped)
     if not isinstance(found, tuple):

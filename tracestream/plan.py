@@ -448,6 +448,7 @@ class Planner:
             "gpus": gpu_summary(index),
             "source_file": index.source_name,
             "source_sha256": None,  # filled in by the run: TraceSource.sha256
+            "source_data_sha256": None,  # what restore gives back: TraceSource.data_sha256
             "source_compression": index.compression,
             "source_top_level": index.layout.shape,
             "output_file": self.output_name,

@@ -126,13 +126,15 @@ def _absolute(rows: np.ndarray, starts: np.ndarray, field: str) -> np.ndarray:
 
 
 def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
-                  targets: dict) -> tuple[bytes, bool]:
-    """A chunk (starting at absolute `offset`) with its edits applied.
+                  targets: dict) -> tuple[bytes, tuple[bytes, ...]]:
+    """A chunk (starting at absolute `offset`) with its edits applied, and the separators
+    its dropped events took with them.
 
     `rows` are the span records of the chunk's changed events (ascending), `actions`
     the plan's action for each. A dropped event takes its following separator with
-    it; True comes back when that was the chunk's last event (the caller then skips
-    the separator after the chunk).
+    it (the report keeps it, so `restore` puts back the exact bytes); b"" marks the
+    chunk's last event (the caller then skips the separator after the chunk, see
+    `dropped_last`).
 
     Where the index pass found the event's "pid", "tid" and "args" keys (see
     keyscan.splice_positions), the event is spliced directly; anything else goes
@@ -145,13 +147,12 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     braces = _absolute(rows, starts, "args_brace")
     spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid, braces)
     if spliced is not None:
-        return spliced, False
+        return spliced, ()
     out = []
     append = out.append
     extend = out.extend
     pos = 0
-    dropped_last = False
-    size = len(data)
+    dropped = []
     with_args = _MEMBER_WITH_ARGS
     without_args = _MEMBER_WITHOUT_ARGS
     codes = actions.tolist()
@@ -165,9 +166,8 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
         if action == DELETE:
             append(data[pos:start])
             pos = _after_separator(data, end)
-            dropped_last = pos >= size
+            dropped.append(data[end:pos])
             continue
-        dropped_last = False
         if p0 >= 0 and t0 > p1 and (brace > t1 or (brace == -1 and data[end - 1] == 0x7D)):
             # Kineto's order (pid, tid, ..., args): splice in place
             if new_pid is None:
@@ -187,7 +187,13 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
         append(relocate(data[start:end], new_tid, ordinal, new_pid))
         pos = end
     append(data[pos:])
-    return b"".join(out), dropped_last
+    return b"".join(out), tuple(dropped)
+
+
+def dropped_last(dropped: tuple[bytes, ...]) -> bool:
+    """Whether a chunk's last event was dropped (see `rewrite_chunk`): a separator inside a
+    chunk holds its comma, only the chunk's last event has none."""
+    return bool(dropped) and not dropped[-1]
 
 
 def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
@@ -262,24 +268,26 @@ def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
 
 def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
                        actions: np.ndarray, targets: dict,
-                       slot: int | None = None) -> tuple[bytes | int, bool]:
+                       slot: int | None = None) -> tuple[bytes | int, tuple[bytes, ...]]:
     """`rewrite_sent_chunk` of a span of a plain file, read by the worker itself."""
     return rewrite_sent_chunk(read_span(path, offset, length), offset, rows, actions, targets,
                               slot)
 
 
 def rewrite_received_chunk(slot: int, length: int, offset: int, rows: np.ndarray,
-                           actions: np.ndarray, targets: dict) -> tuple[bytes | int, bool]:
+                           actions: np.ndarray,
+                           targets: dict) -> tuple[bytes | int, tuple[bytes, ...]]:
     """`rewrite_sent_chunk` of a chunk the parent put in `slot`; the result goes back in it."""
     return rewrite_sent_chunk(received(slot, length), offset, rows, actions, targets, slot)
 
 
 def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
-                       targets: dict, slot: int | None = None) -> tuple[bytes | int, bool]:
+                       targets: dict, slot: int | None = None
+                       ) -> tuple[bytes | int, tuple[bytes, ...]]:
     """`rewrite_chunk` in a worker; the result goes to a shared slot when it was given one
     (see workers.deliver)."""
-    data, dropped_last = rewrite_chunk(data, offset, rows, actions, targets)
-    return deliver(data, slot), dropped_last
+    data, dropped = rewrite_chunk(data, offset, rows, actions, targets)
+    return deliver(data, slot), dropped
 
 
 def _after_separator(data: bytes, pos: int) -> int:
@@ -382,24 +390,29 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
     pending: deque = deque()
     # the pool has a slot for each chunk in flight (up to window + 1, see pool_for)
     window = SLOTS_PER_WORKER * pool.workers
-    dropped_last = False
+    ends_dropped = False  # the last chunk written ended with a dropped event
+    separators: list[bytes] = []  # what each dropped event took with it, in file order
     first = True
 
     flushed = 0
 
     def flush_one() -> None:
-        nonlocal dropped_last, flushed
+        nonlocal ends_dropped, flushed
         flushed += 1
         if flushed % _TRIM_EVERY == 0:
             release_memory()
         separator, payload, conditional, slot = pending.popleft()
-        if not (conditional and dropped_last):
+        if conditional and ends_dropped:
+            separators[-1] = separator  # left out with the event before it
+        else:
             out.write(separator)
         if isinstance(payload, bytes):
             out.write(payload)
-            dropped_last = False
+            ends_dropped = False
         else:
-            result, dropped_last = outcome(payload)
+            result, dropped = outcome(payload)
+            separators.extend(dropped)
+            ends_dropped = dropped_last(dropped)
             write_result(out, result, slot, pool.slots)
 
     by_path = source.plain_path if pool.workers else None
@@ -430,14 +443,27 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
     if cursor.pos < insert_at:
         cursor.copy_to(out, insert_at)
     if plan.appended:
-        lead = b"" if (not layout.event_count or dropped_last) else b",\n"
+        lead = b"" if (not layout.event_count or ends_dropped) else b",\n"
         out.write(lead + b",\n".join(plan.appended))
-    elif dropped_last:
+    elif ends_dropped:
         raise TraceError("internal error: a dropped last event left a dangling separator")
+    _record_separators(plan, separators)
     if member is not None:
         _splice(cursor, out, member)
     cursor.drain(out)
     source.finish_read(stats)
+
+
+def _record_separators(plan: Plan, separators: list[bytes]) -> None:
+    """Give each retired event in the report the separator it took out of the trace."""
+    compaction = plan.report.get("compaction", plan.report)
+    retired = sorted(compaction.get("retired_track_metadata", []),
+                     key=lambda row: row["source_event_index"])
+    if len(retired) != len(separators):
+        raise TraceError(f"internal error: {len(separators)} events dropped, "
+                         f"{len(retired)} retired")
+    for row, separator in zip(retired, separators):
+        row["separator"] = separator.decode()
 
 
 def _member_edit(index: TraceIndex, plan: Plan) -> tuple[int, int, bytes] | None:

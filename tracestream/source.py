@@ -4,8 +4,9 @@ Compression is detected from the first bytes, never the file name. stdin is
 spooled to a temporary file while the first pass reads it, so later passes read
 the spool. Every read checksums the raw bytes (CRC-32, cheap) in a background
 thread together with decompression, so a file that changes between passes is
-detected and refused. The report's sha256 of the raw bytes is computed on request,
-in a thread of its own, by a further read (`TraceSource.start_hashing`).
+detected and refused. The first read also hashes the decompressed bytes (sha256, the
+JSON text that `restore` gives back). The report's sha256 of the raw bytes is computed
+on request, in a thread of its own, by a further read (`TraceSource.start_hashing`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class ReadStats:
     raw_bytes: int = 0
     data_bytes: int = 0
     crc32: int = 0
+    data_sha256: str = ""  # of the decompressed bytes; the first read only
 
 
 class TraceSource:
@@ -224,9 +226,16 @@ class TraceSource:
         self.start_hashing()
         return self._hasher.result()
 
+    def data_sha256(self) -> str:
+        """The sha256 (hex) of the decompressed bytes, from the first complete read."""
+        if self.first_stats is None:
+            raise TraceError("internal error: the source is hashed during its first read")
+        return self.first_stats.data_sha256
+
     def _decoded(self, raw: Iterator[bytes], stats: ReadStats, compression: str):
         """Checksum and decompress in a background thread; yield decompressed blocks."""
-        return _threaded(_decode_blocks(raw, stats, compression, self), name=self.name)
+        digest = hashlib.sha256() if self.first_stats is None else None
+        return _threaded(_decode_blocks(raw, stats, compression, self, digest), name=self.name)
 
     def finish_read(self, stats: ReadStats) -> None:
         """Record the first complete read, or compare a later one with it."""
@@ -243,7 +252,10 @@ class TraceSource:
         self._check_unchanged()
 
 
-def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source):
+def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source,
+                   digest=None):
+    """Decompressed blocks; `stats` filled in at the end (`digest`, a sha256 object when
+    given, hashes the decompressed bytes in this thread: hashlib releases the GIL)."""
     crc = 0
     raw_total = 0
     data_total = 0
@@ -258,16 +270,22 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
         raw_total += len(block)
         if decoder is None:
             data_total += len(block)
+            if digest is not None:
+                digest.update(block)
             yield block
             continue
         for out in decoder.feed(block, raw_total - len(block)):
             data_total += len(out)
+            if digest is not None:
+                digest.update(out)
             yield out
     if decoder is not None:
         decoder.finish(raw_total)
     stats.raw_bytes = raw_total
     stats.data_bytes = data_total
     stats.crc32 = crc
+    if digest is not None:
+        stats.data_sha256 = digest.hexdigest()
 
 
 def _bytes_changed(name: str) -> TraceError:

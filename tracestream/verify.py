@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -24,76 +23,20 @@ import numpy as np
 from tracestream import timebase
 from tracestream.api import build_plan, specs_from_options
 from tracestream.document import DocumentScanner, iter_events
-from tracestream.edit import provenance_of, relocate, unrelocate
+from tracestream.edit import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.errors import TraceError
 from tracestream.events import ACTIVITY_KINDS, GUIDE_CATEGORY, HEAD, KERNEL, TIMING, CategoryKinds
 from tracestream.index import TraceIndex
 from tracestream.plan import DELETE, KEEP, Plan
+from tracestream.reports import find_report, load_report
+from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import edits
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
 from tracestream.workers import pool_for, release_memory
 
-REPORT_SUFFIXES = ("layers", "compact")
 _MAX_LISTED = 5
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
-
-
-def find_report(output: str, report: str | None) -> Path:
-    """The report given, else `<output>.layers.json` or `<output>.compact.json`."""
-    if report:
-        path = Path(report)
-        if not path.is_file():
-            raise TraceError(f"report not found: {path}")
-        return path
-    if output == "-":
-        raise TraceError("reading the annotated trace from stdin needs --report PATH")
-    found = [Path(f"{output}.{kind}.json") for kind in REPORT_SUFFIXES]
-    found = [p for p in found if p.is_file()]
-    if not found:
-        raise TraceError(
-            f"no report next to {output} (looked for {output}.layers.json and "
-            f"{output}.compact.json); name it with --report"
-        )
-    if len(found) > 1:
-        raise TraceError(f"two reports next to {output}; name the right one with --report")
-    return found[0]
-
-
-class _Retired(msgspec.Struct):
-    source_event_index: int
-    event: msgspec.Raw
-
-
-class _Compaction(msgspec.Struct):
-    retired_track_metadata: list[_Retired] = []
-
-
-class _Wrapped(msgspec.Struct):
-    compaction: _Compaction | None = None
-    retired_track_metadata: list[_Retired] = []
-    source_tracestream: msgspec.Raw = msgspec.Raw()
-
-
-def load_report(path: Path) -> tuple[dict, list[tuple[int, bytes]]]:
-    """The report as plain data, and the retired metadata events as exact bytes.
-
-    The source's own `tracestream` member, if it had one, is kept as exact bytes
-    in the data under `source_tracestream`.
-    """
-    try:
-        data = path.read_bytes()
-        report = msgspec.json.decode(data)
-        parts = msgspec.json.decode(data, type=_Wrapped)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TraceError(f"cannot read report {path}: {exc}") from None
-    if not isinstance(report, dict) or report.get("tool") != "tracestream":
-        raise TraceError(f"{path} is not a tracestream report")
-    retired = parts.retired_track_metadata
-    if parts.compaction is not None:
-        retired = parts.compaction.retired_track_metadata
-    report["source_tracestream"] = bytes(parts.source_tracestream) or None
-    return report, sorted((r.source_event_index, bytes(r.event)) for r in retired)
 
 
 @dataclass
@@ -399,10 +342,10 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
     out_scan, out_events = _events(annotated, out_stats)
     checks = _OutputChecks(data, tmpdir)
     try:
-        event_problems, restore_problems = _lockstep(
-            src_events, out_events, index, plan, retired, checks)
+        event_problems = _lockstep(src_events, out_events, index, plan, retired, checks)
+        restore_problems, digest = _restore_problems(source, annotated, data, retired)
         verdict.add("restored events equal the source", restore_problems,
-                    f"{index.event_count:,} source events restored value for value")
+                    f"restore gives back the source byte for byte (sha256 {digest[:16]}…)")
         verdict.add("output equals the plan", event_problems,
                     f"{len(plan.appended):,} added events, every relocation on its planned lane")
         verdict.add("top-level metadata", _top_level_problems(src_scan, out_scan, plan),
@@ -418,9 +361,8 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         checks.close()
 
 
-def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[list, list]:
+def _lockstep(src_events, out_events, index, plan, retired, checks) -> list[str]:
     event_problems: list[str] = []
-    restore_problems: list[str] = []
     planned = edits(index, plan)
     next_edit = next(planned, None)
     retired_map = dict(retired)
@@ -436,15 +378,14 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
             next_edit = next(planned, None)
         if action == DELETE:
             if retired_map.get(ordinal) != raw:
-                restore_problems.append(
+                event_problems.append(
                     f"retired event {ordinal} in the report differs from the source event")
             continue
         out = next(out_events, None)
         if out is None:
             event_problems.append(f"output ends early: source event {ordinal} ({_short(raw)}) "
                                   "and later ones are missing")
-            restore_problems.append(f"source event {ordinal} is missing from the output")
-            return event_problems, restore_problems
+            return event_problems
         out_ordinal, out_raw = out[0], bytes(out[1])
         checks.observe(out_ordinal, out_raw)
         expected = raw if action == KEEP else relocate(raw, targets[action][0], ordinal,
@@ -452,18 +393,17 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
         if out_raw == expected:
             continue
         restored = out_raw
-        if b"_compact_gpu_track" in out_raw:
+        if provenance_match(out_raw) is not None:
             try:
                 restored, _ = unrelocate(out_raw)
             except TraceError as exc:
-                restore_problems.append(f"output event {out_ordinal}: {exc}")
-                return event_problems, restore_problems
+                event_problems.append(f"output event {out_ordinal}: {exc}")
+                return event_problems
         if restored != raw:
-            restore_problems.append(
-                f"source event {ordinal} ({_short(raw)}) != restored output event "
-                f"{out_ordinal}: {first_difference(raw, restored)}")
-            event_problems.append(f"stopped comparing at output event {out_ordinal}")
-            return event_problems, restore_problems
+            event_problems.append(
+                f"source event {ordinal} ({_short(raw)}) != output event {out_ordinal} "
+                f"restored: {first_difference(raw, restored)}; stopped comparing there")
+            return event_problems
         if action == KEEP:
             event_problems.append(
                 f"event {ordinal} ({_short(raw)}) was moved but the plan keeps it"
@@ -476,7 +416,7 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
         out = next(out_events, None)
         if out is None:
             event_problems.append(f"added event {k} of {len(plan.appended)} is missing")
-            return event_problems, restore_problems
+            return event_problems
         out_ordinal, out_raw = out[0], bytes(out[1])
         checks.observe(out_ordinal, out_raw)
         if _TEXT_VALUES.decode(out_raw) != _TEXT_VALUES.decode(added):
@@ -485,7 +425,27 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
     extra = sum(1 for _ in out_events)
     if extra:
         event_problems.append(f"the output has {extra} events more than the source and plan")
-    return event_problems, restore_problems
+    return event_problems
+
+
+def _restore_problems(source: TraceSource, annotated: TraceSource, data: dict,
+                      retired) -> tuple[list[str], str]:
+    """`restore`'s own splice of the output (the output and report alone, no plan), its
+    bytes compared with the source's by sha256; (problems, the hash)."""
+    try:
+        undo = Undo.from_report(data, retired, annotated.name)
+        writer = HashingWriter()
+        splice_back(annotated, undo, writer)
+    except TraceError as exc:
+        return [str(exc)], ""
+    restored, actual = writer.digest.hexdigest(), source.data_sha256()
+    if restored != actual:
+        return [f"the restored bytes differ from the source's (sha256 {restored[:16]}… vs "
+                f"{actual[:16]}…)"], restored
+    if undo.sha256 != actual:
+        return [f"the report's source_data_sha256 {undo.sha256[:16]}… is not the source's "
+                f"{actual[:16]}…"], restored
+    return [], restored
 
 
 def _where(raw: bytes) -> str:
