@@ -119,8 +119,8 @@ def assert_verified(source: Path, output: Path, report: Path | None = None) -> d
 
 
 def assert_same_bytes(restored: Path, source: Path) -> None:
-    """`cmp restored <(decompressed source)` is silent (else: where they first differ)."""
-    back, original = Path(restored).read_bytes(), read_bytes(source)
+    """`cmp` of the two, both decompressed, is silent (else: where they first differ)."""
+    back, original = read_bytes(restored), read_bytes(source)
     if back != original:
         at = next((i for i, (a, b) in enumerate(zip(back, original)) if a != b),
                   min(len(back), len(original)))

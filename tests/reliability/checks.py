@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import assert_same_bytes
+
 from .support import TALLY, leftovers
 
 
@@ -11,8 +13,6 @@ def assert_verified(source: Path, output: Path, report: Path | None = None) -> N
     """`verify` holds and `restore` gives back the source's (decompressed) bytes exactly."""
     from tracestream.restore import restore
     from tracestream.verify import verify
-
-    from ..conftest import assert_same_bytes
 
     verdict = verify(source, output, report, workers=0)
     assert verdict.ok, verdict.summary()
