@@ -239,7 +239,7 @@ def verify(trace, output, report, workers, as_json):
 @_compress_option
 @_level_option
 def restore(trace, output, report, compress, compress_level):
-    """Write the source trace back from an annotated one (events and top-level keys)."""
+    """Write the source trace back from an annotated one, byte for byte (decompressed)."""
     from tracestream.restore import restore as restore_trace
 
     result = restore_trace(trace, output, report, compress=compress,

@@ -6,7 +6,8 @@ the spool. Every read checksums the raw bytes (CRC-32, cheap) in a background
 thread together with decompression, so a file that changes between passes is
 detected and refused. The first read also hashes the decompressed bytes (sha256, the
 JSON text that `restore` gives back). The report's sha256 of the raw bytes is computed
-on request, in a thread of its own, by a further read (`TraceSource.start_hashing`).
+on request, in a thread of its own, by a further read (`TraceSource.start_hashing`);
+for an uncompressed input that read only checks the bytes the first read hashed.
 """
 
 from __future__ import annotations
@@ -216,7 +217,9 @@ class TraceSource:
             raise TraceError("internal error: the source is hashed after its first read")
         if self._hasher is None:
             path = self._spool if self._spool is not None else self.path
-            self._hasher = _Hasher(path, self.first_stats, self.name)
+            # uncompressed, the bytes are those the first read hashed: the read only checks
+            known = self.first_stats.data_sha256 if self.compression == "none" else None
+            self._hasher = _Hasher(path, self.first_stats, self.name, known)
 
     def sha256(self) -> str:
         """The raw bytes' sha256 (hex), from `start_hashing`'s thread (started if need be).
@@ -294,9 +297,11 @@ def _bytes_changed(name: str) -> TraceError:
 
 
 class _Hasher:
-    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC."""
+    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC
+    (`known`: the sha256 those bytes must have, already computed: only the check is made)."""
 
-    def __init__(self, path: Path, expected: ReadStats, name: str):
+    def __init__(self, path: Path, expected: ReadStats, name: str, known: str | None = None):
+        self._known = known
         self._path = path
         self._expected = expected
         self._name = name
@@ -316,7 +321,8 @@ class _Hasher:
                     block = fh.read(PLAIN_BLOCK)
                     if not block:
                         break
-                    digest.update(block)
+                    if self._known is None:
+                        digest.update(block)
                     crc = isal_zlib.crc32(block, crc)
                     total += len(block)
         except OSError as exc:
@@ -327,7 +333,7 @@ class _Hasher:
         if (total, crc) != (self._expected.raw_bytes, self._expected.crc32):
             self._error = _bytes_changed(self._name)
             return
-        self._digest = digest.hexdigest()
+        self._digest = self._known or digest.hexdigest()
 
     def result(self) -> str:
         self._thread.join()

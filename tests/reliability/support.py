@@ -208,8 +208,7 @@ def encode(value) -> str:
 
 
 def document(events, *, top: dict | None = None, bare: bool = False) -> bytes:
-    """A trace in exactly the layout `tracestream restore` writes (so restore must give it
-    back byte for byte): one event per line, top-level members one per line."""
+    """A trace laid out one event per line, top-level members one per line."""
     body = b",\n".join(e if isinstance(e, bytes) else encode(e).encode() for e in events)
     body = (b"\n" + body) if events else b""
     if bare:
