@@ -249,3 +249,23 @@ def test_read_bytes_is_the_decompressed_source(tmp_path):
     assert read_bytes(write(tmp_path / "s.json.gz", text)) == text
     with pytest.raises(AssertionError, match="differs from the source"):
         assert_same_bytes(write(tmp_path / "r.json", text + b" "), tmp_path / "s.json.gz")
+
+
+def test_a_report_missing_its_counts_is_refused(tmp_path):
+    _, output = _annotated(tmp_path)
+    data = json.loads(Path(f"{output}.layers.json").read_text())
+    del data["original_event_count"]
+    report = tmp_path / "cut.layers.json"
+    report.write_text(json.dumps(data))
+    _refused_restore(tmp_path, output, report, "the report is incomplete or malformed")
+
+
+def test_an_added_member_moved_first_is_refused(tmp_path):
+    _, output = _annotated(tmp_path)
+    data = output.read_bytes()
+    member = re.search(rb',\n  ("tracestream": \{[^}]*\})', data)
+    edited = tmp_path / "edited.json"
+    edited.write_bytes(b"{" + member.group(1) + b"," + data[1 : member.start()]
+                       + data[member.end():])
+    _refused_restore(tmp_path, edited, Path(f"{output}.layers.json"),
+                     "the added top-level `tracestream` member is the first one")

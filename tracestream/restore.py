@@ -50,20 +50,25 @@ class Undo:
 
     @classmethod
     def from_report(cls, data: dict, retired: list[tuple[int, bytes]], name: str) -> Undo:
-        rows = data.get("compaction", data).get("retired_track_metadata", [])
-        separators = {row["source_event_index"]: row.get("separator") for row in rows}
-        if not data.get("source_data_sha256") or None in separators.values():
-            raise TraceError("the report was written by an older tracestream (it has no "
-                             "source_data_sha256 or retired separators): restore needs a "
-                             "report of this version")
-        return cls(
-            original=data["original_event_count"],
-            appended_from=data["output_event_count"] - data["added_event_count"],
-            retired=[(k, event, separators[k].encode()) for k, event in retired],
-            source_tracestream=data.get("source_tracestream"),
-            sha256=data["source_data_sha256"],
-            name=name,
-        )
+        try:
+            rows = data.get("compaction", data).get("retired_track_metadata", [])
+            separators = {row["source_event_index"]: row.get("separator") for row in rows}
+            if not data.get("source_data_sha256") or None in separators.values():
+                raise TraceError(
+                    "the report was written by an older tracestream (it has no "
+                    "source_data_sha256 or retired separators): restore needs a report of "
+                    "this version")
+            return cls(
+                original=int(data["original_event_count"]),
+                appended_from=int(data["output_event_count"]) - int(data["added_event_count"]),
+                retired=[(k, event, separators[k].encode()) for k, event in retired],
+                source_tracestream=data.get("source_tracestream"),
+                sha256=str(data["source_data_sha256"]),
+                name=name,
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise TraceError(f"the report is incomplete or malformed ({type(exc).__name__}: "
+                             f"{exc})") from None
 
 
 class HashingWriter:
@@ -241,8 +246,10 @@ class _State:
             self.writer.write(self.undo.source_tracestream)
             return
         ends = [v.value_end for v in layout.values if v.value_end <= value.key_start]
-        if layout.events_close < value.key_start:
+        if 0 <= layout.events_close < value.key_start:  # (not yet known: -1)
             ends.append(layout.events_close + 1)
+        if not ends:
+            raise self._mismatch("the added top-level `tracestream` member is the first one")
         start = max(ends)
         cursor.copy_to(self.writer, start)
         if cursor.take(len(_ADDED_MEMBER)) != _ADDED_MEMBER:

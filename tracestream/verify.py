@@ -3,11 +3,14 @@
 Both files are streamed side by side, never held in memory. The source is
 indexed and re-planned with the options the report recorded, so every output
 event can be compared with what it must be: the source event unchanged, the
-source event relocated to the planned lane, or a planned addition. Independent
-checks then look only at the output: every synthetic lane and the guide track
-import at depth zero under Perfetto's rule, every relocated flow sits on the
-lane of the activity it binds to, the guides are complete and ordered, and the
-per-GPU kernel and stream counts match the report.
+source event relocated to the planned lane, or a planned addition. The output
+is also restored by `restore`'s own splice (output and report alone, no plan) and
+the sha256 of the restored bytes compared with the source's, hashed as the
+index pass read it. Independent checks then look only at the output: every
+synthetic lane and the guide track import at depth zero under Perfetto's rule,
+every relocated flow sits on the lane of the activity it binds to, the guides
+are complete and ordered, and the per-GPU kernel and stream counts match the
+report.
 """
 
 from __future__ import annotations
