@@ -269,3 +269,24 @@ def test_an_added_member_moved_first_is_refused(tmp_path):
                        + data[member.end():])
     _refused_restore(tmp_path, edited, Path(f"{output}.layers.json"),
                      "the added top-level `tracestream` member is the first one")
+
+
+@pytest.mark.parametrize("command", ["layers", "compact"])
+@pytest.mark.parametrize("place", list(PLACES))
+def test_every_chunk_boundary_restores_exactly(tmp_path, command, place):
+    """Chunks of a few hundred bytes put a chunk boundary next to every edit: before the
+    first added event, at a retired event, at a relocated one."""
+    from tracestream.reports import load_report
+    from tracestream.restore import HashingWriter, Undo, splice_back
+    from tracestream.source import TraceSource
+
+    text = source_text(place, bare=False)
+    source = write(tmp_path / "source.json", text)
+    output = tmp_path / "out.json"
+    annotate(command, source, output)
+    undo = Undo.from_report(*load_report(Path(f"{output}.{command}.json")), name="out")
+    for chunk_bytes in (1, 100, 300, 700, 1500):
+        writer = HashingWriter()
+        with TraceSource(output) as annotated:
+            splice_back(annotated, undo, writer, chunk_bytes=chunk_bytes)
+        assert writer.hexdigest() == hashlib.sha256(text).hexdigest(), chunk_bytes

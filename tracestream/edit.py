@@ -205,21 +205,28 @@ def provenance_match(raw: bytes) -> re.Match | None:
     event's own (top-level) `args`, and for an event that had no args, the whole `args`
     member appended last. The key's text anywhere else (a name, a nested object) is not
     provenance."""
+    return _locate(raw)[0]
+
+
+def _locate(raw: bytes) -> tuple[re.Match | None, re.Match | None]:
+    """(`provenance_match`, the Kineto head match that found the args, if one did: its
+    pid and tid spans lie before the member)."""
     if _PROVENANCE_MARK not in raw:
-        return None
+        return None, None
     head = _KINETO_HEAD.match(raw)
     if head is not None and head.group(3) is not None:
         brace = head.start(3)
     else:
+        head = None
         args = member_spans(raw).get("args")
         if args is None or raw[args[0] : args[0] + 1] != b"{":
-            return None
+            return None, None
         brace = args[0]
     m = _PROVENANCE_MEMBER.match(raw, brace + 1)
     if m is None or m.group("had") == b"true":
-        return m
+        return m, head
     added = raw[brace - len(_ADDED_ARGS) : brace] == _ADDED_ARGS and raw[m.end():] == b"}}"
-    return m if added and not m.group("trail") else None
+    return (m, head) if added and not m.group("trail") else (None, None)
 
 
 def provenance_of(raw: bytes):
@@ -232,15 +239,27 @@ def provenance_of(raw: bytes):
 
 def unrelocate(raw: bytes) -> tuple[bytes, int]:
     """The original bytes of a relocated event, and its source index."""
-    m = provenance_match(raw)
-    if m is None:
+    undone = undo_relocation(raw)
+    if undone is None:
         raise TraceError("event has no tracestream provenance to restore")
+    return undone
+
+
+def undo_relocation(raw: bytes) -> tuple[bytes, int] | None:
+    """`unrelocate`, or None when the event carries no provenance (see provenance_match)."""
+    m, head = _locate(raw)
+    if m is None:
+        return None
     pid_text, tid_text = m.group("pid"), m.group("tid")
     index = int(m.group("index"))
     if m.group("had") == b"true":
         cut_start, cut_end = m.start(), m.end()
     else:
         cut_start, cut_end = m.start() - len(_ADDED_ARGS + b"{"), m.end() + 1
+    if head is not None:  # pid and tid where the head found them, before the member
+        (p0, p1), (t0, t1) = head.span(1), head.span(2)
+        return b"".join((raw[:p0], pid_text, raw[p1:t0], tid_text, raw[t1:cut_start],
+                         raw[cut_end:])), index
     stripped = raw[:cut_start] + raw[cut_end:]
     found = _fast_positions(stripped) or _exact_positions(stripped)
     if not isinstance(found, tuple):

@@ -24,8 +24,8 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
-from tracestream.document import DocumentScanner, Layout
-from tracestream.edit import provenance_match, unrelocate
+from tracestream.document import CHUNK_BYTES, DocumentScanner, Layout
+from tracestream.edit import undo_relocation
 from tracestream.errors import TraceError
 from tracestream.reports import find_report, load_report
 from tracestream.rewrite import StreamCursor
@@ -35,6 +35,7 @@ from tracestream.source import ReadStats, TraceSource
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 _MARK = b"_compact_gpu_track"
 _ADDED_MEMBER = b',\n  "tracestream": '
+_BLOCK = 1 << 20
 
 
 @dataclass
@@ -72,16 +73,34 @@ class Undo:
 
 
 class HashingWriter:
-    """Hashes what is written, and passes it on to `out` (an OutputFile) if there is one."""
+    """Hashes what is written, and passes it on to `out` (an OutputFile) if there is one.
+
+    The splice writes a few pieces per relocated event: they are joined into blocks
+    of about `_BLOCK` bytes first (one hash update and one write per block)."""
 
     def __init__(self, out: OutputFile | None = None):
-        self.digest = hashlib.sha256()
+        self._digest = hashlib.sha256()
         self._out = out
+        self._pieces: list[bytes] = []
+        self._size = 0
 
     def write(self, data: bytes) -> None:
-        self.digest.update(data)
+        self._pieces.append(data)
+        self._size += len(data)
+        if self._size >= _BLOCK:
+            self.flush()
+
+    def flush(self) -> None:
+        block = b"".join(self._pieces)
+        self._pieces, self._size = [], 0
+        self._digest.update(block)
         if self._out is not None:
-            self._out.write(data)
+            self._out.write(block)
+
+    def hexdigest(self) -> str:
+        """The sha256 of everything written (what is held is written first)."""
+        self.flush()
+        return self._digest.hexdigest()
 
 
 class _Replay:
@@ -116,22 +135,24 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
     ) as out:
         writer = HashingWriter(out)
         counts = splice_back(annotated, undo, writer)
-        if writer.digest.hexdigest() != undo.sha256:
+        digest = writer.hexdigest()
+        if digest != undo.sha256:
             raise TraceError(
                 f"the restored bytes differ from the source (sha256 "
-                f"{writer.digest.hexdigest()[:16]}… vs the report's {undo.sha256[:16]}…): "
+                f"{digest[:16]}… vs the report's {undo.sha256[:16]}…): "
                 f"{trace} or its report {report_path} was edited")
         out.commit()
     return {**counts, "report": str(report_path)}
 
 
-def splice_back(annotated: TraceSource, undo: Undo, writer) -> dict:
+def splice_back(annotated: TraceSource, undo: Undo, writer, *,
+                chunk_bytes: int = CHUNK_BYTES) -> dict:
     """Write the source's bytes to `writer` (anything with `write`); the counts of events
     restored, moved back, re-inserted and dropped. TraceError where the annotated trace
-    does not match the report."""
+    does not match the report. (`chunk_bytes`: how much the scanner cuts at once.)"""
     stats = ReadStats()
     replay = _Replay(annotated.read(stats))
-    scanner = DocumentScanner(replay.read())
+    scanner = DocumentScanner(replay.read(), chunk_bytes=chunk_bytes)
     cursor = StreamCursor(replay)
     state = _State(undo, cursor, writer)
     for chunk in scanner.chunks():
@@ -162,71 +183,78 @@ class _State:
         self.last_kept_end = -1  # end of the last output event that is a source event
         self.member_edits_done = False
 
-    def _insert_retired(self, at: int, *, rest: bool = False) -> None:
-        """Write at `at` the retired events that come next in the source (`rest`: all)."""
+    def _retired(self, pieces: list, *, rest: bool = False) -> None:
+        """The retired events that come next in the source (`rest`: all that are left),
+        each with its separator, appended to `pieces`."""
         pending = self.pending
-        if pending and (rest or pending[0][0] <= self.restored):
-            self.cursor.copy_to(self.writer, at)
-            while pending and (rest or pending[0][0] <= self.restored):
-                index, event, separator = pending.popleft()
-                if index != self.restored:
-                    raise self._mismatch(f"retired event {index} would go back at source "
-                                         f"position {self.restored}")
-                self.writer.write(event + separator)
-                self.restored += 1
+        while pending and (rest or pending[0][0] <= self.restored):
+            index, event, separator = pending.popleft()
+            if index != self.restored:
+                raise self._mismatch(f"retired event {index} would go back at source "
+                                     f"position {self.restored}")
+            pieces.append(event + separator)
+            self.restored += 1
 
     def chunk(self, chunk) -> None:
-        undo = self.undo
-        count = len(chunk.events)
-        first = chunk.first_ordinal
+        """Copy a chunk of output events and the separator before it, edits undone.
+
+        The chunk's bytes are spliced as one list of pieces and written once; the added
+        events at the end of the array are cut, with the separator before the first.
+        """
+        undo, cursor = self.undo, self.cursor
+        count, first = len(chunk.events), chunk.first_ordinal
+        base, data = chunk.offset, chunk.data
         self.events = first + count
-        quiet = (first + count <= undo.appended_from and _MARK not in chunk.data
-                 and (not self.pending or self.pending[0][0] >= self.restored + count))
-        if quiet:  # nothing to undo in this chunk: its bytes are copied as they are
-            self.restored += count
-            self.last_kept_end = chunk.offset + chunk.length
-            self.cursor.copy_to(self.writer, self.last_kept_end)
+        if first > undo.appended_from:  # added events only: skipped with what is between
+            self.appended += count
+            cursor.skip(base + chunk.length - cursor.pos)
             return
-        data = chunk.data
-        start = chunk.offset
+        if first == undo.appended_from and not self.pending and self.last_kept_end >= 0:
+            cursor.copy_to(self.writer, self.last_kept_end)  # the separator goes too
+            cursor.skip(base - cursor.pos)
+        else:
+            cursor.copy_to(self.writer, base)
+        cursor.skip(chunk.length)
+        if (first + count <= undo.appended_from and _MARK not in data
+                and (not self.pending or self.pending[0][0] >= self.restored + count)):
+            self.restored += count  # nothing to undo in this chunk
+            self.last_kept_end = base + chunk.length
+            self.writer.write(data)
+            return
+        pieces: list[bytes] = []
+        pos = 0  # chunk bytes before this are in `pieces`
+        start = 0
+        find, separator = data.find, _SEPARATOR.match
         for i, raw in enumerate(chunk.events):
             end = start + len(raw)
-            if first + i >= undo.appended_from:
-                self._added(start, end)
-            else:
-                marked = data.find(_MARK, start - chunk.offset, end - chunk.offset) >= 0
-                self._source_event(raw if marked else None, start, end)
-            if end < chunk.offset + chunk.length:
-                start = chunk.offset + _SEPARATOR.match(data, end - chunk.offset).end()
-
-    def _source_event(self, raw, start: int, end: int) -> None:
-        """`raw`: the event, if it holds the provenance key's text (None otherwise)."""
-        self._insert_retired(start)
-        if raw is not None:
-            raw = bytes(raw)
-            if provenance_match(raw) is not None:
-                original, index = unrelocate(raw)
-                if index != self.restored:
-                    raise self._mismatch(f"an event says it is source event {index} but sits "
-                                         f"at source position {self.restored}")
-                self.cursor.copy_to(self.writer, start)
-                self.cursor.skip(end - start)
-                self.writer.write(original)
-                self.relocated += 1
-        self.restored += 1
-        self.last_kept_end = end
-
-    def _added(self, start: int, end: int) -> None:
-        """Cut an added event out; the first takes the separator before it (or the
-        retired events at the end of the source go back in its place)."""
-        if not self.appended:
-            if self.pending:
-                self._insert_retired(start, rest=True)
-            else:
-                self.cursor.copy_to(self.writer, self.last_kept_end if self.last_kept_end >= 0
-                                    else start)
-        self.appended += 1
-        self.cursor.skip(end - self.cursor.pos)
+            if first + i == undo.appended_from:
+                cut = start if self.pending or not i else self.last_kept_end - base
+                pieces.append(data[pos:cut])
+                self._retired(pieces, rest=True)
+                self.appended += count - i
+                self.writer.write(b"".join(pieces))
+                return
+            if self.pending and self.pending[0][0] <= self.restored:
+                pieces.append(data[pos:start])
+                pos = start
+                self._retired(pieces)
+            if find(_MARK, start, end) >= 0:
+                undone = undo_relocation(bytes(raw))
+                if undone is not None:
+                    original, index = undone
+                    if index != self.restored:
+                        raise self._mismatch(f"an event says it is source event {index} but "
+                                             f"sits at source position {self.restored}")
+                    pieces.append(data[pos:start])
+                    pieces.append(original)
+                    pos = end
+                    self.relocated += 1
+            self.restored += 1
+            self.last_kept_end = base + end
+            if end < len(data):
+                start = separator(data, end).end()
+        pieces.append(data[pos:])
+        self.writer.write(b"".join(pieces))
 
     def top_level(self, layout: Layout, *, before_events: bool) -> None:
         """Undo the `tracestream` member edit on the side of the event array given."""

@@ -441,7 +441,7 @@ def _restore_problems(source: TraceSource, annotated: TraceSource, data: dict,
         splice_back(annotated, undo, writer)
     except TraceError as exc:
         return [str(exc)], ""
-    restored, actual = writer.digest.hexdigest(), source.data_sha256()
+    restored, actual = writer.hexdigest(), source.data_sha256()
     if restored != actual:
         return [f"the restored bytes differ from the source's (sha256 {restored[:16]}… vs "
                 f"{actual[:16]}…)"], restored
