@@ -290,3 +290,18 @@ def test_every_chunk_boundary_restores_exactly(tmp_path, command, place):
         with TraceSource(output) as annotated:
             splice_back(annotated, undo, writer, chunk_bytes=chunk_bytes)
         assert writer.hexdigest() == hashlib.sha256(text).hexdigest(), chunk_bytes
+
+
+def test_verify_catches_a_change_between_events(tmp_path):
+    """Whitespace between events is not part of any event: only the byte comparison of the
+    restored output with the source sees it (one failed check, the plan's still holds)."""
+    from tracestream.verify import verify
+
+    source, output = _annotated(tmp_path)
+    edited = tmp_path / "edited.json"
+    edited.write_bytes(output.read_bytes().replace(b" ,\r\n\t", b" ,\n\t", 1))
+    verdict = verify(source, edited, Path(f"{output}.layers.json"))
+    failed = {c.name: c.detail for c in verdict.checks if not c.ok}
+    assert list(failed) == ["restored events equal the source"], verdict.summary()
+    assert "the restored bytes differ from the source's" in failed[
+        "restored events equal the source"]
