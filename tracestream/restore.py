@@ -13,7 +13,13 @@ import orjson
 from tracestream.document import DocumentScanner, TopLevelValue
 from tracestream.edit import unrelocate
 from tracestream.errors import TraceError
-from tracestream.sink import OutputFile, compression_for
+from tracestream.sink import (
+    OutputFile,
+    check_compress_level,
+    compression_for,
+    input_identity,
+    refuse_writing_input,
+)
 from tracestream.source import ReadStats, TraceSource
 from tracestream.verify import find_report, load_report
 
@@ -22,6 +28,8 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
             compress_level: int | None = None) -> dict:
     """Write the source trace's events and top-level keys from an annotated trace."""
     trace, output = str(trace), str(output)
+    refuse_writing_input(input_identity(trace), output, "output", trace)
+    check_compress_level(compression_for(output, compress), compress_level)
     report_path = find_report(trace, report)
     data, retired = load_report(report_path)
     original = data["original_event_count"]

@@ -1,10 +1,14 @@
 """Reading a trace: a path or stdin, plain/gzip/zstd, read as often as a pass needs.
 
-Compression is detected from the first bytes, never the file name. stdin is
-spooled to a temporary file while the first pass reads it, so later passes read
-the spool. Every read checksums the raw bytes (CRC-32, cheap) in a background
-thread together with decompression, so a file that changes between passes is
-detected and refused. The report's sha256 of the raw bytes is computed on request,
+Compression is detected from the first bytes, never the file name. stdin, and any
+path that is not a regular file (a named pipe, `<(...)` as /dev/fd/N, /dev/stdin),
+is read once as a stream and spooled to a temporary file while the first pass reads
+it, so later passes read the spool. The spool has no name while it is open
+(O_TMPFILE, else unlinked at once), so even SIGKILL leaves nothing behind.
+
+Every read checksums the raw bytes (CRC-32, cheap) in a background thread
+together with decompression, so a file that changes between passes is detected
+and refused. The report's sha256 of the raw bytes is computed on request,
 in a thread of its own, by a further read (`TraceSource.start_hashing`).
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import stat
 import sys
 import tempfile
 import threading
@@ -27,6 +32,8 @@ from tracestream.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+ZSTD_SKIPPABLE_MAGIC = (b"\x2a\x4d\x18", 0x50, 0x5F)
+"""A zstd skippable frame: magic 0x184D2A5? little-endian (pzstd starts with one)."""
 RAW_BLOCK = 1 << 20
 PLAIN_BLOCK = 4 << 20
 OUT_BLOCK = 1 << 20  # decompressed bytes per piece: trace JSON compresses 10-20x
@@ -35,11 +42,27 @@ _QUEUE_DEPTH = 2
 
 
 def detect_compression(head: bytes) -> str:
+    """gzip, zstd or none, from the first four bytes."""
     if head.startswith(GZIP_MAGIC):
         return "gzip"
-    if head.startswith(ZSTD_MAGIC):
+    if head.startswith(ZSTD_MAGIC) or is_zstd_skippable(head):
         return "zstd"
     return "none"
+
+
+def is_zstd_skippable(head: bytes) -> bool:
+    """Whether `head` starts a zstd skippable frame (a zstd stream may begin with one)."""
+    tail, low, high = ZSTD_SKIPPABLE_MAGIC
+    return len(head) >= 4 and low <= head[0] <= high and head[1:4] == tail
+
+
+def is_stream_path(path) -> bool:
+    """Whether `path` names something that can be read only once (a pipe, a terminal,
+    /dev/fd/N of a process substitution): it is read like stdin, never reopened."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -72,12 +95,21 @@ class TraceSource:
     def __init__(self, spec: str | os.PathLike, *, stdin=None):
         self.spec = str(spec)
         self._hasher: _Hasher | None = None
-        self._spool: Path | None = None
+        self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._stdin = None
+        self._opened = None  # a stream path we opened ourselves (closed with the source)
         self.first_stats: ReadStats | None = None
         if self.spec == "-":
             self._stdin = stdin if stdin is not None else sys.stdin.buffer
             self.name = "<stdin>"
+            self.path = None
+            self.compression = None
+        elif is_stream_path(self.spec):
+            try:
+                self._opened = self._stdin = open(self.spec, "rb", buffering=0)
+            except OSError as exc:
+                raise TraceError(f"cannot read input {self.spec}: {exc.strerror}") from None
+            self.name = self.spec
             self.path = None
             self.compression = None
         else:
@@ -112,8 +144,11 @@ class TraceSource:
         if self._hasher is not None:
             self._hasher.stop()
         if self._spool is not None:
-            self._spool.unlink(missing_ok=True)
+            os.close(self._spool)
             self._spool = None
+        if self._opened is not None:
+            self._opened.close()
+            self._opened = None
 
     def __enter__(self) -> TraceSource:
         return self
@@ -139,25 +174,28 @@ class TraceSource:
         stats = stats if stats is not None else ReadStats()
         if self._stdin is not None and self._spool is None:
             return self._read_stdin_first(stats)
-        path = self._spool if self._spool is not None else self.path
-        return self._read_file(path, stats)
+        return self._read_file(stats)
+
+    def _open_for_reading(self):
+        """A new reader from the start: of the spool (its own offset), else of the file."""
+        if self._spool is not None:
+            return _SpoolReader(self._spool)
+        return open(self.path, "rb")
 
     def _read_stdin_first(self, stats: ReadStats) -> Iterator[bytes]:
-        fd, name = tempfile.mkstemp(prefix="tracestream-stdin-", suffix=".spool")
-        self._spool = Path(name)
-        spool = os.fdopen(fd, "wb")
+        self._spool = anonymous_temp_file(tempfile.gettempdir())
+        spool = self._spool
         stdin = self._stdin
 
         def raw_blocks():
-            try:
-                while True:
-                    block = stdin.read(RAW_BLOCK)
-                    if not block:
-                        break
-                    spool.write(block)
-                    yield block
-            finally:
-                spool.close()
+            while True:
+                block = stdin.read(RAW_BLOCK)
+                if not block:
+                    break
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(spool, view):]
+                yield block
 
         blocks = raw_blocks()
         first = next(blocks, b"")
@@ -171,13 +209,13 @@ class TraceSource:
 
         return self._decoded(with_first(), stats, self.compression)
 
-    def _read_file(self, path: Path, stats: ReadStats) -> Iterator[bytes]:
+    def _read_file(self, stats: ReadStats) -> Iterator[bytes]:
         if self._spool is None:
             self._check_unchanged()
         try:
-            fh = open(path, "rb")
+            fh = self._open_for_reading()
         except OSError as exc:
-            raise TraceError(f"cannot read input {path}: {exc.strerror}") from None
+            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
         block = PLAIN_BLOCK if self.compression == "none" else RAW_BLOCK
 
         def raw_blocks():
@@ -213,8 +251,7 @@ class TraceSource:
         if self.first_stats is None:
             raise TraceError("internal error: the source is hashed after its first read")
         if self._hasher is None:
-            path = self._spool if self._spool is not None else self.path
-            self._hasher = _Hasher(path, self.first_stats, self.name)
+            self._hasher = _Hasher(self._open_for_reading, self.first_stats, self.name)
 
     def sha256(self) -> str:
         """The raw bytes' sha256 (hex), from `start_hashing`'s thread (started if need be).
@@ -278,8 +315,8 @@ def _bytes_changed(name: str) -> TraceError:
 class _Hasher:
     """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC."""
 
-    def __init__(self, path: Path, expected: ReadStats, name: str):
-        self._path = path
+    def __init__(self, opener, expected: ReadStats, name: str):
+        self._opener = opener
         self._expected = expected
         self._name = name
         self._stopped = threading.Event()
@@ -293,7 +330,7 @@ class _Hasher:
         crc = 0
         total = 0
         try:
-            with open(self._path, "rb") as fh:
+            with self._opener() as fh:
                 while not self._stopped.is_set():
                     block = fh.read(PLAIN_BLOCK)
                     if not block:
@@ -322,6 +359,47 @@ class _Hasher:
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join()
+
+
+def anonymous_temp_file(folder: str) -> int:
+    """A read-write file descriptor of a new file in `folder` that has no name.
+
+    O_TMPFILE where the file system has it, else a named file unlinked at once: either
+    way the kernel frees it when the descriptor closes, also when the process is killed.
+    """
+    flags = getattr(os, "O_TMPFILE", 0)
+    if flags:
+        try:
+            return os.open(folder, flags | os.O_RDWR, 0o600)
+        except OSError:
+            pass
+    try:
+        fd, name = tempfile.mkstemp(prefix="tracestream-stdin-", suffix=".spool", dir=folder)
+    except OSError as exc:
+        raise TraceError(
+            f"cannot spool the input in {folder}: {exc.strerror or exc} (set TMPDIR)"
+        ) from None
+    os.unlink(name)
+    return fd
+
+
+class _SpoolReader:
+    """Reads a file descriptor from its start with pread: its own offset, the fd stays open."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._offset = 0
+
+    def read(self, size: int) -> bytes:
+        data = os.pread(self._fd, size, self._offset)
+        self._offset += len(data)
+        return data
+
+    def __enter__(self) -> _SpoolReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Nothing to close: the spool's descriptor belongs to its TraceSource."""
 
 
 class _GzipDecoder:
