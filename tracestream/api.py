@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, require_utf8
 from tracestream.guides import LayerSpec
 from tracestream.index import IndexOptions, run_index
 from tracestream.jsontext import dumps_pretty
@@ -134,6 +134,8 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
     if compact_spec is not None:
         compact_spec.validate()
     trace, output = str(trace), str(output)
+    for what, path in (("--trace", trace), ("--output", output), ("--report", report)):
+        require_utf8(path, what)  # the report records their names
     report_path = _prepare_paths(trace, output, report, kind, stdin)
     compression = compression_for(output, compress)
     check_compress_level(compression, compress_level)

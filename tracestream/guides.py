@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, require_utf8
 from tracestream.matches import Match, MatchTable, MatchView
 from tracestream.timebase import Decimal10
 
@@ -64,6 +64,18 @@ class LayerSpec:
         ):
             if value < least:
                 raise TraceError(f"{name} must be >= {least}, got {value}")
+            if value > LARGEST_COUNT:
+                raise TraceError(f"{name} must be <= {LARGEST_COUNT}, got {value}")
+        for name, text in (("--anchor-regex", self.anchor_regex), ("--phase", self.phase),
+                           ("--evidence", self.evidence),
+                           ("--end-anchor-regex", self.end_anchor_regex),
+                           ("--pid", self.pid), ("--device", self.device)):
+            require_utf8(text, name)
+
+
+LARGEST_COUNT = 2**31 - 1
+"""Largest layer number, count, offset or stride: far above any real model, and small
+enough that every sum of them fits the packed int64 arrays and JSON's exact integers."""
 
 
 @dataclass

@@ -198,7 +198,13 @@ class OutputFile:
                 self._fd = -1
         import tempfile
 
-        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        except OSError as exc:  # /proc, /sys: a directory that holds no new files
+            raise TraceError(
+                f"cannot create {self.what} {self.path}: {exc.strerror or exc} "
+                f"(the directory {folder} takes no new files); nothing was written"
+            ) from None
         self._fd, self._temp_name = fd, name
 
     # -- writing ----------------------------------------------------------
