@@ -53,9 +53,8 @@ class LayerSpec:
                 "--evidence must not be empty: say how you verified that the anchor runs "
                 "once per layer and where L0 is"
             )
-        if self.anchor_offset < 0:
-            raise TraceError(f"--anchor-offset must be >= 0, got {self.anchor_offset}")
         for name, value, least in (
+            ("--anchor-offset", self.anchor_offset, 0),
             ("--num-layers", self.num_layers, 1),
             ("--passes", self.passes, 1),
             ("--anchor-stride", self.anchor_stride, 1),
