@@ -361,6 +361,17 @@ class _Hasher:
         self._thread.join()
 
 
+def zstd_blocks(raw: Iterator[bytes], name: str) -> Iterator[bytes]:
+    """Decompressed blocks of a zstd stream (every frame); TraceError naming the compressed
+    byte where it is corrupt, or that it is truncated (a stream reader just stops there)."""
+    decoder = _ZstdDecoder(name)
+    offset = 0
+    for block in raw:
+        yield from decoder.feed(block, offset)
+        offset += len(block)
+    decoder.finish(offset)
+
+
 def anonymous_temp_file(folder: str) -> int:
     """A read-write file descriptor of a new file in `folder` that has no name.
 

@@ -288,7 +288,7 @@ def _deliver(tmp_path: Path, stub_ui: StubPerfetto, trace: Path, screenshot: str
             browser.close()
     assert not group_alive(browser.pid), "a Chromium process outlived the test"
     return {"status": status, "shown_name": shown_name, "injected": injected,
-            "origin": server.url.rstrip("/")}
+            "origin": f"http://127.0.0.1:{server.port}"}
 
 
 def test_chromium_delivers_exact_trace_bytes_to_the_ui(tmp_path, stub_ui):
