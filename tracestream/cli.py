@@ -60,8 +60,8 @@ def _check_utf8_arguments(args: list[str]) -> None:
     """Option text and file names end in JSON (report, trace, summary), which is UTF-8: a
     non-UTF-8 argument is refused up front, naming the option it belongs to."""
     for i, arg in enumerate(args):
-        option = args[i - 1] if i and args[i - 1].startswith("-") else f"argument {i + 1}"
-        require_utf8(arg, option)
+        before = str(args[i - 1]) if i else ""
+        require_utf8(arg, before if before.startswith("-") else f"argument {i + 1}")
 
 
 class _Terminated(BaseException):
