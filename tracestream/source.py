@@ -395,10 +395,11 @@ def anonymous_temp_file(folder: str) -> int:
 
 
 class _SpoolReader:
-    """Reads a file descriptor from its start with pread: its own offset, the fd stays open."""
+    """Reads the spool from its start with pread, through a descriptor of its own (so a
+    reader thread that outlives its TraceSource never reads a reused descriptor number)."""
 
     def __init__(self, fd: int):
-        self._fd = fd
+        self._fd = os.dup(fd)
         self._offset = 0
 
     def read(self, size: int) -> bytes:
@@ -410,7 +411,7 @@ class _SpoolReader:
         return self
 
     def __exit__(self, *exc) -> None:
-        """Nothing to close: the spool's descriptor belongs to its TraceSource."""
+        os.close(self._fd)
 
 
 class _GzipDecoder:
