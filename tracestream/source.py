@@ -193,8 +193,14 @@ class TraceSource:
                 if not block:
                     break
                 view = memoryview(block)
-                while view:
-                    view = view[os.write(spool, view):]
+                try:
+                    while view:
+                        view = view[os.write(spool, view):]
+                except OSError as exc:  # a full $TMPDIR: the input's second pass needs it
+                    raise TraceError(
+                        f"cannot spool the input in {tempfile.gettempdir()}: "
+                        f"{exc.strerror or exc} (set TMPDIR to a folder with room)"
+                    ) from None
                 yield block
 
         blocks = raw_blocks()
