@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,11 +67,12 @@ def test_column_shape_matches_one_value_at_a_time(texts, signed):
 
 
 @given(st.lists(st.one_of(numbers, numbers, st.just(b"")), min_size=1, max_size=8),
-       st.sampled_from(["ts", "dur"]))
-def test_a_column_read_at_once_holds_each_exact_value(texts, key):
+       st.sampled_from(["ts", "dur"]), st.booleans())
+def test_a_column_read_at_once_holds_each_exact_value(texts, key, strict):
     """Whichever code reads the column (the C extension, numpy, or one value at a time),
     each value is its floor in ns, whether it is an integer literal, and whether it is
-    there at all, as timebase gives them one by one; a value out of range is refused."""
+    there at all, as timebase gives them one by one; a value out of range is refused
+    where the column is read (`strict`), else absent and noted as odd."""
     events = [Event(**{key: msgspec.Raw(t)}) for t in texts]
     observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
     expected, refused = [], False
@@ -83,12 +85,22 @@ def test_a_column_read_at_once_holds_each_exact_value(texts, key):
         expected.append((timebase.parse_decimal(text).floor_ns(),
                          timebase.is_integer_text(text), True))
     try:
-        ns, integer, present = observer._column(key)
+        ns, integer, present = observer._column(key, np.full(len(texts), strict))
     except ChunkError:
-        assert refused
+        assert refused and strict
         return
-    assert not refused
+    assert not (refused and strict)
+    odd = [i for i, row in enumerate(expected) if row[2] and not low_enough(texts[i], key)]
+    assert sorted(observer.odd) == odd
+    for i in odd:
+        expected[i] = (0, False, False)
     assert list(zip(ns.tolist(), integer.tolist(), present.tolist())) == expected
+
+
+def low_enough(text: bytes, key: str) -> bool:
+    """Whether a number text is within what the index accepts for `key`."""
+    low = 0 if key == "dur" else -timebase.MAX_ABS_US
+    return low <= float(text) < timebase.MAX_ABS_US
 
 
 def test_kineto_columns():

@@ -16,14 +16,22 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, require_utf8
 from tracestream.guides import LayerSpec
 from tracestream.index import IndexOptions, run_index
 from tracestream.jsontext import dumps_pretty
 from tracestream.plan import CompactSpec, Plan, Planner
 from tracestream.progress import Progress
 from tracestream.rewrite import rewrite
-from tracestream.sink import OutputFile, check_new_path, commit_together, compression_for
+from tracestream.sink import (
+    OutputFile,
+    check_compress_level,
+    check_new_path,
+    commit_together,
+    compression_for,
+    input_identity,
+    refuse_writing_input,
+)
 from tracestream.source import TraceSource
 from tracestream.spill import temp_dir_for
 from tracestream.workers import pool_for, release_memory
@@ -53,7 +61,11 @@ def compile_pattern(pattern: str, option: str) -> re.Pattern:
         raise TraceError(f"{option} {pattern!r} is not a valid regular expression: {exc}") from None
 
 
-def _prepare_paths(trace: str, output: str, report: str | None, kind: str) -> str:
+def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin=None) -> str:
+    source = input_identity(trace, stdin)
+    refuse_writing_input(source, output, "output", trace)
+    if report:
+        refuse_writing_input(source, report, "report", trace)
     if output == "-":
         if not report:
             raise TraceError("writing the trace to stdout (-) needs --report PATH")
@@ -124,7 +136,11 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
     if compact_spec is not None:
         compact_spec.validate()
     trace, output = str(trace), str(output)
-    report_path = _prepare_paths(trace, output, report, kind)
+    for what, path in (("--trace", trace), ("--output", output), ("--report", report)):
+        require_utf8(path, what)  # the report records their names
+    report_path = _prepare_paths(trace, output, report, kind, stdin)
+    compression = compression_for(output, compress)
+    check_compress_level(compression, compress_level)
     progress = Progress.for_terminal(quiet)
     # workers fork before the reader and writer threads start
     with pool_for(trace, workers) as pool, TraceSource(trace, stdin=stdin) as source:
@@ -136,7 +152,6 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
             pool=pool,
         )
         try:
-            compression = compression_for(output, compress)
             plan.report["output_compression"] = compression
             with OutputFile(output, compression=compression, level=compress_level) as out, \
                     OutputFile(report_path, what="report") as rep:

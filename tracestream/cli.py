@@ -10,7 +10,7 @@ import sys
 import click
 
 from tracestream import __version__
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, require_utf8
 
 
 class _Group(click.Group):
@@ -18,6 +18,7 @@ class _Group(click.Group):
 
     def invoke(self, ctx):
         try:
+            _check_utf8_arguments(ctx._protected_args + ctx.args)
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
@@ -53,6 +54,14 @@ class _Group(click.Group):
 
         sink.IGNORE_SIGNALS_AFTER_COMMIT = (args[0] if args else kwargs.get("args")) is None
         return super().main(*args, **kwargs)
+
+
+def _check_utf8_arguments(args: list[str]) -> None:
+    """Option text and file names end in JSON (report, trace, summary), which is UTF-8: a
+    non-UTF-8 argument is refused up front, naming the option it belongs to."""
+    for i, arg in enumerate(args):
+        before = str(args[i - 1]) if i else ""
+        require_utf8(arg, before if before.startswith("-") else f"argument {i + 1}")
 
 
 class _Terminated(BaseException):
@@ -219,8 +228,11 @@ def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level,
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and each check as JSON.")
 def verify(trace, output, report, workers, as_json):
     """Prove an annotated trace is its source plus tracestream's additions (exit 0/1/2)."""
+    from tracestream.cli_inspect import refuse_stdout_is_input
     from tracestream.verify import verify as verify_trace
 
+    refuse_stdout_is_input(trace)
+    refuse_stdout_is_input(output)
     verdict = verify_trace(trace, output, report, workers=workers)
     if as_json:
         click.echo(orjson_dumps(verdict.to_json()))

@@ -12,6 +12,13 @@ _json_option = click.option("--json", "as_json", is_flag=True,
                             help="Print one JSON object instead of tables.")
 
 
+def refuse_stdout_is_input(trace: str) -> None:
+    """`inspect --trace t.json >> t.json` would append to a trace being read: refused."""
+    from tracestream.sink import input_identity, refuse_writing_input
+
+    refuse_writing_input(input_identity(trace), "-", "output", trace)
+
+
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
     from tracestream.cli import _workers_option  # defined before the commands register
@@ -29,6 +36,8 @@ def register(main) -> None:
         from tracestream.inspect import format_inspect, inspect_trace
         from tracestream.jsontext import dumps
         from tracestream.workers import collector_paused
+
+        refuse_stdout_is_input(trace)
 
         with collector_paused():
             report = inspect_trace(trace, top=top, quiet=as_json, workers=workers)
@@ -63,6 +72,7 @@ def register(main) -> None:
         )
         from tracestream.workers import collector_paused
 
+        refuse_stdout_is_input(trace)
         with collector_paused():  # thousands of match rows: full collections would walk them all
             report = find_anchors(
                 trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),

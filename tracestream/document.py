@@ -25,6 +25,10 @@ from tracestream.errors import TraceError
 CHUNK_BYTES = 2 << 20
 """Bytes of events per worker task. 4 MB chunks held ~50 MiB more in flight (chunks
 sent through pipes, results, windows) at the same speed (measured on 1 GB)."""
+MAX_EVENT_MB = 64
+"""Default longest single event (MiB; TRACESTREAM_MAX_EVENT_MB overrides it). Reading one
+event holds it about four times (the read window, the validated copy, its decode), so
+the cap bounds memory; Kineto's longest events are a few KB."""
 _WS = b" \t\r\n"
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")
@@ -519,8 +523,13 @@ class DocumentScanner:
         """Cut, validate and return the chunk starting at data[start]."""
         buf = self._buf
         target = self._chunk_bytes
+        ceiling = target + max_event_bytes()  # one longest event after a chunk's worth
         array_ends = False
         while True:
+            if target > ceiling:
+                if target >= 2 * ceiling:  # the ceiling itself was tried: no cut parsed
+                    raise _event_too_long(buf.base + start)
+                target = ceiling
             buf.ensure(start, target + 64)
             cut = _last_cut(buf.data, start, min(len(buf.data), start + target))
             if cut is None:
@@ -658,6 +667,25 @@ def _first_non_object(data: bytes, pos: int) -> int | None:
         if data[pos : pos + 1] != b",":
             return None
         pos += 1
+
+
+def max_event_bytes() -> int:
+    """The longest single event read, in bytes (MAX_EVENT_MB, or TRACESTREAM_MAX_EVENT_MB)."""
+    text = os.environ.get("TRACESTREAM_MAX_EVENT_MB")
+    try:
+        mb = float(text) if text else MAX_EVENT_MB
+    except ValueError:
+        mb = MAX_EVENT_MB
+    return max(1, int(mb * (1 << 20)))
+
+
+def _event_too_long(offset: int) -> TraceError:
+    limit = max_event_bytes() / (1 << 20)
+    return TraceError(
+        f"an event starting at byte {offset} (or one right after it) is longer than "
+        f"{limit:g} MiB, the limit for one event (TRACESTREAM_MAX_EVENT_MB raises it; "
+        "reading an event costs about 4x its size in memory)"
+    )
 
 
 def _grow(buf: _Buffer, pos: int) -> bool:

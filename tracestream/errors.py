@@ -19,3 +19,17 @@ class VerificationFailed(Exception):
     def __init__(self, failures):
         super().__init__("; ".join(failures))
         self.failures = list(failures)
+
+
+def require_utf8(text, what: str) -> None:
+    """Refuse text that cannot be written as UTF-8 JSON (a non-UTF-8 byte in an option or a
+    file name arrives as a lone surrogate): it would end in the report or the trace."""
+    if not isinstance(text, str):
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TraceError(
+            f"{what} is not valid UTF-8 text (character {exc.start} of {text!a}); tracestream "
+            "records it in JSON, which must be UTF-8"
+        ) from None

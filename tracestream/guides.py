@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, require_utf8
 from tracestream.matches import Match, MatchTable, MatchView
 from tracestream.timebase import Decimal10
 
@@ -53,9 +53,8 @@ class LayerSpec:
                 "--evidence must not be empty: say how you verified that the anchor runs "
                 "once per layer and where L0 is"
             )
-        if self.anchor_offset < 0:
-            raise TraceError(f"--anchor-offset must be >= 0, got {self.anchor_offset}")
         for name, value, least in (
+            ("--anchor-offset", self.anchor_offset, 0),
             ("--num-layers", self.num_layers, 1),
             ("--passes", self.passes, 1),
             ("--anchor-stride", self.anchor_stride, 1),
@@ -64,6 +63,18 @@ class LayerSpec:
         ):
             if value < least:
                 raise TraceError(f"{name} must be >= {least}, got {value}")
+            if value > LARGEST_COUNT:
+                raise TraceError(f"{name} must be <= {LARGEST_COUNT}, got {value}")
+        for name, text in (("--anchor-regex", self.anchor_regex), ("--phase", self.phase),
+                           ("--evidence", self.evidence),
+                           ("--end-anchor-regex", self.end_anchor_regex),
+                           ("--pid", self.pid), ("--device", self.device)):
+            require_utf8(text, name)
+
+
+LARGEST_COUNT = 2**31 - 1
+"""Largest layer number, count, offset or stride: far above any real model, and small
+enough that every sum of them fits the packed int64 arrays and JSON's exact integers."""
 
 
 @dataclass

@@ -161,6 +161,9 @@ class TraceIndex:
     cpu_annotations: Counter
     flow_categories: Counter
     phase_counts: Counter
+    odd_values: int = 0
+    """Events whose ts/dur nothing reads and that is not a usable number: passed through."""
+    first_odd: tuple[int, str] | None = None  # (event ordinal, what is odd) of the first
 
     @property
     def pids(self) -> set:
@@ -220,6 +223,8 @@ class IndexBuilder:
         self.cpu_annotations: Counter = Counter()
         self.flow_categories: Counter = Counter()
         self.phase_counts: Counter = Counter()
+        self.odd_values = 0
+        self.first_odd: tuple[int, str] | None = None
         self.event_count = 0
         self._origin: tuple[float, timebase.Decimal10, str] | None = None
 
@@ -301,6 +306,9 @@ class IndexBuilder:
         self.cpu_annotations.update(facts.cpu_annotations)
         self.flow_categories.update(facts.flow_categories)
         self.phase_counts.update(facts.phase_counts)
+        self.odd_values += facts.odd_values
+        if facts.first_odd is not None and self.first_odd is None:
+            self.first_odd = (facts.first_odd[0] + base, facts.first_odd[1])
         if facts.origin is not None:
             ns, text = facts.origin
             if self._origin is None or ns <= self._origin[0]:
@@ -408,6 +416,8 @@ class IndexBuilder:
             cpu_annotations=self.cpu_annotations,
             flow_categories=self.flow_categories,
             phase_counts=self.phase_counts,
+            odd_values=self.odd_values,
+            first_odd=self.first_odd,
         )
 
 

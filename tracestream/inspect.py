@@ -430,7 +430,19 @@ def inspect_index(index: TraceIndex, *, top: int = 30) -> dict:
             "present": index.provenance_ordinal is not None,
             "first_event": index.provenance_ordinal,
         },
+        "warnings": _warnings(index),
     }
+
+
+def _warnings(index: TraceIndex) -> list[dict]:
+    """What tracestream tolerates but a user may want to know: odd values it never reads."""
+    if not index.odd_values:
+        return []
+    ordinal, what = index.first_odd
+    return [{"kind": "odd_value_passed_through", "count": index.odd_values,
+             "first": f"event {ordinal}: {what}",
+             "meaning": "ts/dur that is not a usable number on events tracestream neither "
+                        "moves nor reads; they are copied through untouched"}]
 
 
 def inspect_trace(trace, *, top: int = 30, stdin=None, quiet: bool = True,
@@ -514,6 +526,10 @@ def format_inspect(report: dict) -> str:
         "compaction provenance: " + (
         f"yes (first at event {prov['first_event']}): compacted by tracestream"
         if prov["present"] else "none")]
+    for warning in report["warnings"]:
+        out += ["", f"warning: {warning['count']:,} event(s) with a ts/dur tracestream does "
+                    f"not read that is not a usable number (first: {warning['first']}); "
+                    "they are copied through untouched"]
     return "\n".join(out)
 
 

@@ -164,6 +164,8 @@ class ChunkFacts:
     cpu_annotations: Counter
     flow_categories: Counter
     phase_counts: Counter
+    odd_values: int = 0  # events with a ts/dur nothing reads that is not a usable number
+    first_odd: tuple[int, str] | None = None  # (local index, what is odd) of the first
 
 
 class BadCut(Exception):
@@ -319,6 +321,7 @@ class _Observer:
         self.tracks: dict[tuple, int] = {}
         self.groups: dict[tuple, int] = {}
         self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
+        self.odd: dict[int, str] = {}  # unread events with an odd ts/dur -> what is odd
 
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
@@ -365,8 +368,6 @@ class _Observer:
         # msgspec.Raw texts (bytes-like, empty when absent): bytes only where one is read
         ts_texts = _Texts(events, "ts")
         dur_texts = _Texts(events, "dur")
-        ts_ns, ts_int, has_ts = self._column("ts")
-        dur_ns, dur_int, has_dur = self._column("dur")
         kinds_of = CategoryKinds()
         classified = self._classified(kinds_of)
         if classified is not None:
@@ -384,6 +385,11 @@ class _Observer:
                                 bool, n)
         kind_of[phase != _COMPLETE] = -1  # only complete events are activity
         is_slice = (kind_of >= KERNEL) & (kind_of <= GPU_SCOPE)
+        # strict only where a value is read: GPU activity is moved and timed, flows are
+        # bound, guides are checked; any other event passes through whatever it holds
+        read_dur = is_slice | (kind_of == LAYER_GUIDE)
+        ts_ns, ts_int, has_ts = self._column("ts", read_dur | (phase == _FLOW))
+        dur_ns, dur_int, has_dur = self._column("dur", read_dur)
         slice_at = np.flatnonzero(is_slice)  # for numpy, which would convert the list each time
         slices = slice_at.tolist()
         complete = has_ts[slice_at] & has_dur[slice_at] & owned[slice_at]
@@ -445,6 +451,8 @@ class _Observer:
             cpu_annotations=_name_counts(annotations),
             flow_categories=flow_categories,
             phase_counts=phase_counts,
+            odd_values=len(self.odd),
+            first_odd=min(self.odd.items()) if self.odd else None,
         )
 
     def _classified(self, kinds: CategoryKinds) -> tuple | None:
@@ -461,7 +469,7 @@ class _Observer:
         return (np.frombuffer(phases, np.int8), np.frombuffer(kind_codes, np.int8),
                 np.frombuffer(owners, bool), Counter(counts))
 
-    def _column(self, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _column(self, key: str, strict: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Exact values of the `ts` or `dur` column: (floor ns, integer literal?, present?) per
         event.
 
@@ -469,7 +477,8 @@ class _Observer:
         decimals, or integers) are parsed a column at a time (by the C extension
         where it is built, else in numpy); anything else one by
         one (and marked in `self.inexact` when it has digits below 1 ns). Non-numbers
-        and values out of range are refused.
+        and values out of range are refused where `strict` (the value is read); elsewhere
+        they count as absent and are noted in `self.odd`.
         """
         if speedups.native is not None:
             column = speedups.native.decimal_column(self.events, key, key != "dur")
@@ -495,7 +504,7 @@ class _Observer:
             elif decimals == 0:
                 parsed = _ints(blob) * 1000, np.ones(len(present), bool)
         if parsed is None:
-            parsed = self._column_slowly(texts, present, key)
+            return self._column_slowly(texts, key, strict)
         ns, integer = parsed
         if whole:
             return ns, integer, has
@@ -505,30 +514,28 @@ class _Observer:
         out_int[has] = integer
         return out_ns, out_int, has
 
-    def _column_slowly(self, texts, present, key):
-        ns = []
-        integer = []
+    def _column_slowly(self, texts, key, strict):
+        n = len(texts)
+        ns = np.zeros(n, np.int64)
+        integer = np.zeros(n, bool)
+        has = np.zeros(n, bool)
         for i, raw in enumerate(texts):
             if not raw:
                 continue
             t = bytes(raw)
-            try:
-                value = timebase.parse_decimal(t)
-            except timebase.OutOfRange as exc:
-                raise self.fail(i, f"{key} {t[:30].decode(errors='replace')} {exc}") from None
-            except ValueError:
-                raise self.fail(i, f"`{key}` must be a number, not "
-                                   f"{t[:30].decode(errors='replace')}") from None
-            low = 0 if key == "dur" else -timebase.MAX_ABS_US
-            if not low <= float(t) < timebase.MAX_ABS_US:
-                word = "negative" if key == "dur" and float(t) < 0 else "out of range"
-                raise self.fail(i, f"{key} {t.decode()} is {word}")
+            value, problem = _time_value(t, key)
+            if problem is not None:
+                if strict[i]:
+                    raise self.fail(i, problem)
+                self.odd.setdefault(i, problem)
+                continue
             floor = value.floor_ns()
             if floor != value.ceil_ns():
                 self.inexact.add(i)
-            ns.append(floor)
-            integer.append(timebase.is_integer_text(t))
-        return np.array(ns, np.int64), np.array(integer, bool)
+            ns[i] = floor
+            integer[i] = timebase.is_integer_text(t)
+            has[i] = True
+        return ns, integer, has
 
     def _chunk_origin(self, metas, ts_texts, ts_ns, has_ts) -> tuple[int, str] | None:
         """The smallest ts of the chunk's events (metadata excluded): (floor ns, exact text)."""
@@ -992,6 +999,21 @@ def _kind_of(kinds: CategoryKinds, cat) -> int:
         return kinds[cat]
     except TypeError:
         return OTHER
+
+
+def _time_value(text: bytes, key: str):
+    """(exact value, None) of a `ts`/`dur` text, or (None, why it cannot be used)."""
+    try:
+        value = timebase.parse_decimal(text)
+    except timebase.OutOfRange as exc:
+        return None, f"{key} {text[:30].decode(errors='replace')} {exc}"
+    except ValueError:
+        return None, f"`{key}` must be a number, not {text[:30].decode(errors='replace')}"
+    low = 0 if key == "dur" else -timebase.MAX_ABS_US
+    if not low <= float(text) < timebase.MAX_ABS_US:
+        word = "negative" if key == "dur" and float(text) < 0 else "out of range"
+        return None, f"{key} {text.decode()} is {word}"
+    return value, None
 
 
 def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from tracestream import __version__
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, require_utf8
 from tracestream.events import KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import GUIDE_NOTICE, Guide, LayerSpec, build_guides, on_gpu, select_gpu
 from tracestream.index import FLOW, META, SCOPES, TraceIndex
@@ -54,6 +54,7 @@ class CompactSpec:
     def validate(self) -> None:
         if not 1 <= self.max_lanes <= MAX_LANES_LIMIT:
             raise TraceError(f"--max-gpu-lanes must be between 1 and 10, got {self.max_lanes}")
+        require_utf8(self.pid, "--pid")
 
 
 @dataclass
@@ -64,6 +65,15 @@ class Plan:
     top_level_member: bytes | None
     report: dict
     summary: dict = field(default_factory=dict)
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def clamp_sort_index(value: int) -> int:
+    """A sort index Perfetto can hold (int64): one next to an existing index at the int64 or
+    uint64 extremes ties with it instead of overflowing (the rows still come first/next)."""
+    return min(max(value, INT64_MIN), INT64_MAX)
 
 
 def json_value(value: Any) -> bytes:
@@ -402,9 +412,8 @@ class Planner:
         ]
         gpu_sort = self.index.process_meta.get(pid, {}).get("sort_index")
         if isinstance(gpu_sort, int):
-            events.append(
-                _meta_event("process_sort_index", display_pid, 0, {"sort_index": gpu_sort + 1})
-            )
+            events.append(_meta_event("process_sort_index", display_pid, 0,
+                                      {"sort_index": clamp_sort_index(gpu_sort + 1)}))
         self.new_processes.extend(events)
 
     def _appended_events(self) -> list[bytes]:
@@ -420,7 +429,8 @@ class Planner:
             first = min(self._existing_sort_indices(pid) + [0]) - len(tracks)
             for i, (tid, name) in enumerate(tracks):
                 events.append(_meta_event("thread_name", pid, tid, {"name": name}))
-                events.append(_meta_event("thread_sort_index", pid, tid, {"sort_index": first + i}))
+                events.append(_meta_event("thread_sort_index", pid, tid,
+                                          {"sort_index": clamp_sort_index(first + i)}))
         return events + self.guide_events
 
     # -- assembling -----------------------------------------------------------

@@ -29,7 +29,13 @@ from tracestream.edit import undo_relocation
 from tracestream.errors import TraceError
 from tracestream.reports import find_report, load_report
 from tracestream.rewrite import StreamCursor
-from tracestream.sink import OutputFile, compression_for
+from tracestream.sink import (
+    OutputFile,
+    check_compress_level,
+    compression_for,
+    input_identity,
+    refuse_writing_input,
+)
 from tracestream.source import ReadStats, TraceSource
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
@@ -128,6 +134,8 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
             compress_level: int | None = None) -> dict:
     """Write the source trace, byte for byte, from an annotated trace and its report."""
     trace, output = str(trace), str(output)
+    refuse_writing_input(input_identity(trace), output, "output", trace)
+    check_compress_level(compression_for(output, compress), compress_level)
     report_path = find_report(trace, report)
     undo = Undo.from_report(*load_report(report_path), name=trace)
     with TraceSource(trace) as annotated, OutputFile(

@@ -14,6 +14,7 @@ import errno
 import os
 import queue
 import signal
+import stat
 import sys
 import threading
 import zlib
@@ -81,6 +82,57 @@ def check_new_path(path: str, what: str) -> Path:
     return target
 
 
+def input_identity(trace: str, stdin=None) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the input trace's file: the path's, or stdin's when `trace` is
+    "-" and stdin is a file (`< trace.json`); None for a pipe or what cannot be stat'ed."""
+    try:
+        if trace == "-":
+            stream = stdin if stdin is not None else sys.stdin
+            st = os.fstat(stream.fileno())
+        else:
+            st = os.stat(trace)
+    except (OSError, ValueError, AttributeError):  # no descriptor (an in-memory stream)
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def refuse_writing_input(identity: tuple[int, int] | None, path: str, what: str,
+                         trace: str) -> None:
+    """Refuse a destination that is the input file, before anything is read or written.
+
+    "-" is checked through stdout's descriptor (`1<> trace.json`, `>> trace.json`), a path
+    through its inode (a hard link, a symlink, any other path to the same file).
+    """
+    if identity is None:
+        return
+    try:
+        st = os.fstat(sys.stdout.fileno()) if path == "-" else os.stat(path)
+    except (OSError, ValueError, AttributeError):  # nothing there yet, or no real stdout
+        return
+    if (st.st_dev, st.st_ino) == identity:
+        where = "stdout" if path == "-" else path
+        name = "stdin" if trace == "-" else trace
+        raise TraceError(
+            f"{what} ({where}) is the input trace {name} itself (device {st.st_dev} inode "
+            f"{st.st_ino}); writing it would destroy the source: nothing was read or written"
+        )
+
+
+def check_compress_level(compression: str, level: int | None) -> None:
+    """gzip takes zlib's levels 1-9, zstd 1-22; refused before any work is done."""
+    if level is None or compression not in COMPRESS_LEVELS:  # none: nothing to compress
+        return
+    low, high = COMPRESS_LEVELS[compression]
+    if not low <= level <= high:
+        raise TraceError(
+            f"--compress-level {level} is out of range for {compression} ({low}-{high})")
+
+
+COMPRESS_LEVELS = {"gzip": (1, 9), "zstd": (1, 22)}
+
+
 class _Encoder:
     """Compression of a byte stream (identity, gzip or zstd)."""
 
@@ -146,7 +198,13 @@ class OutputFile:
                 self._fd = -1
         import tempfile
 
-        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+        except OSError as exc:  # /proc, /sys: a directory that holds no new files
+            raise TraceError(
+                f"cannot create {self.what} {self.path}: {exc.strerror or exc} "
+                f"(the directory {folder} takes no new files); nothing was written"
+            ) from None
         self._fd, self._temp_name = fd, name
 
     # -- writing ----------------------------------------------------------

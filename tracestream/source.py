@@ -1,11 +1,15 @@
 """Reading a trace: a path or stdin, plain/gzip/zstd, read as often as a pass needs.
 
-Compression is detected from the first bytes, never the file name. stdin is
-spooled to a temporary file while the first pass reads it, so later passes read
-the spool. Every read checksums the raw bytes (CRC-32, cheap) in a background
-thread together with decompression, so a file that changes between passes is
-detected and refused. The first read also hashes the decompressed bytes (sha256, the
-JSON text that `restore` gives back). The report's sha256 of the raw bytes is computed
+Compression is detected from the first bytes, never the file name. stdin, and any
+path that is not a regular file (a named pipe, `<(...)` as /dev/fd/N, /dev/stdin),
+is read once as a stream and spooled to a temporary file while the first pass reads
+it, so later passes read the spool. The spool has no name while it is open
+(O_TMPFILE, else unlinked at once), so even SIGKILL leaves nothing behind.
+
+Every read checksums the raw bytes (CRC-32, cheap) in a background thread
+together with decompression, so a file that changes between passes is detected
+and refused. The first read also hashes the decompressed bytes (sha256, the JSON
+text that `restore` gives back). The report's sha256 of the raw bytes is computed
 on request, in a thread of its own, by a further read (`TraceSource.start_hashing`);
 for an uncompressed input that read only checks the bytes the first read hashed.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import stat
 import sys
 import tempfile
 import threading
@@ -29,6 +34,8 @@ from tracestream.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+ZSTD_SKIPPABLE_MAGIC = (b"\x2a\x4d\x18", 0x50, 0x5F)
+"""A zstd skippable frame: magic 0x184D2A5? little-endian (pzstd starts with one)."""
 RAW_BLOCK = 1 << 20
 PLAIN_BLOCK = 4 << 20
 OUT_BLOCK = 1 << 20  # decompressed bytes per piece: trace JSON compresses 10-20x
@@ -37,11 +44,27 @@ _QUEUE_DEPTH = 2
 
 
 def detect_compression(head: bytes) -> str:
+    """gzip, zstd or none, from the first four bytes."""
     if head.startswith(GZIP_MAGIC):
         return "gzip"
-    if head.startswith(ZSTD_MAGIC):
+    if head.startswith(ZSTD_MAGIC) or is_zstd_skippable(head):
         return "zstd"
     return "none"
+
+
+def is_zstd_skippable(head: bytes) -> bool:
+    """Whether `head` starts a zstd skippable frame (a zstd stream may begin with one)."""
+    tail, low, high = ZSTD_SKIPPABLE_MAGIC
+    return len(head) >= 4 and low <= head[0] <= high and head[1:4] == tail
+
+
+def is_stream_path(path) -> bool:
+    """Whether `path` names something that can be read only once (a pipe, a terminal,
+    /dev/fd/N of a process substitution): it is read like stdin, never reopened."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -75,12 +98,21 @@ class TraceSource:
     def __init__(self, spec: str | os.PathLike, *, stdin=None):
         self.spec = str(spec)
         self._hasher: _Hasher | None = None
-        self._spool: Path | None = None
+        self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._stdin = None
+        self._opened = None  # a stream path we opened ourselves (closed with the source)
         self.first_stats: ReadStats | None = None
         if self.spec == "-":
             self._stdin = stdin if stdin is not None else sys.stdin.buffer
             self.name = "<stdin>"
+            self.path = None
+            self.compression = None
+        elif is_stream_path(self.spec):
+            try:
+                self._opened = self._stdin = open(self.spec, "rb", buffering=0)
+            except OSError as exc:
+                raise TraceError(f"cannot read input {self.spec}: {exc.strerror}") from None
+            self.name = self.spec
             self.path = None
             self.compression = None
         else:
@@ -115,8 +147,11 @@ class TraceSource:
         if self._hasher is not None:
             self._hasher.stop()
         if self._spool is not None:
-            self._spool.unlink(missing_ok=True)
+            os.close(self._spool)
             self._spool = None
+        if self._opened is not None:
+            self._opened.close()
+            self._opened = None
 
     def __enter__(self) -> TraceSource:
         return self
@@ -142,25 +177,34 @@ class TraceSource:
         stats = stats if stats is not None else ReadStats()
         if self._stdin is not None and self._spool is None:
             return self._read_stdin_first(stats)
-        path = self._spool if self._spool is not None else self.path
-        return self._read_file(path, stats)
+        return self._read_file(stats)
+
+    def _open_for_reading(self):
+        """A new reader from the start: of the spool (its own offset), else of the file."""
+        if self._spool is not None:
+            return _SpoolReader(self._spool)
+        return open(self.path, "rb")
 
     def _read_stdin_first(self, stats: ReadStats) -> Iterator[bytes]:
-        fd, name = tempfile.mkstemp(prefix="tracestream-stdin-", suffix=".spool")
-        self._spool = Path(name)
-        spool = os.fdopen(fd, "wb")
+        self._spool = anonymous_temp_file(tempfile.gettempdir())
+        spool = self._spool
         stdin = self._stdin
 
         def raw_blocks():
-            try:
-                while True:
-                    block = stdin.read(RAW_BLOCK)
-                    if not block:
-                        break
-                    spool.write(block)
-                    yield block
-            finally:
-                spool.close()
+            while True:
+                block = stdin.read(RAW_BLOCK)
+                if not block:
+                    break
+                view = memoryview(block)
+                try:
+                    while view:
+                        view = view[os.write(spool, view):]
+                except OSError as exc:  # a full $TMPDIR: the input's second pass needs it
+                    raise TraceError(
+                        f"cannot spool the input in {tempfile.gettempdir()}: "
+                        f"{exc.strerror or exc} (set TMPDIR to a folder with room)"
+                    ) from None
+                yield block
 
         blocks = raw_blocks()
         first = next(blocks, b"")
@@ -174,13 +218,13 @@ class TraceSource:
 
         return self._decoded(with_first(), stats, self.compression)
 
-    def _read_file(self, path: Path, stats: ReadStats) -> Iterator[bytes]:
+    def _read_file(self, stats: ReadStats) -> Iterator[bytes]:
         if self._spool is None:
             self._check_unchanged()
         try:
-            fh = open(path, "rb")
+            fh = self._open_for_reading()
         except OSError as exc:
-            raise TraceError(f"cannot read input {path}: {exc.strerror}") from None
+            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
         block = PLAIN_BLOCK if self.compression == "none" else RAW_BLOCK
 
         def raw_blocks():
@@ -216,10 +260,9 @@ class TraceSource:
         if self.first_stats is None:
             raise TraceError("internal error: the source is hashed after its first read")
         if self._hasher is None:
-            path = self._spool if self._spool is not None else self.path
             # uncompressed, the bytes are those the first read hashed: the read only checks
             known = self.first_stats.data_sha256 if self.compression == "none" else None
-            self._hasher = _Hasher(path, self.first_stats, self.name, known)
+            self._hasher = _Hasher(self._open_for_reading, self.first_stats, self.name, known)
 
     def sha256(self) -> str:
         """The raw bytes' sha256 (hex), from `start_hashing`'s thread (started if need be).
@@ -300,9 +343,9 @@ class _Hasher:
     """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC
     (`known`: the sha256 those bytes must have, already computed: only the check is made)."""
 
-    def __init__(self, path: Path, expected: ReadStats, name: str, known: str | None = None):
+    def __init__(self, opener, expected: ReadStats, name: str, known: str | None = None):
         self._known = known
-        self._path = path
+        self._opener = opener
         self._expected = expected
         self._name = name
         self._stopped = threading.Event()
@@ -316,7 +359,7 @@ class _Hasher:
         crc = 0
         total = 0
         try:
-            with open(self._path, "rb") as fh:
+            with self._opener() as fh:
                 while not self._stopped.is_set():
                     block = fh.read(PLAIN_BLOCK)
                     if not block:
@@ -346,6 +389,59 @@ class _Hasher:
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join()
+
+
+def zstd_blocks(raw: Iterator[bytes], name: str) -> Iterator[bytes]:
+    """Decompressed blocks of a zstd stream (every frame); TraceError naming the compressed
+    byte where it is corrupt, or that it is truncated (a stream reader just stops there)."""
+    decoder = _ZstdDecoder(name)
+    offset = 0
+    for block in raw:
+        yield from decoder.feed(block, offset)
+        offset += len(block)
+    decoder.finish(offset)
+
+
+def anonymous_temp_file(folder: str) -> int:
+    """A read-write file descriptor of a new file in `folder` that has no name.
+
+    O_TMPFILE where the file system has it, else a named file unlinked at once: either
+    way the kernel frees it when the descriptor closes, also when the process is killed.
+    """
+    flags = getattr(os, "O_TMPFILE", 0)
+    if flags:
+        try:
+            return os.open(folder, flags | os.O_RDWR, 0o600)
+        except OSError:
+            pass
+    try:
+        fd, name = tempfile.mkstemp(prefix="tracestream-stdin-", suffix=".spool", dir=folder)
+    except OSError as exc:
+        raise TraceError(
+            f"cannot spool the input in {folder}: {exc.strerror or exc} (set TMPDIR)"
+        ) from None
+    os.unlink(name)
+    return fd
+
+
+class _SpoolReader:
+    """Reads the spool from its start with pread, through a descriptor of its own (so a
+    reader thread that outlives its TraceSource never reads a reused descriptor number)."""
+
+    def __init__(self, fd: int):
+        self._fd = os.dup(fd)
+        self._offset = 0
+
+    def read(self, size: int) -> bytes:
+        data = os.pread(self._fd, size, self._offset)
+        self._offset += len(data)
+        return data
+
+    def __enter__(self) -> _SpoolReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self._fd)
 
 
 class _GzipDecoder:

@@ -183,7 +183,7 @@ class _OutputChecks:
         if head.ph in ("s", "t", "f") and prov is not None:
             ts = timebase.parse_decimal(bytes(TIMING.decode(raw).ts)).floor_ns()
             orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
-            self._bind_rows.append((self._track(orig), 2 * ts + 1, ts,
+            self._bind_rows.append((self._track(orig), ts, ts,
                                     self._track((head.pid, head.tid)), 1, ordinal))
             return
         if head.ph != "X":
@@ -221,7 +221,7 @@ class _OutputChecks:
             ts = timebase.parse_decimal(ts_text)
             end = (ts + timebase.parse_decimal(dur_text)).ceil_ns()
             orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
-            self._bind_rows.append((self._track(orig), 2 * ts.floor_ns(), end,
+            self._bind_rows.append((self._track(orig), ts.floor_ns(), end,
                                     self._track((head.pid, head.tid)), 0, ordinal))
         if len(self._bind_rows) > 65536:
             self._flush()
@@ -267,34 +267,48 @@ class _OutputChecks:
         A flow binds to the activity of its stream that starts at its ts, else to the one
         that contains it. Records come in start order per stream, so the activities still
         open at a flow are those that end at or after it: a heap by end keeps just them
-        (keeping every activity of a stream made this quadratic in its length).
+        (keeping every activity of a stream made this quadratic in its length). The flows
+        of one (stream, start) are judged once all its activities are in: the sort key is
+        the start itself (2*ns+1 for flows overflowed int64 from 4.6e15 µs on).
         """
         self._flush()
-        problems = []
+        problems: list[str] = []
         open_: list = []  # (end, start, lane) of the stream's activities not yet ended
         current = None
+        waiting: list = []  # (ordinal, lane) of the flows at `current`
         for block in self.binding.sorted_blocks():
             for track, key, end, lane, flow, ordinal in zip(
                 block["track"].tolist(), block["key"].tolist(), block["end"].tolist(),
                 block["lane"].tolist(), block["flow"].tolist(), block["ordinal"].tolist(),
             ):
-                if track != current:
-                    current, open_ = track, []
-                key >>= 1  # keys are 2*ns (+1 for flows, so activities sort first)
-                if not flow:
+                if (track, key) != current:
+                    _judge_flows(waiting, open_, current, problems)
+                    if current is None or track != current[0]:
+                        open_ = []
+                    current = (track, key)
+                if flow:
+                    waiting.append((ordinal, lane))
+                else:
                     heapq.heappush(open_, (end, key, lane))
-                    continue
-                while open_ and open_[0][0] < key:  # ended before this flow (and every later one)
-                    heapq.heappop(open_)
-                exact = [e for e in open_ if e[1] == key]
-                hits = exact or open_  # every open activity started at or before the flow
-                if len(hits) != 1:
-                    problems.append(f"flow event {ordinal} binds to {len(hits)} activities")
-                elif hits[0][2] != lane:
-                    problems.append(
-                        f"flow event {ordinal} is not on the lane of the activity it binds to"
-                    )
+        _judge_flows(waiting, open_, current, problems)
         return problems
+
+
+def _judge_flows(waiting: list, open_: list, at: tuple | None, problems: list[str]) -> None:
+    """Bind the flows `waiting` at (stream, start) `at` among the activities `open_`."""
+    if not waiting:
+        return
+    key = at[1]
+    while open_ and open_[0][0] < key:  # ended before these flows (and every later one)
+        heapq.heappop(open_)
+    exact = [e for e in open_ if e[1] == key]
+    hits = exact or open_  # every open activity started at or before the flows
+    for ordinal, lane in waiting:
+        if len(hits) != 1:
+            problems.append(f"flow event {ordinal} binds to {len(hits)} activities")
+        elif hits[0][2] != lane:
+            problems.append(f"flow event {ordinal} is not on the lane of the activity it binds to")
+    waiting.clear()
 
 
 def verify(trace, output, report: str | None = None, *, tmpdir: str | None = None,

@@ -46,6 +46,16 @@ Compressed traces:
   Content-Length and ends when the connection closes (HTTP/1.0).
 The format is decided by the file's first bytes, not its name.
 
+Shared machines: GPU and cluster nodes have other users, and any of them can connect to
+127.0.0.1. So every run makes a random token, prints the address with it
+(``http://127.0.0.1:PORT/?token=...``), and ``/`` and ``/trace`` answer 403 without it
+(the page passes it on to ``/trace``; ``Referrer-Policy: no-referrer`` keeps it from the
+UI). A client that never finishes its request headers is dropped after
+HEADER_TIMEOUT seconds. A zstd file that is corrupt from the start is a 502 with the
+reason; one that breaks mid-way ends a chunked response without its last chunk, so
+the browser's fetch fails instead of receiving a short trace. Either way the
+terminal gets one line, never a traceback.
+
 Limits: the browser holds the whole trace in one ArrayBuffer, and the Perfetto
 UI's in-browser engine has its own memory ceiling (a few GB). For bigger traces
 Perfetto suggests ``trace_processor --httpd``
@@ -66,9 +76,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import TCPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from tracestream.errors import TraceError
+from tracestream.source import is_zstd_skippable, zstd_blocks
 
 __all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "describe_trace", "view_trace"]
 
@@ -78,6 +89,8 @@ BLOCK_SIZE = 1 << 20  # bytes per read from disk: this bounds the server's memor
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _POLL_SECONDS = 0.2  # how quickly serve_forever notices shutdown()
+HEADER_TIMEOUT = 10.0
+"""Seconds a client may take to send its request line and headers (then it is dropped)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,7 @@ def describe_trace(trace_path) -> TraceFile:
     if not head:
         raise TraceError(f"trace is empty, nothing to show: {path}")
     name = display_name(path)
-    zstd = head == ZSTD_MAGIC
+    zstd = head == ZSTD_MAGIC or is_zstd_skippable(head)  # pzstd starts with a skippable frame
     file_name = name[: -len(".zst")] if zstd and name.endswith(".zst") else name
     return TraceFile(path=path, title=name, file_name=file_name, zstd=zstd)
 
@@ -168,6 +181,14 @@ def is_loopback_host(host_header: str | None) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def token_matches(request_target: str, token: str) -> bool:
+    """Whether the request target's query carries `token=<this run's token>` (in constant
+    time: the comparison must not tell a guesser how much of it was right)."""
+    query = request_target.split("?", 1)[1] if "?" in request_target else ""
+    given = parse_qs(query, keep_blank_values=True).get("token", [""])[0]
+    return secrets.compare_digest(given.encode(), token.encode())
 
 
 def route_for(request_target: str) -> str | None:
@@ -261,9 +282,17 @@ function waitForPong(target) {
 }
 
 async function fetchTrace() {
-  const response = await fetch("/trace", {cache: "no-store"});
-  if (!response.ok) throw new Error("the server answered " + response.status);
-  return response.arrayBuffer();
+  const response = await fetch(cfg.traceUrl, {cache: "no-store"});
+  if (!response.ok) {
+    const reason = (await response.text()).trim();
+    throw new Error("the server answered " + response.status + (reason ? ": " + reason : ""));
+  }
+  try {
+    return await response.arrayBuffer();
+  } catch (err) {
+    throw new Error("the trace broke off while it was read (" + err.message +
+                    "); the terminal running tracestream view says why");
+  }
 }
 
 async function sendTrace(target) {
@@ -294,9 +323,10 @@ sendTrace(frame.contentWindow);
 """
 
 
-def render_page(trace: TraceFile, ui_url: str, nonce: str) -> str:
+def render_page(trace: TraceFile, ui_url: str, nonce: str, token: str) -> str:
     """The handshake page. Names are escaped for both places they appear: HTML text and JSON."""
-    config = {"uiUrl": ui_url, "title": trace.title, "fileName": trace.file_name}
+    config = {"uiUrl": ui_url, "title": trace.title, "fileName": trace.file_name,
+              "traceUrl": f"/trace?token={token}"}
     return (
         _PAGE.replace("@NONCE@", nonce)
         .replace("@TITLE@", html.escape(trace.title, quote=True))
@@ -309,6 +339,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     server_version = "tracestream-view"
     server: _LoopbackServer
+    timeout = None  # set per connection in setup(): HEADER_TIMEOUT until the headers are in
+
+    def setup(self):
+        super().setup()
+        self.connection.settimeout(HEADER_TIMEOUT)
+
+    def parse_request(self) -> bool:
+        """The headers are in: the body may take as long as the browser needs."""
+        parsed = super().parse_request()
+        self.connection.settimeout(None)
+        return parsed
 
     def version_string(self) -> str:
         return self.server_version
@@ -332,6 +373,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(403, "Host must be 127.0.0.1 or localhost")
             return
         route = route_for(self.raw_target())
+        if route is not None and not token_matches(self.raw_target(), self.server.token):
+            self.send_error(403, "Open the address tracestream view printed (with its token)")
+            return
         try:
             if route == "page":
                 self._send_page(send_body)
@@ -348,9 +392,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
 
+    def _send_text(self, code: int, text: str) -> None:
+        """A plain-text answer the page shows as it is (send_error's HTML and its Latin-1
+        status line would mangle a file name)."""
+        body = text.encode("utf-8", "replace")
+        self.send_response(code)
+        self._common_headers("text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
     def _send_page(self, send_body: bool) -> None:
         nonce = secrets.token_urlsafe(16)
-        body = render_page(self.server.trace, self.server.ui_url, nonce).encode("utf-8")
+        body = render_page(self.server.trace, self.server.ui_url, nonce,
+                           self.server.token).encode("utf-8")
         self.send_response(200)
         self._common_headers("text/html; charset=utf-8")
         self.send_header("Content-Security-Policy",
@@ -368,24 +426,70 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(500, "cannot read the trace file any more")
             return
         with fh:
+            if trace.zstd:
+                self._send_zstd(fh, send_body)
+                return
             self.send_response(200)
             self._common_headers("application/octet-stream")
-            if trace.zstd:
-                self.close_connection = True  # the end of the body is the end of the connection
-                size = None
-            else:
-                size = os.fstat(fh.fileno()).st_size
-                self.send_header("Content-Length", str(size))
+            size = os.fstat(fh.fileno()).st_size
+            self.send_header("Content-Length", str(size))
             self.end_headers()
             if send_body:
-                copy_blocks(open_decompressed(fh) if trace.zstd else fh, self.wfile, size)
+                copy_blocks(fh, self.wfile, size)
+
+    def _send_zstd(self, fh, send_body: bool) -> None:
+        """Decompressed on the fly. Its length is unknown, so the body is chunked (HTTP/1.1
+        clients) or ends with the connection: a stream that turns out corrupt mid-way ends
+        without the last chunk, which the browser's fetch reports as an error."""
+        blocks = open_decompressed(fh, self.server.trace.title)
+        try:
+            first = next(blocks, b"")
+        except TraceError as exc:  # corrupt from the start: nothing sent yet, so say why
+            self.server.report(str(exc))
+            self._send_text(502, str(exc))
+            return
+        self.close_connection = True  # one response per connection: its end is clear
+        chunked = self.request_version == "HTTP/1.1"
+        if chunked:
+            self.protocol_version = "HTTP/1.1"  # this response only
+        self.send_response(200)
+        self._common_headers("application/octet-stream")
+        self.send_header("Connection", "close")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if not send_body:
+            return
+        out = _ChunkedWriter(self.wfile) if chunked else self.wfile
+        try:
+            out.write(first)
+            for block in blocks:
+                out.write(block)
+        except TraceError as exc:  # no last chunk: the browser sees a broken body
+            self.server.report(f"{exc}; the transfer to the browser was broken off")
+            return
+        if chunked:
+            out.finish()
 
 
-def open_decompressed(fh):
-    """A streaming zstd reader over fh: memory stays at one block, whatever the file size."""
-    import zstandard  # imported here: only zstd traces need it
+class _ChunkedWriter:
+    """HTTP/1.1 chunked transfer coding over a stream: `finish()` writes the last chunk."""
 
-    return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self._stream.write(b"%x\r\n" % len(data) + data + b"\r\n")
+
+    def finish(self) -> None:
+        self._stream.write(b"0\r\n\r\n")
+
+
+def open_decompressed(fh, name: str):
+    """Decompressed blocks of a zstd file, read 64 KB at a time (an output block is that
+    times the compression ratio); TraceError where it is corrupt or truncated."""
+    return zstd_blocks(iter(lambda: fh.read(64 << 10), b""), name)
 
 
 def copy_blocks(source, sink, limit: int | None = None, block_size: int = BLOCK_SIZE) -> int:
@@ -410,9 +514,11 @@ class _LoopbackServer(ThreadingHTTPServer):
     daemon_threads = True  # a transfer still running must not keep the process alive
     allow_reuse_address = True
 
-    def __init__(self, port: int, trace: TraceFile, ui_url: str):
+    def __init__(self, port: int, trace: TraceFile, ui_url: str, token: str, report):
         self.trace = trace
         self.ui_url = ui_url
+        self.token = token
+        self.report = report  # one line for the terminal about a request that failed
         super().__init__((LOOPBACK, port), _Handler)
 
     def server_bind(self):
@@ -421,9 +527,12 @@ class _LoopbackServer(ThreadingHTTPServer):
         self.server_name, self.server_port = self.server_address[:2]
 
     def handle_error(self, request, client_address):
-        """A browser dropping the connection is normal; report only real errors."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
+        """A browser dropping the connection is normal; anything else is one line, never a
+        traceback in the middle of the terminal."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ConnectionError, TimeoutError)):
+            text = " ".join(str(exc).splitlines())
+            self.report(f"internal error while serving a request: {type(exc).__name__}: {text}")
 
 
 class ViewServer:
@@ -433,16 +542,19 @@ class ViewServer:
     context manager: leaving the block shuts the server down.
     """
 
-    def __init__(self, trace_path, *, port: int = 0, ui_url: str = DEFAULT_UI_URL):
+    def __init__(self, trace_path, *, port: int = 0, ui_url: str = DEFAULT_UI_URL,
+                 report=None):
         ui_origin(ui_url)  # validates before anything is bound
         self.trace = describe_trace(trace_path)
         self.ui_url = ui_url
+        self.token = secrets.token_urlsafe(24)  # a new one every run: see the module notes
         try:
-            self._httpd = _LoopbackServer(port, self.trace, ui_url)
+            self._httpd = _LoopbackServer(port, self.trace, ui_url, self.token,
+                                          report or _report_on_stderr)
         except OSError as exc:
             raise TraceError(f"cannot listen on {LOOPBACK}:{port}: {exc.strerror or exc}") from None
         self.port: int = self._httpd.server_address[1]
-        self.url: str = f"http://{LOOPBACK}:{self.port}/"
+        self.url: str = f"http://{LOOPBACK}:{self.port}/?token={self.token}"
         self._thread: threading.Thread | None = None
         self._serving = False  # httpd.shutdown() would wait forever if nothing ever served
 
@@ -482,6 +594,10 @@ class ViewServer:
 
     def __exit__(self, *exc_info) -> None:
         self.shutdown()
+
+
+def _report_on_stderr(line: str) -> None:
+    print(f"tracestream view: error: {line}", file=sys.stderr, flush=True)
 
 
 def has_desktop(environ=None, platform: str | None = None) -> bool:

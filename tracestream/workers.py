@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from tracestream.document import CHUNK_BYTES
 from tracestream.errors import TraceError
 from tracestream.sink import WRITER_HOLDS
+from tracestream.source import detect_compression, is_stream_path
 
 SLOTS_PER_WORKER = 2  # each pass keeps this many chunks per worker in flight, each in a slot
 SLOT_BYTES = 2 * CHUNK_BYTES
@@ -325,7 +326,7 @@ def default_workers() -> int:
 
 def _expected_size(path: str | None) -> int | None:
     """Roughly how many bytes the trace holds once decompressed (None: unknown, stdin)."""
-    if path in (None, "-"):
+    if path in (None, "-") or is_stream_path(path):  # a pipe: opening it would consume it
         return None
     try:
         size = os.path.getsize(path)
@@ -333,7 +334,7 @@ def _expected_size(path: str | None) -> int | None:
             head = fh.read(4)
     except OSError:
         return None
-    compressed = head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd"
+    compressed = detect_compression(head) != "none"
     return size * _COMPRESSION_RATIO if compressed else size
 
 

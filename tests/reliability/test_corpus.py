@@ -140,7 +140,7 @@ def _cases() -> list[Case]:
         both("ts_word_gpu", sub(D, ANCHOR_200, ANCHOR_200.replace(b"200", b'"abc"')),
              refuse("event 8", "`ts` must be a number")),
         both("ts_word_cpu", sub(D, CPU_OP, CPU_OP.replace(b"190", b'"soon"')),
-             refuse("event 4", "`ts` must be a number")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         both("ts_numeric_string", sub(D, ANCHOR_200, ANCHOR_200.replace(b"200", b'"200"')),
              refuse("event 8", "`ts` must be a number")),
         both("ts_bare_word", sub(D, ANCHOR_200, ANCHOR_200.replace(b"200", b"soon")),
@@ -156,11 +156,11 @@ def _cases() -> list[Case]:
         both("ts_null", sub(D, ANCHOR_200, ANCHOR_200.replace(b"200", b"null")),
              refuse("`ts` must be a number, not null")),
         both("ts_true", sub(D, CPU_OP, CPU_OP.replace(b"190", b"true")),
-             refuse("`ts` must be a number, not true")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         both("ts_object", sub(D, CPU_OP, CPU_OP.replace(b"190", b'{"us": 190}')),
-             refuse("`ts` must be a number")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         both("ts_multiline_object", sub(D, CPU_OP, CPU_OP.replace(b"190", b'{\n  "us": 190\n}')),
-             refuse("event 4", "`ts` must be a number")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         Case("newline_in_a_quoted_pid",
              document([_renamed(e, {0: "GPU\n0"}) for e in base_events()]
                       + [{"ph": "i", "name": "mark", "s": "t", "pid": "GPU\n0", "tid": 8,
@@ -171,11 +171,11 @@ def _cases() -> list[Case]:
         both("dur_negative_gpu", sub(D, B_215, B_215.replace(b'"dur": 10', b'"dur": -10')),
              refuse("event 10", "dur -10 is negative")),
         both("dur_negative_cpu", sub(D, CPU_OP, CPU_OP.replace(b'"dur": 15', b'"dur": -0.5')),
-             refuse("event 4", "is negative")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         both("ts_1e300", sub(D, ANCHOR_200, ANCHOR_200.replace(b"200", b"1e300")),
              refuse("event 8", "out of range")),
         both("ts_minus_1e300", sub(D, CPU_OP, CPU_OP.replace(b"190", b"-1e300")),
-             refuse("event 4", "out of range")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         both("ts_1e16", sub(D, B_215, B_215.replace(b"215", b"1e16")),
              refuse("event 10", "out of range")),
         both("ts_1e308_digits", sub(D, B_215, B_215.replace(b"215", b"9" * 309)),
@@ -183,12 +183,12 @@ def _cases() -> list[Case]:
         both("dur_1e16", sub(D, B_215, B_215.replace(b'"dur": 10', b'"dur": 1e16')),
              refuse("event 10", "out of range")),
         both("dur_1e300", sub(D, CPU_OP, CPU_OP.replace(b'"dur": 15', b'"dur": 1E+300')),
-             refuse("event 4", "out of range")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         # exact arithmetic on these would need a 10**99999996: refused, never a hang
         both("ts_tiny_exponent", sub(D, B_215, B_215.replace(b"215", b"1e-99999999")),
              refuse("event 10", "exponent out of range")),
         both("ts_zero_huge_exponent", sub(D, CPU_OP, CPU_OP.replace(b"190", b"0e99999999")),
-             refuse("event 4", "exponent out of range")),
+             Ok()),  # a CPU op's ts/dur is never read: passed through (issue 24)
         both("ts_5000_digits", sub(D, B_215, B_215.replace(b"215", b"215." + b"0" * 5000 + b"1")),
              refuse("event 10", "more than 400 digits")),
         both("odd_but_valid_numbers",

@@ -681,3 +681,15 @@ def test_two_writers_one_output(medium, tmp_path, kinds):
         assert_verified(medium, output)
         TALLY["faults injected (two writers of one output)"] += 1
     assert sha256(medium) == before
+
+
+def test_stdin_spool_on_a_full_tmpdir(cli, medium, tiny_disk, tmp_path):
+    """stdin is spooled to $TMPDIR for the second pass: a full one is one line, exit 2,
+    nothing left there nor beside the output."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = cli(*command("compact", "-", folder / "out.json"), stdin=medium.read_bytes(),
+              env={"TMPDIR": str(tiny_disk)})
+    assert_refused(out, "cannot spool the input", "set TMPDIR", place=False, empty=folder)
+    assert leftovers(tiny_disk) == []
+    TALLY["faults injected (full disk)"] += 1

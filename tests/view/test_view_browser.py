@@ -288,7 +288,7 @@ def _deliver(tmp_path: Path, stub_ui: StubPerfetto, trace: Path, screenshot: str
             browser.close()
     assert not group_alive(browser.pid), "a Chromium process outlived the test"
     return {"status": status, "shown_name": shown_name, "injected": injected,
-            "origin": server.url.rstrip("/")}
+            "origin": f"http://127.0.0.1:{server.port}"}
 
 
 def test_chromium_delivers_exact_trace_bytes_to_the_ui(tmp_path, stub_ui):
@@ -323,3 +323,30 @@ def test_chromium_receives_zstd_trace_decompressed(tmp_path, stub_ui):
     assert stub_ui.meta["title"] == "run.json.zst"
     assert stub_ui.meta["fileName"] == "run.json"
     assert seen["status"] == "Trace sent \u2014 check the timeline"
+
+
+@pytest.mark.parametrize("damage, wanted", [
+    ("truncated", "the trace broke off while it was read"),
+    ("corrupt", "the server answered 502: run.json.zst: corrupt zstd data near compressed byte"),
+])
+def test_chromium_page_shows_a_broken_zstd_trace_as_an_error(tmp_path, stub_ui, damage, wanted):
+    """A zstd file that is cut short or corrupt never reaches the UI as a short trace: the
+    page says what went wrong and the terminal gets one line."""
+    zstandard = pytest.importorskip("zstandard")
+    whole = zstandard.ZstdCompressor().compress(os.urandom(3 << 20).hex().encode())
+    trace = tmp_path / "run.json.zst"
+    trace.write_bytes(whole[: len(whole) // 2] if damage == "truncated"
+                      else whole[:4] + b"\xff" * 64)
+    lines: list[str] = []
+    with ViewServer(trace, ui_url=stub_ui.url, report=lines.append) as server:
+        server.start()
+        browser = Chromium(server.url, tmp_path / "chromium")
+        try:
+            session = browser.page_session()
+            status = _wait_for_status(browser, session, "Could not send the trace",
+                                      timeout=DELIVERY_TIMEOUT)
+        finally:
+            browser.close()
+    assert wanted in status
+    assert stub_ui.received is None
+    assert len(lines) == 1 and "run.json.zst" in lines[0]

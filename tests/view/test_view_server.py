@@ -53,10 +53,15 @@ def serving(trace_path, **kwargs):
         yield server
 
 
-def get(server: ViewServer, path: str, method: str = "GET", headers=None):
+def with_token(server: ViewServer, path: str) -> str:
+    """`path` with this run's token added to its query, as the printed address has it."""
+    return f"{path}{'&' if '?' in path else '?'}token={server.token}"
+
+
+def get(server: ViewServer, path: str, method: str = "GET", headers=None, token: bool = True):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
-        conn.request(method, path, headers=headers or {})
+        conn.request(method, with_token(server, path) if token else path, headers=headers or {})
         response = conn.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
@@ -87,7 +92,7 @@ def download_sha256(server: ViewServer, path: str = "/trace") -> tuple[int, str 
     """Streams a response into a hash, so the client holds one block at a time."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        conn.request("GET", path)
+        conn.request("GET", with_token(server, path))
         response = conn.getresponse()
         digest, total = hashlib.sha256(), 0
         while block := response.read(MB):
@@ -114,12 +119,13 @@ def test_page_carries_the_handshake_and_a_strict_policy(trace):
     assert headers["Content-Type"] == "text/html; charset=utf-8"
     assert int(headers["Content-Length"]) == len(body)
     for piece in ('postMessage("PING", uiOrigin)', 'event.data !== "PONG"',
-                  "event.origin !== uiOrigin", 'fetch("/trace"',
+                  "event.origin !== uiOrigin", "fetch(cfg.traceUrl",
                   "perfetto: {buffer, title: cfg.title, fileName: cfg.fileName}",
                   "Trace sent \\u2014 check the timeline"):
         assert piece in page
     assert config_from_page(page) == {
-        "uiUrl": "https://ui.perfetto.dev", "title": "trace.json", "fileName": "trace.json"}
+        "uiUrl": "https://ui.perfetto.dev", "title": "trace.json", "fileName": "trace.json",
+        "traceUrl": f"/trace?token={server.token}"}
     csp = headers["Content-Security-Policy"]
     assert "frame-src https://ui.perfetto.dev;" in csp
     assert "script-src 'nonce-" in csp and "unsafe-inline" not in csp
@@ -261,7 +267,8 @@ def test_only_get_and_head_exist(shared_server, method):
 ])
 def test_foreign_host_header_is_refused_against_dns_rebinding(shared_server, host, allowed):
     assert view.is_loopback_host(host) is allowed
-    request = f"GET /trace HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    target = with_token(shared_server, "/trace")
+    request = f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
     assert raw_request(shared_server.port, request)[0] == (200 if allowed else 403)
 
 
@@ -288,7 +295,7 @@ def test_binds_loopback_only(trace):
     addresses = non_loopback_ipv4_addresses()
     with serving(trace) as server:
         assert server._httpd.server_address[0] == "127.0.0.1"
-        assert server.url == f"http://127.0.0.1:{server.port}/"
+        assert server.url == f"http://127.0.0.1:{server.port}/?token={server.token}"
         assert get(server, "/")[0] == 200
         for address in addresses:
             with pytest.raises(OSError):
@@ -311,9 +318,10 @@ HOSTILE_TITLE = """</script><script>alert(1)</script>"'&amp;<!--.json"""
 
 def test_hostile_name_is_escaped_in_html_and_in_the_script_block():
     hostile = TraceFile(path=Path("x"), title=HOSTILE_TITLE, file_name=HOSTILE_TITLE, zstd=False)
-    page = view.render_page(hostile, "https://ui.perfetto.dev", nonce="n0nce")
+    page = view.render_page(hostile, "https://ui.perfetto.dev", nonce="n0nce", token="t0ken")
     template_scripts = view.render_page(
-        TraceFile(Path("x"), "plain", "plain", False), "https://ui.perfetto.dev", "n0nce")
+        TraceFile(Path("x"), "plain", "plain", False), "https://ui.perfetto.dev", "n0nce",
+        "t0ken")
 
     # Nothing from the name can open or close an element or a comment.
     assert page.count("</script>") == template_scripts.count("</script>")
@@ -438,7 +446,8 @@ def test_view_trace_prints_address_and_tunnel_then_returns_on_ctrl_c(trace, monk
             while not lines and time.monotonic() < deadline:
                 time.sleep(0.05)
             port = int(re.search(r"127\.0\.0\.1:(\d+)/", lines[0]).group(1))
-            fetched.append(raw_request(port, b"GET / HTTP/1.0\r\n\r\n")[0])
+            token = re.search(r"token=([\w-]+)", lines[0]).group(1)
+            fetched.append(raw_request(port, f"GET /?token={token} HTTP/1.0\r\n\r\n".encode())[0])
         finally:
             _thread.interrupt_main()  # always, so a failure here cannot hang the test
 
@@ -454,8 +463,10 @@ def test_view_trace_prints_address_and_tunnel_then_returns_on_ctrl_c(trace, monk
         signal.signal(signal.SIGINT, previous)
 
     port = int(re.search(r"127\.0\.0\.1:(\d+)/", lines[0]).group(1))
+    token = re.search(r"token=([\w-]+)", lines[0]).group(1)
+    assert len(token) >= 32  # 24 random bytes
     assert fetched == [200]
-    assert opened == [f"http://127.0.0.1:{port}/"]
+    assert opened == [f"http://127.0.0.1:{port}/?token={token}"]
     assert str(trace) in lines[0]
     assert any(f"ssh -L {port}:127.0.0.1:{port} host" in line for line in lines)
     assert any("Nothing is uploaded" in line for line in lines)
@@ -486,3 +497,108 @@ def test_has_desktop():
     assert view.has_desktop({"DISPLAY": ":0"}, "linux")
     assert view.has_desktop({"WAYLAND_DISPLAY": "wayland-0"}, "linux")
     assert not view.has_desktop({"SSH_CONNECTION": "x"}, "linux")
+
+
+# --- shared machines: a per-run token, header timeouts, broken zstd ------------------------
+
+
+@pytest.mark.parametrize("path", ["/", "/trace", "/?reload=1", "/trace?x=1"])
+@pytest.mark.parametrize("token", [None, "", "wrong", "token"])
+def test_page_and_trace_need_this_runs_token(shared_server, path, token):
+    """Another user of the machine can reach 127.0.0.1 too: without the printed token the
+    trace is not theirs to download."""
+    if token == "token":
+        token = shared_server.token[:-1]  # all but one character right
+    target = path if token is None else f"{path}{'&' if '?' in path else '?'}token={token}"
+    status, body = raw_request(shared_server.port, f"GET {target} HTTP/1.0\r\n\r\n".encode())
+    assert status == 403
+    assert TRACE_BYTES not in body
+    assert shared_server.token.encode() not in body
+    assert get(shared_server, path)[0] == 200
+
+
+def test_each_run_has_its_own_token(trace):
+    with serving(trace) as first, serving(trace) as second:
+        assert first.token != second.token
+        assert get(first, "/", token=False)[0] == 403
+        status, _, body = get(second, f"/trace?token={first.token}", token=False)
+    assert (status, TRACE_BYTES in body) == (403, False)
+
+
+def test_a_client_that_never_finishes_its_headers_is_dropped(trace, monkeypatch):
+    monkeypatch.setattr(view, "HEADER_TIMEOUT", 0.5)
+    with serving(trace) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and nothing more
+            started = time.monotonic()
+            assert sock.recv(65536) == b""  # closed by the server, not by our timeout
+            assert time.monotonic() - started < 5
+        assert get(server, "/")[0] == 200  # others are still served
+
+
+@pytest.fixture
+def reported(monkeypatch):
+    """The lines the server reports for the terminal."""
+    lines: list[str] = []
+    monkeypatch.setattr(view, "_report_on_stderr", lines.append)
+    return lines
+
+
+def test_a_file_that_is_not_zstd_after_its_magic_is_a_502_with_the_reason(tmp_path, reported,
+                                                                       capfd):
+    path = tmp_path / "broken.json.zst"
+    path.write_bytes(view.ZSTD_MAGIC + b"\xff" * 64)
+    with serving(path) as server:
+        status, headers, body = get(server, "/trace")
+    assert status == 502
+    assert b"broken.json.zst: corrupt zstd data near compressed byte 0" in body
+    assert len(reported) == 1
+    assert "broken.json.zst: corrupt zstd data near compressed byte 0" in reported[0]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_truncated_zstd_file_breaks_the_transfer_instead_of_a_short_200(tmp_path, reported,
+                                                                          capfd):
+    zstandard = pytest.importorskip("zstandard")
+    raw = os.urandom(3 * MB).hex().encode()  # 6 MB that compress only 2:1
+    whole = zstandard.ZstdCompressor().compress(raw)
+    path = tmp_path / "cut.json.zst"
+    path.write_bytes(whole[: len(whole) // 2])
+    with serving(path) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            conn.request("GET", with_token(server, "/trace"))
+            response = conn.getresponse()
+            assert response.getheader("Transfer-Encoding") == "chunked"
+            with pytest.raises(http.client.IncompleteRead):
+                response.read()
+        finally:
+            conn.close()
+        deadline = time.monotonic() + 5
+        while not reported and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(reported) == 1
+    assert "cut.json.zst: zstd data is truncated (ends at byte" in reported[0]
+    assert "\n" not in reported[0]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_pzstd_file_is_zstd(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    path = tmp_path / "trace.json.zst"
+    skippable = b"\x50\x2a\x4d\x18" + struct.pack("<I", 4) + b"pzst"
+    path.write_bytes(skippable + zstandard.ZstdCompressor().compress(TRACE_BYTES))
+    assert view.describe_trace(path).zstd
+    with serving(path) as server:
+        assert get(server, "/trace")[2] == TRACE_BYTES
+
+
+def test_a_broken_zstd_file_with_a_non_ascii_name_is_still_one_line(tmp_path, reported):
+    path = tmp_path / "层 — trace.json.zst"
+    path.write_bytes(view.ZSTD_MAGIC + b"\xff" * 64)
+    with serving(path) as server:
+        status, headers, body = get(server, "/trace")
+    assert status == 502
+    assert headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert body.decode().startswith("层 — trace.json.zst: corrupt zstd data near compressed byte")
+    assert len(reported) == 1 and "\n" not in reported[0]

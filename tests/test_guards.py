@@ -1,0 +1,72 @@
+"""The small pure helpers behind issue 24's guards: sort-index clamping, compression
+levels, zstd skippable frames, UTF-8 text, the one-event limit and view's token."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracestream import document, view
+from tracestream.errors import TraceError, require_utf8
+from tracestream.plan import INT64_MAX, INT64_MIN, clamp_sort_index
+from tracestream.sink import check_compress_level
+from tracestream.source import detect_compression, is_zstd_skippable
+
+
+@pytest.mark.parametrize("value, expected", [
+    (0, 0), (-5, -5), (INT64_MAX, INT64_MAX), (INT64_MAX + 1, INT64_MAX),
+    (2**64 - 1, INT64_MAX), (INT64_MIN, INT64_MIN), (INT64_MIN - 2, INT64_MIN),
+])
+def test_clamp_sort_index_keeps_int64(value, expected):
+    assert clamp_sort_index(value) == expected
+
+
+@pytest.mark.parametrize("compression, level, ok", [
+    ("gzip", 1, True), ("gzip", 9, True), ("gzip", 0, False), ("gzip", 10, False),
+    ("zstd", 1, True), ("zstd", 22, True), ("zstd", 0, False), ("zstd", 23, False),
+    ("zstd", -1, False), ("zstd", 10**20, False), ("none", 99, True), ("gzip", None, True),
+])
+def test_compress_levels(compression, level, ok):
+    if ok:
+        check_compress_level(compression, level)
+    else:
+        with pytest.raises(TraceError, match=f"--compress-level {level} is out of range"):
+            check_compress_level(compression, level)
+
+
+@pytest.mark.parametrize("head, skippable", [
+    (b"\x50\x2a\x4d\x18", True), (b"\x5f\x2a\x4d\x18", True), (b"\x5a\x2a\x4d\x18rest", True),
+    (b"\x4f\x2a\x4d\x18", False), (b"\x60\x2a\x4d\x18", False), (b"\x28\xb5\x2f\xfd", False),
+    (b"\x50\x2a\x4d", False), (b"", False),
+])
+def test_zstd_skippable_frames(head, skippable):
+    assert is_zstd_skippable(head) is skippable
+    if skippable:
+        assert detect_compression(head) == "zstd"
+
+
+def test_require_utf8_names_the_option():
+    require_utf8("café", "--phase")
+    require_utf8(None, "--pid")
+    require_utf8(7, "--device")
+    with pytest.raises(TraceError, match=r"--phase is not valid UTF-8 text \(character 2 of"):
+        require_utf8("ab\udcff", "--phase")
+
+
+@pytest.mark.parametrize("setting, expected", [
+    (None, 64 << 20), ("1", 1 << 20), ("0.5", 1 << 19), ("not a number", 64 << 20), ("0", 1),
+])
+def test_max_event_bytes(monkeypatch, setting, expected):
+    if setting is None:
+        monkeypatch.delenv("TRACESTREAM_MAX_EVENT_MB", raising=False)
+    else:
+        monkeypatch.setenv("TRACESTREAM_MAX_EVENT_MB", setting)
+    assert document.max_event_bytes() == expected
+
+
+@pytest.mark.parametrize("target, ok", [
+    ("/?token=s3cret", True), ("/trace?token=s3cret", True), ("/?a=1&token=s3cret", True),
+    ("/", False), ("/?token=", False), ("/?token=s3cre", False), ("/?token=s3cretx", False),
+    ("/?TOKEN=s3cret", False), ("/?token=%73%33cret", True),
+])
+def test_token_matches(target, ok):
+    assert view.token_matches(target, "s3cret") is ok
