@@ -5,6 +5,9 @@ same message as an exception.
 """
 
 
+import shlex
+
+
 class TraceError(Exception):
     """Bad input or a refusal: the message says what and where; nothing was written."""
 
@@ -19,3 +22,51 @@ class VerificationFailed(Exception):
     def __init__(self, failures):
         super().__init__("; ".join(failures))
         self.failures = list(failures)
+
+
+_NO_VALUE = object()
+
+
+_FLAGS = {"max_lanes": "--max-gpu-lanes"}
+"""Spec fields whose command-line flag is not the field with dashes."""
+
+
+def flag_of(field: str) -> str:
+    """The command-line flag of a spec field: `num_layers` -> `--num-layers`."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+class Option:
+    """A spec field named in a refusal, optionally with a value to set it to.
+
+    The library writes it as the field (`num_layers`, `anchor_offset=0`); the CLI
+    writes the same message with its flags (`--num-layers`, `--anchor-offset 0`).
+    """
+
+    def __init__(self, field: str, value=_NO_VALUE):
+        self.field = field
+        self.value = value
+
+    def text(self, flag_of=None) -> str:
+        if flag_of is None:
+            return self.field if self.value is _NO_VALUE else f"{self.field}={self.value!r}"
+        flag = flag_of(self.field)
+        if self.value is _NO_VALUE or self.value is True:
+            return flag
+        return f"{flag} {shlex.quote(str(self.value))}"
+
+
+class SpecError(TraceError):
+    """A refusal that names the options to change: its parts are text and `Option`s.
+
+    `str()` names spec fields (the library, batch manifests); `render(flag_of)`
+    names whatever `flag_of(field)` gives (the command line's flags).
+    """
+
+    def __init__(self, *parts):
+        self.parts = parts
+        super().__init__(self.render())
+
+    def render(self, flag_of=None) -> str:
+        text = "".join(p.text(flag_of) if isinstance(p, Option) else str(p) for p in self.parts)
+        return " ".join(text.splitlines())
