@@ -165,7 +165,7 @@ def test_manifest_errors_name_the_line(tmp_path):
         ('{"trace": "a.json", "anchor_ofset": 3}\n', "anchor_ofset"),
         ('{"pid": 0}\n', "trace"),
         ('{"trace": "a.json", "num_layers": "8"}\n', "num_layers must be an integer"),
-        ('\n{"trace": "a.json", "num_layers": 0}\n', "line 2: --num-layers must be >= 1"),
+        ('\n{"trace": "a.json", "num_layers": 0}\n', "line 2: num_layers must be >= 1"),
         ('{"trace": "a.json", "anchor_regex": "("}\n', "line 1: anchor_regex"),
     ]
     defaults = {"anchor_regex": ANCHOR, "num_layers": 8, "anchor_offset": 0,

@@ -106,25 +106,29 @@ def test_terminal_crossing_the_next_anchor_is_refused():
 
 def test_select_gpu_refuses_several_pids_and_devices():
     ms = [match("1", pid=0), match("2", pid=1), match("3", pid=1)]
-    with pytest.raises(TraceError, match=r"pid 0: 1, pid 1: 2.*--pid"):
-        select_gpu(ms, None, None, "--anchor-regex")
+    with pytest.raises(TraceError, match=r"^anchor_regex .*pid 0: 1, pid 1: 2.*with pid$"):
+        select_gpu(ms, None, None, "anchor_regex")
     assert select_gpu(ms, 1, None, "x") == (1, 0)
     ms = [match("1", device=0), match("2", device=1)]
-    with pytest.raises(TraceError, match=r"device 0: 1, device 1: 1.*--device"):
-        select_gpu(ms, None, None, "--anchor-regex")
+    with pytest.raises(TraceError, match=r"device 0: 1, device 1: 1.*with device$"):
+        select_gpu(ms, None, None, "anchor_regex")
     assert select_gpu(ms, None, 1, "x") == (0, 1)
 
 
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(anchor_offset=-1), "--anchor-offset must be >= 0"),
-        (dict(evidence="  "), "--evidence must not be empty"),
-        (dict(phase=""), "--phase must not be empty"),
-        (dict(num_layers=0), "--num-layers must be >= 1"),
-        (dict(anchor_stride=0), "--anchor-stride must be >= 1"),
+        (dict(anchor_offset=-1), "^anchor_offset must be >= 0"),
+        (dict(evidence="  "), "^evidence must not be empty"),
+        (dict(phase=""), "^phase must not be empty"),
+        (dict(num_layers=0), "^num_layers must be >= 1"),
+        (dict(anchor_stride=0), "^anchor_stride must be >= 1"),
+        (dict(passes=0), "^passes must be >= 1"),
+        (dict(passes="some"), "^passes must be a count or 'all'"),
+        (dict(gap_factor=1.0), "^gap_factor must be > 1"),
     ],
 )
-def test_spec_validation(kw, message):
+def test_spec_validation_names_the_spec_field(kw, message):
+    """The library names the LayerSpec field; the command line names its flag instead."""
     with pytest.raises(TraceError, match=message):
         spec(**kw).validate()
