@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from tracestream.api import compile_pattern, default_report_path, name_in_report
-from tracestream.errors import TraceError
+from tracestream.errors import SpecError, TraceError
 from tracestream.guides import ALL_PASSES, LayerSpec
 from tracestream.plan import CompactSpec
 from tracestream.sink import compression_for
@@ -221,9 +221,16 @@ def merge_layer_options(defaults: dict, line: dict,
             compile_pattern(spec.end_anchor_regex, "end_anchor_regex")
         if compact_spec is not None:
             compact_spec.validate()
+    except SpecError as exc:  # named as the manifest's keys
+        raise TraceError(f"{where}: {exc.render(manifest_key)}") from None
     except TraceError as exc:
         raise TraceError(f"{where}: {exc}") from None
     return spec, compact_spec
+
+
+def manifest_key(field: str) -> str:
+    """The manifest key of a spec field (the compact view's lanes are `max_gpu_lanes`)."""
+    return "max_gpu_lanes" if field == "max_lanes" else field
 
 
 # -- tasks ----------------------------------------------------------------------
