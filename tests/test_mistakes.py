@@ -139,6 +139,22 @@ def test_allow_gaps_is_accepted_and_recorded(decode_trace, tmp_path):
     assert_verified(trace, out)
 
 
+def test_outputs_of_earlier_versions_still_verify(decode_trace, tmp_path):
+    """A report without the override options comes from before the checks: verify re-plans
+    it without them (it proves the output is its source plus the additions)."""
+    trace, _ = decode_trace
+    out = tmp_path / "out.json"
+    result = layers(trace, out, "--allow-gaps", "--allow-several-anchor-names", regex="rope",
+                    offset="5")
+    assert result.returncode == 0, result.stderr.decode()
+    report = Path(f"{out}.layers.json")
+    data = json.loads(report.read_text())
+    for key in ("allow_gaps", "allow_several_anchor_names", "gap_factor"):
+        del data["options"]["layers"][key]
+    report.write_text(json.dumps(data))
+    assert_verified(trace, out)
+
+
 def test_gap_factor_is_the_rule_of_anchors(decode_trace, tmp_path):
     """The sample's pass gap is ~3.7 x the layer gap: a factor of 4 does not see it."""
     trace, _ = decode_trace

@@ -208,8 +208,16 @@ def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None)
     return options
 
 
+_LATER_CHECKS = ("allow_several_anchor_names", "allow_gaps")
+"""Checks `layers` gained after reports were first written, as the options that turn them off."""
+
+
 def specs_from_options(options: dict) -> tuple[LayerSpec | None, CompactSpec | None]:
+    """The specs a report records. A report written before a check existed re-plans without
+    it: its output was never subject to the check, and `verify` proves fidelity, not choice."""
     layers = options.get("layers")
+    if layers:
+        layers = {**dict.fromkeys(_LATER_CHECKS, True), **layers}
     compact_ = options.get("compact")
     return (LayerSpec(**layers) if layers else None, CompactSpec(**compact_) if compact_ else None)
 
