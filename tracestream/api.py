@@ -290,10 +290,12 @@ def _layers_lines(data: dict) -> list[str]:
                      f"{selection['matches_outside_selection']:,} of "
                      f"{data['matching_anchor_count']:,} matches stayed unlabelled "
                      "(`--passes all` labels every one)")
-        else:
+        elif selection["matches_outside_selection"]:
             text += (f" ({selection['matches_outside_selection']:,} of "
                      f"{data['matching_anchor_count']:,} matches outside the selection: before "
                      "the offset or after the last complete pass)")
+        else:
+            text += " (every match is in the selection)"
         lines.append(text)
     lines += _override_lines(data)
     return lines
