@@ -100,7 +100,7 @@ def _emit_summary(report, json_summary: bool, quiet: bool) -> None:
         click.echo(report.summary(), err=True)
 
 
-class _PassesType(click.ParamType):
+class PassesType(click.ParamType):
     """--passes: a count, or `all` (every complete pass from the offset)."""
 
     name = "passes"
@@ -158,7 +158,7 @@ _json_summary_option = click.option(
 @click.option("--num-layers", type=int, required=True, metavar="N", help="Layers per pass.")
 @click.option("--anchor-offset", type=int, required=True, metavar="K",
               help="Index (in time order) of the match that starts the verified first layer.")
-@click.option("--passes", type=_PassesType(), default=1, show_default=True, metavar="P|all",
+@click.option("--passes", type=PassesType(), default=1, show_default=True, metavar="P|all",
               help="Complete passes to label; all: every complete pass from the offset.")
 @click.option("--anchor-stride", type=int, default=1, show_default=True, metavar="S",
               help="Anchor matches per layer (keep every S-th).")

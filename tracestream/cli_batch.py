@@ -49,11 +49,11 @@ def _engine_options(f):
     return f
 
 def _layer_defaults():
-    from tracestream.cli import _PassesType
+    from tracestream.cli import PassesType
 
     return [
         ("--anchor-regex", str, "REGEX"), ("--num-layers", int, "N"),
-        ("--anchor-offset", int, "K"), ("--passes", _PassesType(), "P|all"),
+        ("--anchor-offset", int, "K"), ("--passes", PassesType(), "P|all"),
         ("--anchor-stride", int, "S"), ("--extra-anchors-per-pass", int, "E"),
         ("--first-layer", int, "F"), ("--end-anchor-regex", str, "REGEX"),
         ("--phase", str, "TEXT"), ("--evidence", str, "TEXT"), ("--pid", str, "PID"),

@@ -4,7 +4,6 @@ The CLI turns it into a single stderr line and exit code 2; a notebook gets the
 same message as an exception.
 """
 
-
 import shlex
 
 
@@ -26,7 +25,6 @@ class VerificationFailed(Exception):
 
 _NO_VALUE = object()
 
-
 _FLAGS = {"max_lanes": "--max-gpu-lanes"}
 """Spec fields whose command-line flag is not the field with dashes."""
 
@@ -47,10 +45,12 @@ class Option:
         self.field = field
         self.value = value
 
-    def text(self, flag_of=None) -> str:
-        if flag_of is None:
+    def text(self, name_of=None) -> str:
+        """`field`/`field=value`, or with `name_of(field)` its flag: `--flag`/`--flag value`
+        (shell-quoted; a true value is the flag alone)."""
+        if name_of is None:
             return self.field if self.value is _NO_VALUE else f"{self.field}={self.value!r}"
-        flag = flag_of(self.field)
+        flag = name_of(self.field)
         if self.value is _NO_VALUE or self.value is True:
             return flag
         return f"{flag} {shlex.quote(str(self.value))}"
@@ -67,6 +67,6 @@ class SpecError(TraceError):
         self.parts = parts
         super().__init__(self.render())
 
-    def render(self, flag_of=None) -> str:
-        text = "".join(p.text(flag_of) if isinstance(p, Option) else str(p) for p in self.parts)
+    def render(self, name_of=None) -> str:
+        text = "".join(p.text(name_of) if isinstance(p, Option) else str(p) for p in self.parts)
         return " ".join(text.splitlines())
