@@ -1,5 +1,7 @@
 """Anchor selection and guide construction (pure functions over matches)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -234,8 +236,9 @@ def test_a_pass_across_a_break_names_both_anchors_the_gap_and_the_aligned_settin
     wrong = spec(num_layers=8, extra_anchors_per_pass=1, anchor_offset=5)
     evidence = cadence(times, wrong)
     assert evidence["breaks"] == 1
-    assert evidence["first_break"] == {"pass_index": 0, "layer_id": 3, "from_index": 8,
-                                       "to_index": 9, "gap_us": 229.179, "median_ratio": 3.66}
+    assert evidence["first_break"] == {"pass_index": 0, "from_index": 8, "from": "L3",
+                                       "to_index": 9, "to": "L4", "gap_us": 229.179,
+                                       "median_ratio": 3.66}
     with pytest.raises(SpecError) as caught:
         check_cadence(anchors, times, wrong, evidence)
     text = caught.value.render(flag_of)
@@ -248,12 +251,35 @@ def test_a_pass_across_a_break_names_both_anchors_the_gap_and_the_aligned_settin
     check_cadence(anchors, times, spec(num_layers=8, extra_anchors_per_pass=1, anchor_offset=5,
                                        allow_gaps=True), evidence)
     missing = spec(num_layers=8, passes=3)
-    with pytest.raises(SpecError, match=r"^pass 1 .*extra_anchors_per_pass=1 puts each pass"):
+    with pytest.raises(SpecError, match=r"^pass 1 .*: either extra_anchors_per_pass=1, or "
+                                        r"num_layers=9, puts each pass on one cluster"):
         check_cadence(anchors, times, missing, cadence(times, missing))
     too_many = spec(num_layers=10, passes=2, anchor_offset=9)
+    with pytest.raises(SpecError, match=r"clusters of 9 .*: num_layers=9 puts each pass"):
+        check_cadence(anchors, times, too_many, cadence(times, too_many))
+    odd = spec(num_layers=5, anchor_stride=2, anchor_offset=13)
+    far = decode_starts(4, pass_gap_ns=600_000)  # a stride of 2 doubles the layer gap
     with pytest.raises(SpecError, match="clusters of 9 .*fewer than the 10 matches of a pass's "
                                         "layers: check num_layers and anchor_stride"):
-        check_cadence(anchors, times, too_many, cadence(times, too_many))
+        check_cadence(anchors, far, odd, cadence(far, odd))
+
+
+def test_a_pass_whose_trailing_extra_lies_after_a_break_is_refused():
+    """9 layers + 1 extra on passes of 8 + 1: the 9th "layer" is the output head, the "extra"
+    the next pass's first anchor (the issue's `num_layers: 41`), even with one pass."""
+    times = decode_starts(3)
+    anchors = [match(f"{t / 1000:.3f}") for t in times.tolist()]
+    swallowed = spec(num_layers=9, extra_anchors_per_pass=1)
+    evidence = cadence(times, swallowed)
+    assert evidence["first_break"]["from"] == "L8"
+    assert evidence["first_break"]["to"] == "extra anchor 1"
+    with pytest.raises(SpecError, match=r"from match 8 \(L8, .* to match 9 \(extra anchor 1, .*"
+                                        r"either extra_anchors_per_pass=0, or num_layers=8, "):
+        check_cadence(anchors, times, swallowed, evidence)
+    # the last pass's extras may lie past the end of the trace
+    last = spec(num_layers=8, extra_anchors_per_pass=2, passes=3, anchor_offset=0)
+    assert cadence(times[:26], dataclasses.replace(last, extra_anchors_per_pass=1,
+                                                   passes=3))["breaks"] == 0
 
 
 def test_no_suggestion_when_the_clusters_show_none():

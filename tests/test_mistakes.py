@@ -111,15 +111,20 @@ def test_a_missing_extra_anchor_per_pass_is_refused_with_the_extra_count(decode_
     line = refused(layers(trace, out, "--passes", "6"), "pass 1 crosses a cadence break", out)
     assert "from match 8 (L0" in line and "to match 9 (L1" in line
     assert "and 4 more such gap(s)" in line
-    assert "--extra-anchors-per-pass 1 puts each pass on one cluster" in line
+    assert "either --extra-anchors-per-pass 1, or --num-layers 9, puts each pass on one " \
+           "cluster" in line
 
 
 def test_a_layer_count_that_swallows_the_output_head_is_refused(decode_trace, tmp_path):
+    """The issue's `--num-layers 41` with the output head as extra: even one pass shows it,
+    because a pass's trailing extra belongs to its cadence."""
     trace, _ = decode_trace
     out = tmp_path / "out.json"
-    line = refused(layers(trace, out, "--extra-anchors-per-pass", "1", "--passes", "all",
-                          num_layers="9"), "pass 1 crosses a cadence break", out)
+    line = refused(layers(trace, out, "--extra-anchors-per-pass", "1", num_layers="9"),
+                   "pass 0 crosses a cadence break", out)
+    assert "from match 8 (L8, ts" in line and "to match 9 (extra anchor 1, ts" in line
     assert "check --anchor-offset, --extra-anchors-per-pass and --num-layers" in line
+    assert "either --extra-anchors-per-pass 0, or --num-layers 8, puts each pass" in line
 
 
 def test_allow_gaps_is_accepted_and_recorded(decode_trace, tmp_path):
@@ -297,7 +302,7 @@ def test_the_library_names_spec_fields_and_the_cli_names_flags(decode_trace, tmp
     with pytest.raises(TraceError, match=r"^num_layers must be >= 1, got 0$"):
         add_layer_guides(trace, tmp_path / "a.json", LayerSpec(**{**spec, "num_layers": 0}))
     with pytest.raises(TraceError, match=r"^pass 1 crosses a cadence break.*"
-                                         r"extra_anchors_per_pass=1 puts each pass"):
+                                         r"either extra_anchors_per_pass=1, or num_layers=9"):
         add_layer_guides(trace, tmp_path / "a.json",
                          LayerSpec(**{**spec, "anchor_regex": ANCHOR, "passes": "all"}))
     assert not list(tmp_path.iterdir())
@@ -313,7 +318,7 @@ def test_batch_rows_with_the_mistakes_fail_and_overrides_pass(decode_trace, tmp_
     manifest = tmp_path / "ranks.jsonl"
     rows = [
         {"trace": str(trace), "output": "ok.json", "passes": "all"},
-        {"trace": str(trace), "output": "layers9.json", "num_layers": 9, "passes": "all"},
+        {"trace": str(trace), "output": "layers9.json", "num_layers": 9},
         {"trace": str(trace), "output": "rope.json", "anchor_regex": "rope"},
         {"trace": str(trace), "output": "rope-allowed.json", "anchor_regex": "rope",
          "allow_several_anchor_names": True},
@@ -330,7 +335,7 @@ def test_batch_rows_with_the_mistakes_fail_and_overrides_pass(decode_trace, tmp_
                for r in map(json.loads, done.stdout.decode().splitlines())}
     assert results["ok.json"]["status"] == "ok" and results["ok.json"]["guides"] == 48
     assert results["layers9.json"]["status"] == "failed"
-    assert results["layers9.json"]["error"].startswith("pass 1 crosses a cadence break")
+    assert results["layers9.json"]["error"].startswith("pass 0 crosses a cadence break")
     assert "num_layers" in results["layers9.json"]["error"]
     assert results["rope.json"]["status"] == "failed"
     assert "anchor_regex 'rope' matches 2 different kernel names" in results["rope.json"]["error"]

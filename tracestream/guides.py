@@ -196,40 +196,62 @@ def match_starts(anchors) -> np.ndarray:
     return np.array([m.ts.floor_ns() for m in anchors], np.int64)
 
 
+def pass_points(spec: LayerSpec) -> np.ndarray:
+    """(passes, num_layers + extras) match indices of each selected pass, in time order:
+    its layers' anchors (`anchor_stride` apart), then the extras that trail its last layer."""
+    first = spec.anchor_offset + np.arange(spec.passes, dtype=np.int64) * spec.matches_per_pass
+    layer_matches = spec.num_layers * spec.anchor_stride
+    steps = np.concatenate([
+        np.arange(spec.num_layers, dtype=np.int64) * spec.anchor_stride,
+        layer_matches + np.arange(spec.extra_anchors_per_pass, dtype=np.int64),
+    ])
+    return first[:, None] + steps
+
+
 def layer_gaps(starts: np.ndarray, spec: LayerSpec) -> np.ndarray:
     """(passes, num_layers - 1) gaps in ns between consecutive selected anchors of each pass."""
-    first = spec.anchor_offset + np.arange(spec.passes, dtype=np.int64) * spec.matches_per_pass
-    chosen = first[:, None] + np.arange(spec.num_layers, dtype=np.int64) * spec.anchor_stride
-    return np.diff(starts[chosen], axis=1)
+    return np.diff(starts[pass_points(spec)[:, : spec.num_layers]], axis=1)
 
 
 def cadence(starts: np.ndarray, spec: LayerSpec) -> dict:
     """The gap rule over the selection: the median of its layer gaps, and where a gap inside
-    a pass exceeds `gap_factor` x that median (the pass then straddles two iterations)."""
-    found = layer_gaps(starts, spec)
+    a pass (between its layers, or from its last layer through its trailing extras) exceeds
+    `gap_factor` x that median: the pass then straddles two iterations."""
+    points = pass_points(spec)
+    present = points < len(starts)  # the last pass's extras may lie past the trace's end
+    found = np.diff(starts[np.where(present, points, 0)], axis=1)
+    layers = found[:, : spec.num_layers - 1]
     evidence = {"gap_factor": spec.gap_factor, "median_layer_gap_us": None,
                 "threshold_us": None, "breaks": 0, "first_break": None}
-    if not found.size:
+    if not layers.size:
         return evidence
-    median = float(np.median(found))
+    median = float(np.median(layers))
     evidence["median_layer_gap_us"] = round(median / 1000, 3)
     evidence["threshold_us"] = round(spec.gap_factor * median / 1000, 3)
     if median <= 0:  # duplicate anchor times: refused with their indices by build_guides
         return evidence
-    breaks = np.flatnonzero(is_break(found, median, spec.gap_factor))
+    breaks = np.flatnonzero(is_break(found, median, spec.gap_factor) & present[:, 1:])
     evidence["breaks"] = len(breaks)
     if len(breaks):
-        p, layer = divmod(int(breaks[0]), spec.num_layers - 1)
-        gap = int(found[p, layer])
+        p, j = divmod(int(breaks[0]), found.shape[1])
+        gap = int(found[p, j])
         evidence["first_break"] = {
             "pass_index": p,
-            "layer_id": spec.first_layer + layer,
-            "from_index": anchor_index(spec, p, layer),
-            "to_index": anchor_index(spec, p, layer + 1),
+            "from_index": int(points[p, j]),
+            "from": _point_name(spec, j),
+            "to_index": int(points[p, j + 1]),
+            "to": _point_name(spec, j + 1),
             "gap_us": round(gap / 1000, 3),
             "median_ratio": round(gap / median, 2),
         }
     return evidence
+
+
+def _point_name(spec: LayerSpec, j: int) -> str:
+    """`L3`, or `extra anchor 1` for the pass's first trailing extra."""
+    if j < spec.num_layers:
+        return f"L{spec.first_layer + j}"
+    return f"extra anchor {j - spec.num_layers + 1}"
 
 
 def check_cadence(anchors, starts: np.ndarray, spec: LayerSpec, evidence: dict) -> None:
@@ -239,14 +261,14 @@ def check_cadence(anchors, starts: np.ndarray, spec: LayerSpec, evidence: dict) 
     if found is None or spec.allow_gaps:
         return
     before, after = anchors[found["from_index"]], anchors[found["to_index"]]
-    layer = found["layer_id"]
     more = evidence["breaks"] - 1
     raise SpecError(
         f"pass {found['pass_index']} crosses a cadence break: from match {found['from_index']} "
-        f"(L{layer}, ts {before.ts_text} µs) to match {found['to_index']} (L{layer + 1}, ts "
-        f"{after.ts_text} µs) the gap is {found['gap_us']:,.3f} µs, {found['median_ratio']:g} x "
-        f"the median layer gap of the selection ({evidence['median_layer_gap_us']:,.3f} µs; a "
-        f"break is > {spec.gap_factor:g} x)" + (f", and {more} more such gap(s)" if more else "")
+        f"({found['from']}, ts {before.ts_text} µs) to match {found['to_index']} ({found['to']}, "
+        f"ts {after.ts_text} µs) the gap is {found['gap_us']:,.3f} µs, "
+        f"{found['median_ratio']:g} x the median layer gap of the selection "
+        f"({evidence['median_layer_gap_us']:,.3f} µs; a break is > {spec.gap_factor:g} x)"
+        + (f", and {more} more such gap(s)" if more else "")
         + ": the pass straddles two iterations (check ", Option("anchor_offset"), ", ",
         Option("extra_anchors_per_pass"), " and ", Option("num_layers"), ")",
         *_aligned(starts, spec),
@@ -257,7 +279,9 @@ def check_cadence(anchors, starts: np.ndarray, spec: LayerSpec, evidence: dict) 
 
 def _aligned(starts: np.ndarray, spec: LayerSpec) -> list:
     """Settings that put every pass on one cluster of `anchors`, when the clusters show them
-    (most clusters of one size that the layers fit in)."""
+    (most clusters of one size): the offset of such a cluster, with the extras that fill it
+    for the given layers, or the layers that fill it with the given extras. Both readings
+    are offered; which one is right, the model says."""
     first, _ = cluster_starts(starts, spec.gap_factor)
     sizes = np.diff(np.append(first, len(starts)))
     values, counts = np.unique(sizes, return_counts=True)
@@ -265,27 +289,32 @@ def _aligned(starts: np.ndarray, spec: LayerSpec) -> list:
         return []
     size = int(values[np.argmax(counts)])
     regular = first[sizes == size]
-    layer_matches = spec.num_layers * spec.anchor_stride
     where = (f"; the matches fall into clusters of {size} ({len(regular)} of {len(first)} "
              f"clusters, first at index {int(regular[0])})")
-    if size < layer_matches:
-        return [where + f", fewer than the {layer_matches} matches of a pass's layers: check ",
-                Option("num_layers"), " and ", Option("anchor_stride")]
     at = int(np.searchsorted(regular, spec.anchor_offset, "right")) - 1
     offset = int(regular[max(at, 0)])
-    settings = []
-    if offset != spec.anchor_offset:
-        settings.append(Option("anchor_offset", offset))
-    if size - layer_matches != spec.extra_anchors_per_pass:
-        settings.append(Option("extra_anchors_per_pass", size - layer_matches))
-    if not settings:
-        return []
-    text: list = [where + ": "]
-    for k, option in enumerate(settings):
-        text += [" " if k else "", option]
-    return text + [" puts each pass on one cluster"]
-
-
+    start = [Option("anchor_offset", offset)] if offset != spec.anchor_offset else []
+    stride, extra = spec.anchor_stride, spec.extra_anchors_per_pass
+    readings = []
+    if size >= spec.num_layers * stride and size - spec.num_layers * stride != extra:
+        readings.append([Option("extra_anchors_per_pass", size - spec.num_layers * stride)])
+    if size > extra and (size - extra) % stride == 0 and (size - extra) // stride != (
+            spec.num_layers):
+        readings.append([Option("num_layers", (size - extra) // stride)])
+    if not readings:
+        if size < spec.num_layers * stride:
+            return [where + f", fewer than the {spec.num_layers * stride} matches of a pass's "
+                    "layers: check ", Option("num_layers"), " and ", Option("anchor_stride")]
+        if not start:
+            return []
+        readings = [[]]
+    text: list = [where + (": either " if len(readings) > 1 else ": ")]
+    for k, reading in enumerate(readings):
+        text.append(", or " if k else "")
+        for n, option in enumerate(start + reading):
+            text += [" " if n else "", option]
+    return text + [", puts each pass on one cluster" if len(readings) > 1
+                   else " puts each pass on one cluster"]
 def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
     """The one (pid, device) the matches are on, or a refusal that lists the candidates
     (`what`: the spec field of the pattern, e.g. `anchor_regex`)."""
