@@ -27,6 +27,7 @@ from conftest import (
     run,
 )
 
+from benchmarks.scale import REAL_ANCHORS as PER_STEP_ANCHORS
 from tracestream import LayerSpec, add_layer_guides
 from tracestream.api import name_in_report
 from tracestream.errors import TraceError
@@ -385,3 +386,20 @@ def test_real_traces_with_a_per_step_kernel_label_without_an_override(name, tmp_
                  "--phase", "training step", "--evidence", "test: once per ProfilerStep")
     assert result.returncode == 0, result.stderr.decode()
     assert report_of(every_step)["passes"] == steps
+
+
+@pytest.mark.parametrize("name", sorted(PER_STEP_ANCHORS))
+def test_the_per_step_anchors_of_the_scale_script_label_every_step(name, tmp_path):
+    """The once-per-step kernels the scale benchmark labels real traces with: one kernel
+    name each, every step a pass, no override."""
+    trace = real_trace(f"{name}.json.gz")
+    out = tmp_path / "out.json"
+    result = run("layers", "--trace", trace, "--output", out,
+                 "--anchor-regex", PER_STEP_ANCHORS[name], "--num-layers", "1",
+                 "--anchor-offset", "0", "--passes", "all", "--phase", "training step",
+                 "--evidence", "benchmarks/scale.py: a kernel that runs once per step")
+    assert result.returncode == 0, result.stderr.decode()
+    report = report_of(out)
+    assert report["distinct_anchor_names"] == 1
+    assert report["passes"] == report["matching_anchor_count"]
+    assert report["selection"]["matches_outside_selection"] == 0
