@@ -165,8 +165,13 @@ def test_manifest_errors_name_the_line(tmp_path):
         ('{"trace": "a.json", "anchor_ofset": 3}\n', "anchor_ofset"),
         ('{"pid": 0}\n', "trace"),
         ('{"trace": "a.json", "num_layers": "8"}\n', "num_layers must be an integer"),
-        ('\n{"trace": "a.json", "num_layers": 0}\n', "line 2: --num-layers must be >= 1"),
+        ('\n{"trace": "a.json", "num_layers": 0}\n', "line 2: num_layers must be >= 1"),
         ('{"trace": "a.json", "anchor_regex": "("}\n', "line 1: anchor_regex"),
+        ('{"trace": "a.json", "max_gpu_lanes": 11}\n', "line 1: max_gpu_lanes must be between"),
+        ('{"trace": "a.json", "passes": "every"}\n', 'passes must be an integer or "all"'),
+        ('{"trace": "a.json", "allow_gaps": 1}\n', "allow_gaps must be true or false"),
+        ('{"trace": "a.json", "gap_factor": "3"}\n', "gap_factor must be a number"),
+        ('{"trace": "a.json", "gap_factor": 0.5}\n', "line 1: gap_factor must be > 1"),
     ]
     defaults = {"anchor_regex": ANCHOR, "num_layers": 8, "anchor_offset": 0,
                 "phase": "target-verify", "evidence": EVIDENCE}

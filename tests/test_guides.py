@@ -1,17 +1,31 @@
 """Anchor selection and guide construction (pure functions over matches)."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 
-from tracestream.errors import TraceError
+from tracestream.cadence import cluster_matches, cluster_starts, is_break
+from tracestream.errors import Option, SpecError, TraceError, flag_of
 from tracestream.guides import (
     ANCHOR_POINT_ONLY,
     NEXT_LAYER_ANCHOR,
     TERMINAL_KERNEL_END,
     LayerSpec,
     anchor_index,
+    anchor_names,
+    anchored_pattern,
     build_guides,
+    cadence,
+    check_anchor_names,
+    check_cadence,
+    complete_passes,
+    coverage,
+    layer_gaps,
+    match_starts,
     required_matches,
     select_gpu,
+    with_passes,
 )
 from tracestream.index import Match
 
@@ -106,25 +120,179 @@ def test_terminal_crossing_the_next_anchor_is_refused():
 
 def test_select_gpu_refuses_several_pids_and_devices():
     ms = [match("1", pid=0), match("2", pid=1), match("3", pid=1)]
-    with pytest.raises(TraceError, match=r"pid 0: 1, pid 1: 2.*--pid"):
-        select_gpu(ms, None, None, "--anchor-regex")
+    with pytest.raises(TraceError, match=r"^anchor_regex .*pid 0: 1, pid 1: 2.*with pid$"):
+        select_gpu(ms, None, None, "anchor_regex")
     assert select_gpu(ms, 1, None, "x") == (1, 0)
     ms = [match("1", device=0), match("2", device=1)]
-    with pytest.raises(TraceError, match=r"device 0: 1, device 1: 1.*--device"):
-        select_gpu(ms, None, None, "--anchor-regex")
+    with pytest.raises(TraceError, match=r"device 0: 1, device 1: 1.*with device$"):
+        select_gpu(ms, None, None, "anchor_regex")
     assert select_gpu(ms, None, 1, "x") == (0, 1)
 
 
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(anchor_offset=-1), "--anchor-offset must be >= 0"),
-        (dict(evidence="  "), "--evidence must not be empty"),
-        (dict(phase=""), "--phase must not be empty"),
-        (dict(num_layers=0), "--num-layers must be >= 1"),
-        (dict(anchor_stride=0), "--anchor-stride must be >= 1"),
+        (dict(anchor_offset=-1), "^anchor_offset must be >= 0"),
+        (dict(evidence="  "), "^evidence must not be empty"),
+        (dict(phase=""), "^phase must not be empty"),
+        (dict(num_layers=0), "^num_layers must be >= 1"),
+        (dict(anchor_stride=0), "^anchor_stride must be >= 1"),
+        (dict(passes=0), "^passes must be >= 1"),
+        (dict(passes="some"), "^passes must be a count or 'all'"),
+        (dict(gap_factor=1.0), "^gap_factor must be > 1"),
     ],
 )
-def test_spec_validation(kw, message):
+def test_spec_validation_names_the_spec_field(kw, message):
+    """The library names the LayerSpec field; the command line names its flag instead."""
     with pytest.raises(TraceError, match=message):
         spec(**kw).validate()
+
+
+# -- passes, coverage -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count, offset, expected", [
+    (54, 0, 6), (54, 9, 5), (53, 0, 6), (52, 0, 5), (8, 0, 1), (7, 0, 0), (54, 50, 0),
+])
+def test_complete_passes_need_extras_only_between_passes(count, offset, expected):
+    """8 layers + 1 extra per pass: the last pass needs no extra after it."""
+    assert complete_passes(spec(num_layers=8, extra_anchors_per_pass=1,
+                                anchor_offset=offset), count) == expected
+
+
+def test_passes_all_becomes_every_complete_pass_and_coverage_counts_the_rest():
+    every = with_passes(spec(num_layers=8, extra_anchors_per_pass=1, passes="all"), 54)
+    assert every.passes == 6
+    assert with_passes(spec(passes="all", num_layers=8), 3).passes == 1  # refused later
+    assert coverage(spec(num_layers=8, extra_anchors_per_pass=1), 54) == {
+        "complete_passes": 6, "unlabelled_complete_passes": 5, "labelled_anchor_count": 8,
+        "matches_outside_selection": 46}
+    assert coverage(every, 54)["matches_outside_selection"] == 1  # the last output head
+
+
+# -- several kernel names ------------------------------------------------------------------
+
+
+def test_several_names_are_listed_most_frequent_first_with_an_anchored_pattern():
+    ms = [match("1", name="draft"), match("2", name="t(x)"), match("3", name="t(x)")]
+    names = anchor_names(ms)
+    assert list(names.items()) == [("t(x)", 2), ("draft", 1)]
+    with pytest.raises(SpecError) as caught:
+        check_anchor_names(names, spec(anchor_regex="t|d"), 0, 0)
+    assert str(caught.value).startswith(
+        "anchor_regex 't|d' matches 2 different kernel names on pid 0 device 0: 't(x)' (2), "
+        "'draft' (1).")
+    assert r"anchor_regex='^t\\(x\\)$'" in str(caught.value)
+    assert r"--anchor-regex '^t\(x\)$'" in caught.value.render(flag_of)
+    assert anchored_pattern("t(x)") == r"^t\(x\)$"
+    check_anchor_names(names, spec(allow_several_anchor_names=True), 0, 0)
+    check_anchor_names({"t(x)": 2}, spec(), 0, 0)
+
+
+def test_option_text_for_the_library_and_the_command_line():
+    assert Option("num_layers").text() == "num_layers"
+    assert Option("anchor_offset", 9).text() == "anchor_offset=9"
+    assert Option("anchor_offset", 9).text(flag_of) == "--anchor-offset 9"
+    assert Option("allow_gaps", True).text(flag_of) == "--allow-gaps"
+    assert Option("max_lanes").text(flag_of) == "--max-gpu-lanes"
+    error = SpecError("need ", Option("num_layers"), " >= 1")
+    assert str(error) == "need num_layers >= 1" and isinstance(error, TraceError)
+    assert error.render(flag_of) == "need --num-layers >= 1"
+
+
+# -- cadence breaks ----------------------------------------------------------------------
+
+
+def decode_starts(passes: int, layers: int = 8, extra: int = 1, layer_ns: int = 62_625,
+                  pass_gap_ns: int = 229_179) -> np.ndarray:
+    """Anchor starts of passes of `layers` + `extra` anchors, a longer gap between passes."""
+    per = layers + extra
+    k = np.arange(passes * per, dtype=np.int64)
+    return k * layer_ns + (k // per) * (pass_gap_ns - layer_ns)
+
+
+def test_the_rule_is_the_one_of_anchors():
+    times = decode_starts(3)
+    first, median = cluster_starts(times)
+    assert first.tolist() == [0, 9, 18] and median == 62_625
+    assert cluster_matches(times) == ([(0, 9), (9, 9), (18, 9)], 62_625)
+    assert cluster_matches([]) == ([], None) and cluster_matches([5]) == ([(0, 1)], None)
+    assert is_break(188_000, 62_625) and not is_break(187_875, 62_625)
+
+
+def test_layer_gaps_are_taken_inside_each_pass_only():
+    times = decode_starts(3)
+    gaps = layer_gaps(times, spec(num_layers=8, extra_anchors_per_pass=1, passes=3))
+    assert gaps.shape == (3, 7) and (gaps == 62_625).all()
+    evidence = cadence(times, spec(num_layers=8, extra_anchors_per_pass=1, passes=3))
+    assert evidence["breaks"] == 0 and evidence["median_layer_gap_us"] == 62.625
+    assert evidence["threshold_us"] == 187.875
+
+
+def test_a_pass_across_a_break_names_both_anchors_the_gap_and_the_aligned_settings():
+    times = decode_starts(4)
+    anchors = [match(f"{t / 1000:.3f}") for t in times.tolist()]
+    assert (match_starts(anchors) == times).all()
+    wrong = spec(num_layers=8, extra_anchors_per_pass=1, anchor_offset=5)
+    evidence = cadence(times, wrong)
+    assert evidence["breaks"] == 1
+    assert evidence["first_break"] == {"pass_index": 0, "from_index": 8, "from": "L3",
+                                       "to_index": 9, "to": "L4", "gap_us": 229.179,
+                                       "median_ratio": 3.66}
+    with pytest.raises(SpecError) as caught:
+        check_cadence(anchors, times, wrong, evidence)
+    text = caught.value.render(flag_of)
+    assert text.startswith(
+        "pass 0 crosses a cadence break: from match 8 (L3, ts 501.000 µs) to match 9 (L4, ts "
+        "730.179 µs) the gap is 229.179 µs, 3.66 x the median layer gap of the selection "
+        "(62.625 µs; a break is > 3 x)")
+    assert ("the matches fall into clusters of 9 (4 of 4 clusters, first at index 0): "
+            "--anchor-offset 0 puts each pass on one cluster") in text
+    check_cadence(anchors, times, spec(num_layers=8, extra_anchors_per_pass=1, anchor_offset=5,
+                                       allow_gaps=True), evidence)
+    missing = spec(num_layers=8, passes=3)
+    with pytest.raises(SpecError, match=r"^pass 1 .*: either extra_anchors_per_pass=1, or "
+                                        r"num_layers=9, puts each pass on one cluster"):
+        check_cadence(anchors, times, missing, cadence(times, missing))
+    too_many = spec(num_layers=10, passes=2, anchor_offset=9)
+    with pytest.raises(SpecError, match=r"clusters of 9 .*: num_layers=9 puts each pass"):
+        check_cadence(anchors, times, too_many, cadence(times, too_many))
+    odd = spec(num_layers=5, anchor_stride=2, anchor_offset=13)
+    far = decode_starts(4, pass_gap_ns=600_000)  # a stride of 2 doubles the layer gap
+    with pytest.raises(SpecError, match="clusters of 9 .*fewer than the 10 matches of a pass's "
+                                        "layers: check num_layers and anchor_stride"):
+        check_cadence(anchors, far, odd, cadence(far, odd))
+
+
+def test_a_pass_whose_trailing_extra_lies_after_a_break_is_refused():
+    """9 layers + 1 extra on passes of 8 + 1: the 9th "layer" is the output head, the "extra"
+    the next pass's first anchor (the issue's `num_layers: 41`), even with one pass."""
+    times = decode_starts(3)
+    anchors = [match(f"{t / 1000:.3f}") for t in times.tolist()]
+    swallowed = spec(num_layers=9, extra_anchors_per_pass=1)
+    evidence = cadence(times, swallowed)
+    assert evidence["first_break"]["from"] == "L8"
+    assert evidence["first_break"]["to"] == "extra anchor 1"
+    with pytest.raises(SpecError, match=r"from match 8 \(L8, .* to match 9 \(extra anchor 1, .*"
+                                        r"either extra_anchors_per_pass=0, or num_layers=8, "):
+        check_cadence(anchors, times, swallowed, evidence)
+    # the last pass's extras may lie past the end of the trace
+    last = spec(num_layers=8, extra_anchors_per_pass=2, passes=3, anchor_offset=0)
+    assert cadence(times[:26], dataclasses.replace(last, extra_anchors_per_pass=1,
+                                                   passes=3))["breaks"] == 0
+
+
+def test_no_suggestion_when_the_clusters_show_none():
+    """One pass's layers with one slow layer: a break, but no clusters of a common size."""
+    times = np.array([0, 10, 20, 100, 110], np.int64)
+    anchors = [match(str(t)) for t in times.tolist()]
+    wrong = spec(num_layers=5)
+    with pytest.raises(SpecError) as caught:
+        check_cadence(anchors, times, wrong, cadence(times, wrong))
+    assert "clusters of" not in str(caught.value)
+    assert "allow_gaps=True labels it anyway" in str(caught.value)
+
+
+def test_one_layer_per_pass_has_no_layer_gaps_to_check():
+    evidence = cadence(np.array([0, 10, 1000], np.int64), spec(num_layers=1, passes=3))
+    assert evidence["median_layer_gap_us"] is None and evidence["breaks"] == 0

@@ -344,33 +344,33 @@ def test_library_api_from_a_notebook(decode_trace, tmp_path):
     assert "L0 … L7" in report.summary()
 
 
-REAL_ANCHORS = {
+REAL_ANCHORS = {  # name: (a pattern of one kernel name, layers: its first matches in one pass)
     "hta_train_6streams.json.gz": (
-        "at::native::unrolled_elementwise_kernel<at::native::CUDAFunctor_add"
+        "at::native::unrolled_elementwise_kernel<at::native::CUDAFunctor_add", 4
     ),
-    "hta_sampled_rank0_5streams.json.gz": "permute_2D_lengths_kernel",
-    "hta_nccl_gpu_scopes.json.gz": "cudnn::bn_bw_1C11_kernel_new",
-    "hta_cuda_sync_multistream.json.gz": ".",
-    "hta_rocm_mi250.json.gz": ".",
-    "hta_legacy_categories.json.gz": "elementwise_kernel",
-    "hta_triton_single_kernel.json.gz": "triton_poi_fused_add_cos_sin_0",
+    "hta_sampled_rank0_5streams.json.gz": ("permute_2D_lengths_kernel", 3),  # 3 in step 1
+    "hta_nccl_gpu_scopes.json.gz": ("cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512,", 3),
+    "hta_cuda_sync_multistream.json.gz": (".", 3),
+    "hta_rocm_mi250.json.gz": ("FillFunctor<float>", 2),
+    "hta_legacy_categories.json.gz": ("elementwise_kernel<128, 4, .*BinaryFunctor", 1),
+    "hta_triton_single_kernel.json.gz": ("triton_poi_fused_add_cos_sin_0", 1),
 }
 
 
 @pytest.mark.parametrize("name", sorted(REAL_ANCHORS))
 def test_real_traces_get_guides(name, tmp_path):
     trace = real_trace(name)
-    pattern = REAL_ANCHORS[name]
+    pattern, layers = REAL_ANCHORS[name]
     doc = load_exact(trace)
     count = sum(1 for e in events_of(doc) if e.get("ph") == "X"
                 and str(e.get("cat", "")).lower() == "kernel" and re.search(pattern, e["name"]))
-    layers = min(count, 4)
     out = tmp_path / "out.json.gz"
     result = run("layers", "--trace", trace, "--output", out, "--anchor-regex", pattern,
                  "--num-layers", layers, "--anchor-offset", "0", "--phase", "training step",
                  "--evidence", "test: first matches of a kernel chosen from the trace")
     assert result.returncode == 0, result.stderr.decode()
     assert report_of(out)["matching_anchor_count"] == count
+    assert report_of(out)["distinct_anchor_names"] == 1
     assert len(guides_in(out)) == layers
     assert_verified(trace, out)
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracestream.errors import TraceError, require_utf8
+from tracestream.errors import Option, SpecError, TraceError, flag_of, require_utf8
 from tracestream.guides import LayerSpec
 from tracestream.index import IndexOptions, run_index
 from tracestream.jsontext import dumps_pretty
@@ -44,9 +46,12 @@ class Report:
     data: dict
     output: str
     report_path: str | None
+    trace: str | None = None  # the source as given (for the next-step commands)
+    seconds: float | None = None  # elapsed, from the call to the committed outputs
 
     def summary(self) -> str:
-        return summarize(self.data, self.output, self.report_path)
+        return summarize(self.data, self.output, self.report_path, trace=self.trace,
+                         seconds=self.seconds)
 
 
 def default_report_path(output: str, kind: str) -> str:
@@ -54,11 +59,30 @@ def default_report_path(output: str, kind: str) -> str:
     return f"{output}.{kind}.json"
 
 
-def compile_pattern(pattern: str, option: str) -> re.Pattern:
+def name_in_report(path: str, report_path: str) -> str:
+    """A file as its report names it: relative to the report's folder when the two share
+    a folder below the file system's root, else its base name (reports get shared; the
+    absolute private paths they would spell out stay home). `-` and `<stdin>` as they are."""
+    if path in ("-", "<stdin>"):
+        return path
+    file = os.path.abspath(path)
+    folder = os.path.dirname(os.path.abspath(report_path))
+    try:
+        common = os.path.commonpath([file, folder])
+    except ValueError:  # different drives
+        return os.path.basename(path)
+    if os.path.dirname(common) == common:  # only the root in common
+        return os.path.basename(path)
+    return os.path.relpath(file, folder)
+
+
+def compile_pattern(pattern: str, field: str) -> re.Pattern:
+    """The compiled pattern, or a refusal naming its spec field (e.g. `anchor_regex`)."""
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise TraceError(f"{option} {pattern!r} is not a valid regular expression: {exc}") from None
+        raise SpecError(Option(field), f" {pattern!r} is not a valid regular expression: {exc}"
+                        ) from None
 
 
 def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin=None) -> str:
@@ -89,20 +113,22 @@ def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin
 
 def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
                compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
-               command: str, tmpdir: str | None = None, progress=None, pool=None):
+               command: str, tmpdir: str | None = None, progress=None, pool=None,
+               source_name: str | None = None):
     """Index pass and plan: (index, plan). Every refusal happens here; nothing is written."""
     patterns = {}
     if layer_spec is not None:
-        patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
+        patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "anchor_regex")
         if layer_spec.end_anchor_regex is not None:
             patterns["terminal"] = compile_pattern(
-                layer_spec.end_anchor_regex, "--end-anchor-regex"
+                layer_spec.end_anchor_regex, "end_anchor_regex"
             )
     options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
     index = run_index(source, options, progress=progress, pool=pool)
     source.start_hashing()  # while the plan runs on one core (the report names the hash)
     try:
-        planner = Planner(index, output_name=output_name, report_name=report_name)
+        planner = Planner(index, output_name=output_name, report_name=report_name,
+                          source_name=source_name)
         layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
         index.matches.clear()  # the anchors are chosen: compaction never reads matches
         compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
@@ -128,11 +154,12 @@ def write_report(rep: OutputFile, plan: Plan, source: TraceSource) -> None:
 
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
          compress=None, compress_level=None, quiet=True, stdin=None, workers=None) -> Report:
+    started = time.monotonic()
     if layer_spec is not None:
         layer_spec.validate()
-        compile_pattern(layer_spec.anchor_regex, "--anchor-regex")
+        compile_pattern(layer_spec.anchor_regex, "anchor_regex")
         if layer_spec.end_anchor_regex is not None:
-            compile_pattern(layer_spec.end_anchor_regex, "--end-anchor-regex")
+            compile_pattern(layer_spec.end_anchor_regex, "end_anchor_regex")
     if compact_spec is not None:
         compact_spec.validate()
     trace, output = str(trace), str(output)
@@ -146,8 +173,9 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
     with pool_for(trace, workers) as pool, TraceSource(trace, stdin=stdin) as source:
         index, plan = build_plan(
             source, layer_spec, compact_spec,
-            output_name=os.path.basename(output) if output != "-" else "-",
+            output_name=name_in_report(output, report_path),
             report_name=os.path.basename(report_path), command=command,
+            source_name=None if trace == "-" else name_in_report(trace, report_path),
             tmpdir=temp_dir_for(None if output == "-" else output), progress=progress,
             pool=pool,
         )
@@ -160,7 +188,7 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
                 commit_together([out, rep])
         finally:
             index.close()
-    return Report(plan.report, output, report_path)
+    return Report(plan.report, output, report_path, trace, time.monotonic() - started)
 
 
 def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
@@ -195,36 +223,38 @@ def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None)
     return options
 
 
+_LATER_CHECKS = ("allow_several_anchor_names", "allow_gaps")
+"""Checks `layers` gained after reports were first written, as the options that turn them off."""
+
+
 def specs_from_options(options: dict) -> tuple[LayerSpec | None, CompactSpec | None]:
+    """The specs a report records. A report written before a check existed re-plans without
+    it: its output was never subject to the check, and `verify` proves fidelity, not choice."""
     layers = options.get("layers")
+    if layers:
+        layers = {**dict.fromkeys(_LATER_CHECKS, True), **layers}
     compact_ = options.get("compact")
     return (LayerSpec(**layers) if layers else None, CompactSpec(**compact_) if compact_ else None)
 
 
-def summarize(data: dict, output: str, report_path: str | None) -> str:
-    """A one-screen summary of a layers/compact report."""
+BOUNDARY_WORDS = {
+    "next_layer_anchor": "the next layer's anchor",
+    "terminal_kernel_end": "the end of the terminal kernel (--end-anchor-regex)",
+    "anchor_point_only": "a zero-length marker at its anchor (no --end-anchor-regex)",
+}
+"""The report's boundary kinds, as the summary says them."""
+
+
+def summarize(data: dict, output: str, report_path: str | None, *, trace: str | None = None,
+              seconds: float | None = None) -> str:
+    """A one-screen summary of a layers/compact report, with the next steps."""
     lines = [f"output: {output}"]
     if report_path:
         lines.append(f"report: {report_path}")
-    lines.append(
-        f"events: {data['original_event_count']:,} in, {data['output_event_count']:,} out "
-        f"({data['added_event_count']:,} added)"
-    )
-    if "layers" in data:
-        rows = data["layers"]
-        ids = sorted({r["layer_id"] for r in rows})
-        names = f"L{ids[0]} … L{ids[-1]}" if len(ids) > 1 else f"L{ids[0]}"
-        kinds = sorted({r["boundary_kind"] for r in rows})
-        lines.append(
-            f"guides: {names} x {data['passes']} pass(es) = {len(rows)} guides on pid "
-            f"{data['pid']} device {data['device']} (track '{data['track_name']}')"
-        )
-        lines.append(
-            f"anchors: {data['matching_anchor_count']} matches of {data['anchor_regex']!r}, "
-            f"offset {data['anchor_offset']}, stride {data['anchor_stride']}, "
-            f"{data['extra_anchors_per_pass']} extra per pass; last-layer ends: {', '.join(kinds)}"
-        )
     compaction = data.get("compaction", data if "groups" in data else None)
+    lines.append(events_line(data, compaction))
+    if "layers" in data:
+        lines += _layers_lines(data)
     if compaction:
         for g in compaction["groups"]:
             where = (f"pid {g['pid']} device {g['device']}" if g["kind"] == "activity"
@@ -233,8 +263,84 @@ def summarize(data: dict, output: str, report_path: str | None) -> str:
                 f"compact view: {where}: {g['original_streams']} stream rows -> "
                 f"{g['lanes']} synthetic lanes ({g['activity_count']:,} events)"
             )
-        lines.append(
-            f"retired stream metadata: {len(compaction['retired_track_metadata'])} events "
-            "(kept in the report)"
-        )
+    if seconds is not None:
+        lines.append(f"elapsed: {seconds:,.1f} s")
+    lines += next_steps(trace, output, report_path, data.get("command", "layers"))
     return "\n".join(lines)
+
+
+def events_line(data: dict, compaction: dict | None) -> str:
+    """Where every event went: read = unchanged + relocated + retired; written = unchanged +
+    relocated + added."""
+    read = data["original_event_count"]
+    relocated = compaction["relocated_events"] if compaction else 0
+    retired = len(compaction["retired_track_metadata"]) if compaction else 0
+    return (
+        f"events: {read:,} read; {read - relocated - retired:,} written unchanged, "
+        f"{relocated:,} relocated to display lanes, {retired:,} retired (metadata of emptied "
+        f"stream rows, kept in the report), {data['added_event_count']:,} added "
+        f"({data['output_event_count']:,} written)"
+    )
+
+
+def _layers_lines(data: dict) -> list[str]:
+    rows = data["layers"]
+    ids = sorted({r["layer_id"] for r in rows})
+    names = f"L{ids[0]} … L{ids[-1]}" if len(ids) > 1 else f"L{ids[0]}"
+    last = sorted({r["boundary_kind"] for r in rows if r["layer_id"] == ids[-1]})
+    lines = [
+        f"guides: {names} x {data['passes']} pass(es) = {len(rows)} guides on pid "
+        f"{data['pid']} device {data['device']} (track '{data['track_name']}')",
+        f"anchors: {data['matching_anchor_count']} matches of {data['anchor_regex']!r}, "
+        f"offset {data['anchor_offset']}, stride {data['anchor_stride']}, "
+        f"{data['extra_anchors_per_pass']} extra per pass; each guide ends at the next layer's "
+        f"anchor, the last layer's at {' or '.join(BOUNDARY_WORDS.get(k, k) for k in last)}",
+    ]
+    selection = data.get("selection")
+    if selection:
+        text = (f"labelled {data['passes']:,} of {selection['complete_passes']:,} complete "
+                f"passes from offset {data['anchor_offset']}")
+        if selection["unlabelled_complete_passes"] > 0:
+            text += (f"; {selection['unlabelled_complete_passes']:,} complete passes and "
+                     f"{selection['matches_outside_selection']:,} of "
+                     f"{data['matching_anchor_count']:,} matches stayed unlabelled "
+                     "(`--passes all` labels every one)")
+        elif selection["matches_outside_selection"]:
+            text += (f" ({selection['matches_outside_selection']:,} of "
+                     f"{data['matching_anchor_count']:,} matches outside the selection: before "
+                     "the offset or after the last complete pass)")
+        else:
+            text += " (every match is in the selection)"
+        lines.append(text)
+    lines += _override_lines(data)
+    return lines
+
+
+def _override_lines(data: dict) -> list[str]:
+    """The checks the user turned off, and what they would have refused."""
+    lines = []
+    if data.get("allow_several_anchor_names") and data.get("distinct_anchor_names", 1) > 1:
+        lines.append(f"override {flag_of('allow_several_anchor_names')}: the pattern matches "
+                     f"{data['distinct_anchor_names']} kernel names (listed in the report)")
+    cadence = data.get("cadence") or {}
+    if cadence.get("allow_gaps") and cadence.get("breaks"):
+        first = cadence["first_break"]
+        lines.append(f"override {flag_of('allow_gaps')}: {cadence['breaks']} layer gap(s) "
+                     f"cross a cadence break (first in pass {first['pass_index']}, "
+                     f"{first['median_ratio']:g} x the median layer gap)")
+    return lines
+
+
+def next_steps(trace: str | None, output: str, report_path: str | None,
+               command: str) -> list[str]:
+    """The commands that check the output against its source and open it."""
+    if output == "-":
+        return []
+    steps = []
+    if trace is not None and trace != "-":
+        verify = ["tracestream", "verify", "--trace", trace, "--output", output]
+        if report_path and report_path != default_report_path(output, command):
+            verify += ["--report", report_path]
+        steps.append(shlex.join(verify))
+    steps.append(shlex.join(["tracestream", "view", "--trace", output]))
+    return [("next: " if k == 0 else "      ") + step for k, step in enumerate(steps)]

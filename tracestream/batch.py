@@ -31,9 +31,9 @@ from typing import Any
 
 import orjson
 
-from tracestream.api import compile_pattern, default_report_path
-from tracestream.errors import TraceError
-from tracestream.guides import LayerSpec
+from tracestream.api import compile_pattern, default_report_path, name_in_report
+from tracestream.errors import SpecError, TraceError
+from tracestream.guides import ALL_PASSES, LayerSpec
 from tracestream.plan import CompactSpec
 from tracestream.sink import compression_for
 
@@ -103,6 +103,8 @@ _REQUIRED = [name for name, f in _LAYER_FIELDS.items()
 _STR_OPTIONS = {"anchor_regex", "phase", "evidence", "end_anchor_regex"}
 _INT_OPTIONS = {"num_layers", "anchor_offset", "passes", "anchor_stride",
                 "extra_anchors_per_pass", "first_layer", "max_gpu_lanes"}
+_FLOAT_OPTIONS = {"gap_factor"}
+_BOOL_OPTIONS = {"allow_gaps", "allow_several_anchor_names"}
 _ID_OPTIONS = {"pid", "device"}
 _NULLABLE = {"end_anchor_regex", "pid", "device", "max_gpu_lanes"}
 LAYER_OPTIONS = tuple(_LAYER_FIELDS) + ("max_gpu_lanes",)
@@ -136,8 +138,17 @@ def _check_option(where: str, key: str, value: Any) -> Any:
         raise TraceError(f"{where}: {key} must not be null")
     if key in _STR_OPTIONS and not isinstance(value, str):
         raise TraceError(f"{where}: {key} must be a string, got {orjson.dumps(value).decode()}")
+    if key == "passes" and value == ALL_PASSES:
+        return value
     if key in _INT_OPTIONS and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TraceError(f"{where}: {key} must be an integer, got {orjson.dumps(value).decode()}")
+        also = " or \"all\"" if key == "passes" else ""
+        raise TraceError(
+            f"{where}: {key} must be an integer{also}, got {orjson.dumps(value).decode()}")
+    if key in _FLOAT_OPTIONS and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise TraceError(f"{where}: {key} must be a number, got {orjson.dumps(value).decode()}")
+    if key in _BOOL_OPTIONS and not isinstance(value, bool):
+        raise TraceError(f"{where}: {key} must be true or false, "
+                         f"got {orjson.dumps(value).decode()}")
     if key in _ID_OPTIONS:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise TraceError(f"{where}: {key} must be an integer or a string, "
@@ -210,9 +221,16 @@ def merge_layer_options(defaults: dict, line: dict,
             compile_pattern(spec.end_anchor_regex, "end_anchor_regex")
         if compact_spec is not None:
             compact_spec.validate()
+    except SpecError as exc:  # named as the manifest's keys
+        raise TraceError(f"{where}: {exc.render(manifest_key)}") from None
     except TraceError as exc:
         raise TraceError(f"{where}: {exc}") from None
     return spec, compact_spec
+
+
+def manifest_key(field: str) -> str:
+    """The manifest key of a spec field (the compact view's lanes are `max_gpu_lanes`)."""
+    return "max_gpu_lanes" if field == "max_lanes" else field
 
 
 # -- tasks ----------------------------------------------------------------------
@@ -384,7 +402,7 @@ def _earlier_attempt(task: dict) -> dict | None:
         options["compact"] = task["compact"]
     if not (isinstance(data, dict) and data.get("tool") == "tracestream"
             and data.get("command") == task["kind"]
-            and data.get("output_file") == os.path.basename(output)
+            and data.get("output_file") == name_in_report(output, report)
             and data.get("output_compression") == task["compress"]
             and data.get("options") == orjson.loads(orjson.dumps(options))):
         return None

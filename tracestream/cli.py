@@ -10,7 +10,7 @@ import sys
 import click
 
 from tracestream import __version__
-from tracestream.errors import TraceError, require_utf8
+from tracestream.errors import SpecError, TraceError, flag_of, require_utf8
 
 
 class _Group(click.Group):
@@ -22,6 +22,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
+        except SpecError as exc:
+            click.echo(f"tracestream: error: {exc.render(flag_of)}", err=True)
+            sys.exit(2)
         except TraceError as exc:
             click.echo(f"tracestream: error: {exc}", err=True)
             sys.exit(2)
@@ -96,13 +99,30 @@ def _pid_value(value: str | None):
 
 
 def _emit_summary(report, json_summary: bool, quiet: bool) -> None:
-    """The human summary goes to stderr; stdout carries only the trace or the JSON line."""
+    """The human summary goes to stderr; stdout carries only the trace or the JSON line
+    (the report's content plus the run's elapsed seconds)."""
     from tracestream.jsontext import dumps
 
     if json_summary and report.output != "-":
-        click.echo(dumps(report.data).decode())
+        click.echo(dumps({**report.data, "elapsed_seconds": round(report.seconds, 3)}).decode())
     if not quiet:
         click.echo(report.summary(), err=True)
+
+
+class PassesType(click.ParamType):
+    """--passes: a count, or `all` (every complete pass from the offset)."""
+
+    name = "passes"
+
+    def convert(self, value, param, ctx):
+        from tracestream.guides import ALL_PASSES
+
+        if isinstance(value, int) or value == ALL_PASSES:
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a count nor 'all'", param, ctx)
 
 
 _trace_option = click.option(
@@ -147,8 +167,8 @@ _json_summary_option = click.option(
 @click.option("--num-layers", type=int, required=True, metavar="N", help="Layers per pass.")
 @click.option("--anchor-offset", type=int, required=True, metavar="K",
               help="Index (in time order) of the match that starts the verified first layer.")
-@click.option("--passes", type=int, default=1, show_default=True, metavar="P",
-              help="Complete passes to label.")
+@click.option("--passes", type=PassesType(), default=1, show_default=True, metavar="P|all",
+              help="Complete passes to label; all: every complete pass from the offset.")
 @click.option("--anchor-stride", type=int, default=1, show_default=True, metavar="S",
               help="Anchor matches per layer (keep every S-th).")
 @click.option("--extra-anchors-per-pass", type=int, default=0, show_default=True, metavar="E",
@@ -165,6 +185,13 @@ _json_summary_option = click.option(
 @click.option("--device", default=None, metavar="D", help="args.device of the anchors.")
 @click.option("--max-gpu-lanes", type=int, default=None, metavar="N",
               help="Also compact GPU activity into at most N (1-10) display lanes.")
+@click.option("--gap-factor", type=float, default=None, metavar="F",
+              help="A gap between two layers of a pass longer than F x the median layer gap is "
+                   "a cadence break (the rule of `anchors`) [default: 3].")
+@click.option("--allow-gaps", is_flag=True,
+              help="Label passes that cross a cadence break anyway (recorded in the report).")
+@click.option("--allow-several-anchor-names", is_flag=True,
+              help="Accept a pattern that matches several kernel names (recorded in the report).")
 @_report_option
 @_compress_option
 @_level_option
@@ -173,7 +200,8 @@ _json_summary_option = click.option(
 @_json_summary_option
 def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
            extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
-           max_gpu_lanes, report, compress, compress_level, workers, quiet, json_summary):
+           max_gpu_lanes, gap_factor, allow_gaps, allow_several_anchor_names, report, compress,
+           compress_level, workers, quiet, json_summary):
     """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
     from tracestream.api import add_layer_guides
     from tracestream.guides import LayerSpec
@@ -184,6 +212,8 @@ def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, ancho
         phase=phase, evidence=evidence, passes=passes, anchor_stride=anchor_stride,
         extra_anchors_per_pass=extra_anchors_per_pass, first_layer=first_layer,
         end_anchor_regex=end_anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
+        allow_gaps=allow_gaps, allow_several_anchor_names=allow_several_anchor_names,
+        **({} if gap_factor is None else {"gap_factor": gap_factor}),
     )
     compact_spec = (
         CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid))

@@ -48,17 +48,29 @@ def _engine_options(f):
         f = option(f)
     return f
 
-_LAYER_DEFAULTS = [
-    ("--anchor-regex", str, "REGEX"), ("--num-layers", int, "N"), ("--anchor-offset", int, "K"),
-    ("--passes", int, "P"), ("--anchor-stride", int, "S"), ("--extra-anchors-per-pass", int, "E"),
-    ("--first-layer", int, "F"), ("--end-anchor-regex", str, "REGEX"), ("--phase", str, "TEXT"),
-    ("--evidence", str, "TEXT"), ("--pid", str, "PID"), ("--device", str, "D"),
-]
+def _layer_defaults():
+    from tracestream.cli import PassesType
+
+    return [
+        ("--anchor-regex", str, "REGEX"), ("--num-layers", int, "N"),
+        ("--anchor-offset", int, "K"), ("--passes", PassesType(), "P|all"),
+        ("--anchor-stride", int, "S"), ("--extra-anchors-per-pass", int, "E"),
+        ("--first-layer", int, "F"), ("--end-anchor-regex", str, "REGEX"),
+        ("--phase", str, "TEXT"), ("--evidence", str, "TEXT"), ("--pid", str, "PID"),
+        ("--device", str, "D"), ("--gap-factor", float, "F"),
+    ]
+
+
+_LAYER_FLAGS = ["--allow-gaps", "--allow-several-anchor-names"]
 
 
 def _layer_default_options(f):
     """The `layers` options, all optional here: defaults for every manifest line."""
-    for flag, kind, metavar in reversed(_LAYER_DEFAULTS):
+    for flag in reversed(_LAYER_FLAGS):
+        key = flag[2:].replace("-", "_")
+        f = click.option(flag, is_flag=True, default=None,
+                         help=f"Default {key}: true for lines that do not set it.")(f)
+    for flag, kind, metavar in reversed(_layer_defaults()):
         key = flag[2:].replace("-", "_")
         f = click.option(flag, type=kind, default=None, metavar=metavar,
                          help=f"Default {key} for lines that do not set it.")(f)

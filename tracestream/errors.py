@@ -4,6 +4,8 @@ The CLI turns it into a single stderr line and exit code 2; a notebook gets the
 same message as an exception.
 """
 
+import shlex
+
 
 class TraceError(Exception):
     """Bad input or a refusal: the message says what and where; nothing was written."""
@@ -33,3 +35,52 @@ def require_utf8(text, what: str) -> None:
             f"{what} is not valid UTF-8 text (character {exc.start} of {text!a}); tracestream "
             "records it in JSON, which must be UTF-8"
         ) from None
+
+
+_NO_VALUE = object()
+
+_FLAGS = {"max_lanes": "--max-gpu-lanes"}
+"""Spec fields whose command-line flag is not the field with dashes."""
+
+
+def flag_of(field: str) -> str:
+    """The command-line flag of a spec field: `num_layers` -> `--num-layers`."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+class Option:
+    """A spec field named in a refusal, optionally with a value to set it to.
+
+    The library writes it as the field (`num_layers`, `anchor_offset=0`); the CLI
+    writes the same message with its flags (`--num-layers`, `--anchor-offset 0`).
+    """
+
+    def __init__(self, field: str, value=_NO_VALUE):
+        self.field = field
+        self.value = value
+
+    def text(self, name_of=None) -> str:
+        """`field`/`field=value`, or with `name_of(field)` its flag: `--flag`/`--flag value`
+        (shell-quoted; a true value is the flag alone)."""
+        if name_of is None:
+            return self.field if self.value is _NO_VALUE else f"{self.field}={self.value!r}"
+        flag = name_of(self.field)
+        if self.value is _NO_VALUE or self.value is True:
+            return flag
+        return f"{flag} {shlex.quote(str(self.value))}"
+
+
+class SpecError(TraceError):
+    """A refusal that names the options to change: its parts are text and `Option`s.
+
+    `str()` names spec fields (the library, batch manifests); `render(flag_of)`
+    names whatever `flag_of(field)` gives (the command line's flags).
+    """
+
+    def __init__(self, *parts):
+        self.parts = parts
+        super().__init__(self.render())
+
+    def render(self, name_of=None) -> str:
+        text = "".join(p.text(name_of) if isinstance(p, Option) else str(p) for p in self.parts)
+        return " ".join(text.splitlines())

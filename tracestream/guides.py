@@ -7,13 +7,16 @@ the stride and the extras per pass; anything that does not fit is refused.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tracestream.errors import TraceError, require_utf8
+from tracestream.cadence import GAP_FACTOR, cluster_starts, is_break
+from tracestream.errors import Option, SpecError, TraceError, require_utf8
 from tracestream.matches import Match, MatchTable, MatchView
 from tracestream.timebase import Decimal10
 
@@ -27,6 +30,12 @@ NEXT_LAYER_ANCHOR = "next_layer_anchor"
 TERMINAL_KERNEL_END = "terminal_kernel_end"
 ANCHOR_POINT_ONLY = "anchor_point_only"
 
+ALL_PASSES = "all"
+"""`passes` that labels every complete pass from the offset."""
+
+NAMES_IN_REFUSAL = 6  # kernel names listed when a pattern matches several
+NAMES_IN_REPORT = 10
+
 
 @dataclass(frozen=True)
 class LayerSpec:
@@ -37,39 +46,52 @@ class LayerSpec:
     anchor_offset: int
     phase: str
     evidence: str
-    passes: int = 1
+    passes: int | str = 1  # a count, or "all": every complete pass from the offset
     anchor_stride: int = 1
     extra_anchors_per_pass: int = 0
     first_layer: int = 0
     end_anchor_regex: str | None = None
     pid: Any = None
     device: Any = None
+    gap_factor: float = GAP_FACTOR  # the cadence rule of `anchors`: a break is > F x median
+    allow_several_anchor_names: bool = False  # the pattern may match several kernel names
+    allow_gaps: bool = False  # a selected pass may cross a cadence break
 
     def validate(self) -> None:
+        """Refuses values no trace can satisfy; messages name the spec fields."""
         if not self.phase or not self.phase.strip():
-            raise TraceError("--phase must not be empty (e.g. 'target-verify')")
+            raise SpecError(Option("phase"), " must not be empty (e.g. 'target-verify')")
         if not self.evidence or not self.evidence.strip():
-            raise TraceError(
-                "--evidence must not be empty: say how you verified that the anchor runs "
-                "once per layer and where L0 is"
+            raise SpecError(
+                Option("evidence"), " must not be empty: say how you verified that the anchor "
+                "runs once per layer and where L0 is"
             )
+        if self.passes != ALL_PASSES and (isinstance(self.passes, bool)
+                                          or not isinstance(self.passes, int)):
+            raise SpecError(Option("passes"), f" must be a count or 'all', got {self.passes!r}")
         for name, value, least in (
-            ("--anchor-offset", self.anchor_offset, 0),
-            ("--num-layers", self.num_layers, 1),
-            ("--passes", self.passes, 1),
-            ("--anchor-stride", self.anchor_stride, 1),
-            ("--extra-anchors-per-pass", self.extra_anchors_per_pass, 0),
-            ("--first-layer", self.first_layer, 0),
+            ("anchor_offset", self.anchor_offset, 0),
+            ("num_layers", self.num_layers, 1),
+            ("passes", 1 if self.passes == ALL_PASSES else self.passes, 1),
+            ("anchor_stride", self.anchor_stride, 1),
+            ("extra_anchors_per_pass", self.extra_anchors_per_pass, 0),
+            ("first_layer", self.first_layer, 0),
         ):
             if value < least:
-                raise TraceError(f"{name} must be >= {least}, got {value}")
+                raise SpecError(Option(name), f" must be >= {least}, got {value}")
             if value > LARGEST_COUNT:
-                raise TraceError(f"{name} must be <= {LARGEST_COUNT}, got {value}")
-        for name, text in (("--anchor-regex", self.anchor_regex), ("--phase", self.phase),
-                           ("--evidence", self.evidence),
-                           ("--end-anchor-regex", self.end_anchor_regex),
-                           ("--pid", self.pid), ("--device", self.device)):
+                raise SpecError(Option(name), f" must be <= {LARGEST_COUNT}, got {value}")
+        if not self.gap_factor > 1:
+            raise SpecError(Option("gap_factor"), f" must be > 1, got {self.gap_factor}")
+        for name, text in (("anchor_regex", self.anchor_regex), ("phase", self.phase),
+                           ("evidence", self.evidence), ("end_anchor_regex", self.end_anchor_regex),
+                           ("pid", self.pid), ("device", self.device)):
             require_utf8(text, name)
+
+    @property
+    def matches_per_pass(self) -> int:
+        """Matches one pass uses: its layers' anchors and the extras before the next pass."""
+        return self.num_layers * self.anchor_stride + self.extra_anchors_per_pass
 
 
 LARGEST_COUNT = 2**31 - 1
@@ -99,45 +121,242 @@ class Guide:
 
 def anchor_index(spec: LayerSpec, pass_index: int, layer: int) -> int:
     """Match index of layer `layer` in pass `pass_index`: K + p*(N*S + E) + l*S."""
-    per_pass = spec.num_layers * spec.anchor_stride + spec.extra_anchors_per_pass
-    return spec.anchor_offset + pass_index * per_pass + layer * spec.anchor_stride
+    return spec.anchor_offset + pass_index * spec.matches_per_pass + layer * spec.anchor_stride
 
 
-def required_matches(spec: LayerSpec) -> int:
+def required_matches(spec: LayerSpec, passes: int | None = None) -> int:
     """Matches needed from the offset: every layer of every pass, extras between passes."""
-    per_pass = spec.num_layers * spec.anchor_stride + spec.extra_anchors_per_pass
-    return (spec.passes - 1) * per_pass + spec.num_layers * spec.anchor_stride
+    passes = spec.passes if passes is None else passes
+    return (passes - 1) * spec.matches_per_pass + spec.num_layers * spec.anchor_stride
 
 
+def complete_passes(spec: LayerSpec, count: int) -> int:
+    """How many complete passes `count` matches hold from the offset (extras are needed
+    only between passes, so the last pass may end the trace)."""
+    available = count - spec.anchor_offset
+    layer_matches = spec.num_layers * spec.anchor_stride
+    if available < layer_matches:
+        return 0
+    return (available - layer_matches) // spec.matches_per_pass + 1
+
+
+def with_passes(spec: LayerSpec, count: int) -> LayerSpec:
+    """The spec with `passes` a number: `all` becomes every complete pass from the offset
+    (at least 1, so that too few matches are refused with their counts)."""
+    if spec.passes != ALL_PASSES:
+        return spec
+    return dataclasses.replace(spec, passes=max(complete_passes(spec, count), 1))
+
+
+def coverage(spec: LayerSpec, count: int) -> dict:
+    """What the selection leaves out: complete passes from the offset not labelled, and
+    matches outside the selection (before the offset, skipped, or after its last pass)."""
+    complete = complete_passes(spec, count)
+    used = required_matches(spec)
+    return {
+        "complete_passes": complete,
+        "unlabelled_complete_passes": complete - spec.passes,
+        "labelled_anchor_count": spec.passes * spec.num_layers,
+        "matches_outside_selection": count - used,
+    }
+
+
+# -- the mistakes people make most ---------------------------------------------------
+
+
+def anchor_names(anchors) -> dict:
+    """Kernel names of the matches with their counts, most frequent first."""
+    if isinstance(anchors, MatchView):
+        return anchors.name_counts()
+    return dict(Counter(m.name for m in anchors).most_common())
+
+
+def anchored_pattern(name: str) -> str:
+    """A pattern that matches exactly one kernel name."""
+    return f"^{re.escape(name)}$"
+
+
+def check_anchor_names(names: dict, spec: LayerSpec, pid: Any, device: Any) -> None:
+    """Refuse a pattern that matches several kernel names: an anchor is one kernel (a
+    pattern like `rope` also matches the draft model's anchor)."""
+    if len(names) < 2 or spec.allow_several_anchor_names:
+        return
+    shown = list(names.items())[:NAMES_IN_REFUSAL]
+    listing = ", ".join(f"{_clipped(name)!r} ({count:,})" for name, count in shown)
+    if len(names) > len(shown):
+        listing += f", … and {len(names) - len(shown)} more"
+    raise SpecError(
+        Option("anchor_regex"), f" {spec.anchor_regex!r} matches {len(names)} different kernel "
+        f"names on pid {pid} device {device}: {listing}. An anchor is one kernel that runs once "
+        "per layer; anchor the pattern to one name, e.g. ",
+        Option("anchor_regex", anchored_pattern(shown[0][0])),
+        " (check it with `tracestream anchors`), or give ",
+        Option("allow_several_anchor_names", True), " if these names are one anchor",
+    )
+
+
+def _clipped(name: str, width: int = 100) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def match_starts(anchors) -> np.ndarray:
+    """Floor ns of each match's start, in the given (time) order."""
+    if isinstance(anchors, MatchView):
+        return anchors.starts
+    return np.array([m.ts.floor_ns() for m in anchors], np.int64)
+
+
+def pass_points(spec: LayerSpec) -> np.ndarray:
+    """(passes, num_layers + extras) match indices of each selected pass, in time order:
+    its layers' anchors (`anchor_stride` apart), then the extras that trail its last layer."""
+    first = spec.anchor_offset + np.arange(spec.passes, dtype=np.int64) * spec.matches_per_pass
+    layer_matches = spec.num_layers * spec.anchor_stride
+    steps = np.concatenate([
+        np.arange(spec.num_layers, dtype=np.int64) * spec.anchor_stride,
+        layer_matches + np.arange(spec.extra_anchors_per_pass, dtype=np.int64),
+    ])
+    return first[:, None] + steps
+
+
+def layer_gaps(starts: np.ndarray, spec: LayerSpec) -> np.ndarray:
+    """(passes, num_layers - 1) gaps in ns between consecutive selected anchors of each pass."""
+    return np.diff(starts[pass_points(spec)[:, : spec.num_layers]], axis=1)
+
+
+def cadence(starts: np.ndarray, spec: LayerSpec) -> dict:
+    """The gap rule over the selection: the median of its layer gaps, and where a gap inside
+    a pass (between its layers, or from its last layer through its trailing extras) exceeds
+    `gap_factor` x that median: the pass then straddles two iterations."""
+    points = pass_points(spec)
+    present = points < len(starts)  # the last pass's extras may lie past the trace's end
+    found = np.diff(starts[np.where(present, points, 0)], axis=1)
+    layers = found[:, : spec.num_layers - 1]
+    evidence = {"gap_factor": spec.gap_factor, "median_layer_gap_us": None,
+                "threshold_us": None, "breaks": 0, "first_break": None}
+    if not layers.size:
+        return evidence
+    median = float(np.median(layers))
+    evidence["median_layer_gap_us"] = round(median / 1000, 3)
+    evidence["threshold_us"] = round(spec.gap_factor * median / 1000, 3)
+    if median <= 0:  # duplicate anchor times: refused with their indices by build_guides
+        return evidence
+    breaks = np.flatnonzero(is_break(found, median, spec.gap_factor) & present[:, 1:])
+    evidence["breaks"] = len(breaks)
+    if len(breaks):
+        p, j = divmod(int(breaks[0]), found.shape[1])
+        gap = int(found[p, j])
+        evidence["first_break"] = {
+            "pass_index": p,
+            "from_index": int(points[p, j]),
+            "from": _point_name(spec, j),
+            "to_index": int(points[p, j + 1]),
+            "to": _point_name(spec, j + 1),
+            "gap_us": round(gap / 1000, 3),
+            "median_ratio": round(gap / median, 2),
+        }
+    return evidence
+
+
+def _point_name(spec: LayerSpec, j: int) -> str:
+    """`L3`, or `extra anchor 1` for the pass's first trailing extra."""
+    if j < spec.num_layers:
+        return f"L{spec.first_layer + j}"
+    return f"extra anchor {j - spec.num_layers + 1}"
+
+
+def check_cadence(anchors, starts: np.ndarray, spec: LayerSpec, evidence: dict) -> None:
+    """Refuse a selected pass that crosses a cadence break (wrong offset, a missing
+    extra anchor per pass, a wrong layer count), naming the two anchors and the gap."""
+    found = evidence["first_break"]
+    if found is None or spec.allow_gaps:
+        return
+    before, after = anchors[found["from_index"]], anchors[found["to_index"]]
+    more = evidence["breaks"] - 1
+    raise SpecError(
+        f"pass {found['pass_index']} crosses a cadence break: from match {found['from_index']} "
+        f"({found['from']}, ts {before.ts_text} µs) to match {found['to_index']} ({found['to']}, "
+        f"ts {after.ts_text} µs) the gap is {found['gap_us']:,.3f} µs, "
+        f"{found['median_ratio']:g} x the median layer gap of the selection "
+        f"({evidence['median_layer_gap_us']:,.3f} µs; a break is > {spec.gap_factor:g} x)"
+        + (f", and {more} more such gap(s)" if more else "")
+        + ": the pass straddles two iterations (check ", Option("anchor_offset"), ", ",
+        Option("extra_anchors_per_pass"), " and ", Option("num_layers"), ")",
+        *_aligned(starts, spec),
+        "; `tracestream anchors` shows the clusters, ", Option("allow_gaps", True),
+        " labels it anyway",
+    )
+
+
+def _aligned(starts: np.ndarray, spec: LayerSpec) -> list:
+    """Settings that put every pass on one cluster of `anchors`, when the clusters show them
+    (most clusters of one size): the offset of such a cluster, with the extras that fill it
+    for the given layers, or the layers that fill it with the given extras. Both readings
+    are offered; which one is right, the model says."""
+    first, _ = cluster_starts(starts, spec.gap_factor)
+    sizes = np.diff(np.append(first, len(starts)))
+    values, counts = np.unique(sizes, return_counts=True)
+    if len(first) < 2 or counts.max() < 2:
+        return []
+    size = int(values[np.argmax(counts)])
+    regular = first[sizes == size]
+    where = (f"; the matches fall into clusters of {size} ({len(regular)} of {len(first)} "
+             f"clusters, first at index {int(regular[0])})")
+    at = int(np.searchsorted(regular, spec.anchor_offset, "right")) - 1
+    offset = int(regular[max(at, 0)])
+    start = [Option("anchor_offset", offset)] if offset != spec.anchor_offset else []
+    stride, extra = spec.anchor_stride, spec.extra_anchors_per_pass
+    readings = []
+    if size >= spec.num_layers * stride and size - spec.num_layers * stride != extra:
+        readings.append([Option("extra_anchors_per_pass", size - spec.num_layers * stride)])
+    if size > extra and (size - extra) % stride == 0 and (size - extra) // stride != (
+            spec.num_layers):
+        readings.append([Option("num_layers", (size - extra) // stride)])
+    if not readings:
+        if size < spec.num_layers * stride:
+            return [where + f", fewer than the {spec.num_layers * stride} matches of a pass's "
+                    "layers: check ", Option("num_layers"), " and ", Option("anchor_stride")]
+        if not start:
+            return []
+        readings = [[]]
+    text: list = [where + (": either " if len(readings) > 1 else ": ")]
+    for k, reading in enumerate(readings):
+        text.append(", or " if k else "")
+        for n, option in enumerate(start + reading):
+            text += [" " if n else "", option]
+    return text + [", puts each pass on one cluster" if len(readings) > 1
+                   else " puts each pass on one cluster"]
 def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
-    """The one (pid, device) the matches are on, or a refusal that lists the candidates."""
+    """The one (pid, device) the matches are on, or a refusal that lists the candidates
+    (`what`: the spec field of the pattern, e.g. `anchor_regex`)."""
     gpus = matches.gpus() if isinstance(matches, MatchTable) else Counter(
         (m.pid, m.device) for m in matches)
     if pid is not None:
         gpus = Counter({key: n for key, n in gpus.items() if _same(key[0], pid)})
         if not gpus:
-            raise TraceError(f"no kernel matches {what} in pid {pid}")
+            raise SpecError("no kernel matches ", Option(what), f" in pid {pid}")
     pids: Counter = Counter()
     for (p, _), n in gpus.items():
         pids[p] += n
     if len(pids) > 1:
         listing = ", ".join(f"pid {p}: {n}" for p, n in sorted(pids.items(), key=_order))
-        raise TraceError(
-            f"{what} matches kernels in several processes ({listing}); pick one with --pid"
+        raise SpecError(
+            Option(what), f" matches kernels in several processes ({listing}); pick one with ",
+            Option("pid"),
         )
     chosen_pid = next(iter(pids))
     if device is not None:
         gpus = Counter({key: n for key, n in gpus.items() if _same(key[1], device)})
         if not gpus:
-            raise TraceError(f"no kernel matches {what} on device {device} of pid {chosen_pid}")
+            raise SpecError("no kernel matches ", Option(what),
+                            f" on device {device} of pid {chosen_pid}")
     devices: Counter = Counter()
     for (_, d), n in gpus.items():
         devices[d] += n
     if len(devices) > 1:
         listing = ", ".join(f"device {d}: {n}" for d, n in sorted(devices.items(), key=_order))
-        raise TraceError(
-            f"{what} matches kernels on several devices of pid {chosen_pid} ({listing}); "
-            "pick one with --device"
+        raise SpecError(
+            Option(what), f" matches kernels on several devices of pid {chosen_pid} ({listing}); "
+            "pick one with ", Option("device"),
         )
     return chosen_pid, next(iter(devices))
 

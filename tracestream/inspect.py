@@ -11,7 +11,7 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import pairwise, repeat
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,8 @@ import orjson
 
 from tracestream import speedups
 from tracestream.api import compile_pattern
-from tracestream.errors import TraceError
+from tracestream.cadence import GAP_FACTOR, cluster_matches, gaps, rule_text
+from tracestream.errors import Option, SpecError, TraceError
 from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, Match, TraceIndex, run_index
@@ -31,14 +32,6 @@ from tracestream.source import TraceSource
 from tracestream.spill import take_rows
 from tracestream.workers import collector_paused, pool_for
 
-GAP_FACTOR = 3.0
-"""Default cluster split: a gap larger than this many median gaps starts a new cluster.
-
-3, not 5: in the shipped sample the gap between two target passes is only
-~3.6x the layer-to-layer gap (draft passes run in between), so 5x would merge
-every pass into one cluster. The output always shows the measured separation.
-"""
-
 INSIDE_VARIATION = 1.1
 """Largest in-cluster gap (in median gaps) above which the verdict mentions sub-structure."""
 
@@ -46,38 +39,6 @@ NAME_WIDTH = 110  # longest kernel/annotation name in human-readable tables
 
 
 # -- small pure helpers --------------------------------------------------------
-
-
-def gaps(times: Sequence[int]) -> np.ndarray:
-    """Start-to-start gaps between consecutive matches (ns)."""
-    return np.diff(np.asarray(times, dtype=np.int64))
-
-
-def cluster_matches(times: Sequence[int], factor: float = GAP_FACTOR):
-    """Split time-ordered match times (ns) where a gap exceeds `factor` x the median gap.
-
-    Returns (clusters as (start_index, count), median gap in ns or None). Passes
-    of a phase show up as clusters because the host/other phases run between
-    them; the rule is deliberately simple so a user can check it by hand.
-    """
-    if not len(times):
-        return [], None
-    between = gaps(times)
-    if not len(between):
-        return [(0, 1)], None
-    median = float(np.median(between))
-    starts = [0, *(np.flatnonzero(between > factor * median) + 1).tolist(), len(times)]
-    return [(a, b - a) for a, b in pairwise(starts)], median
-
-
-def rule_text(factor: float, median_ns: float | None) -> str:
-    """The clustering rule as printed, with the threshold it produced."""
-    if median_ns is None:
-        return "fewer than 2 matches: no gaps to cluster"
-    return (
-        f"a gap > {factor:g} x the median gap ({median_ns / 1000:.3f} us, threshold "
-        f"{factor * median_ns / 1000:.3f} us) starts a new cluster"
-    )
 
 
 def separation(times: Sequence[int], clusters: Sequence[tuple[int, int]],
@@ -772,10 +733,10 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
     """
     if not factor > 1:
-        raise TraceError(f"--gap-factor must be > 1, got {factor}")
-    patterns = {"anchor": compile_pattern(anchor_regex, "--anchor-regex")}
+        raise SpecError(Option("gap_factor"), f" must be > 1, got {factor}")
+    patterns = {"anchor": compile_pattern(anchor_regex, "anchor_regex")}
     if cross_check is not None:
-        patterns["cross"] = compile_pattern(cross_check, "--cross-check")
+        patterns["cross"] = compile_pattern(cross_check, "cross_check")
     options = IndexOptions(patterns=patterns, records=False, sweep=False, stats=False)
     with collector_paused():
         return _anchors_report(_index(trace, options, stdin, quiet, workers), anchor_regex,
@@ -787,8 +748,8 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
     try:
         found = index.matches["anchor"]
         if not found:
-            raise TraceError(f"no kernel matches --anchor-regex {anchor_regex!r}")
-        pid, device = select_gpu(found, pid, device, "--anchor-regex")
+            raise SpecError("no kernel matches ", Option("anchor_regex"), f" {anchor_regex!r}")
+        pid, device = select_gpu(found, pid, device, "anchor_regex")
         anchors = on_gpu(found, pid, device)
         times = anchors.starts
         clusters, median = cluster_matches(times, factor)
@@ -799,7 +760,7 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
             "pid": pid,
             "device": device,
             "count": len(anchors),
-            "names": _name_counts(anchors),
+            "names": anchors.name_counts(),
             "matches": MatchRows(anchors, times, clusters, origin_ns),
             "clusters": _cluster_rows(anchors, clusters, origin_ns),
             "median_gap_us": None if median is None else round(median / 1000, 3),
@@ -815,14 +776,6 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
         return report
     finally:
         index.close()
-
-
-def _name_counts(anchors: MatchView) -> dict:
-    """Kernel names of the matches, most frequent first (from the packed ids when packed)."""
-    table = anchors.table
-    ids, counts = np.unique(table.rows["name"][anchors.order], return_counts=True)
-    pairs = sorted(zip(counts.tolist(), ids.tolist()), key=lambda p: (-p[0], p[1]))
-    return {table.names[name]: count for count, name in pairs}
 
 
 _ROWS_PLACEHOLDER = b'"\x00matches\x00"'

@@ -317,3 +317,11 @@ class MatchView(Sequence):
     def __iter__(self) -> Iterator[Match]:
         for k in self.order.tolist():
             yield self.table.match(k)
+
+    def name_counts(self) -> dict:
+        """Kernel names of these matches with their counts, most frequent first (ties by
+        first appearance in the file), counted on the packed name ids."""
+        table = self.table
+        ids, counts = np.unique(table.rows["name"][self.order], return_counts=True)
+        pairs = sorted(zip(counts.tolist(), ids.tolist()), key=lambda p: (-p[0], p[1]))
+        return {table.names[name]: count for count, name in pairs}

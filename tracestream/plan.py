@@ -17,9 +17,25 @@ import numpy as np
 import orjson
 
 from tracestream import __version__
-from tracestream.errors import TraceError, require_utf8
+from tracestream.errors import Option, SpecError, TraceError, require_utf8
 from tracestream.events import KERNEL, MEMCPY, MEMSET, SYNC
-from tracestream.guides import GUIDE_NOTICE, Guide, LayerSpec, build_guides, on_gpu, select_gpu
+from tracestream.guides import (
+    GUIDE_NOTICE,
+    NAMES_IN_REPORT,
+    Guide,
+    LayerSpec,
+    anchor_names,
+    build_guides,
+    cadence,
+    check_anchor_names,
+    check_cadence,
+    coverage,
+    match_starts,
+    on_gpu,
+    required_matches,
+    select_gpu,
+    with_passes,
+)
 from tracestream.index import FLOW, META, SCOPES, TraceIndex
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes, Sweep
@@ -53,8 +69,8 @@ class CompactSpec:
 
     def validate(self) -> None:
         if not 1 <= self.max_lanes <= MAX_LANES_LIMIT:
-            raise TraceError(f"--max-gpu-lanes must be between 1 and 10, got {self.max_lanes}")
-        require_utf8(self.pid, "--pid")
+            raise SpecError(Option("max_lanes"), f" must be between 1 and 10, got {self.max_lanes}")
+        require_utf8(self.pid, "pid")
 
 
 @dataclass
@@ -107,8 +123,10 @@ def us_text(ns: int) -> str:
 class Planner:
     """Builds a Plan from an index; one instance per command run."""
 
-    def __init__(self, index: TraceIndex, *, output_name: str, report_name: str):
+    def __init__(self, index: TraceIndex, *, output_name: str, report_name: str,
+                 source_name: str | None = None):
         self.index = index
+        self.source_name = index.source_name if source_name is None else source_name
         self.output_name = output_name
         self.report_name = report_name
         self.origin_ns = index.origin.floor_ns() if index.origin is not None else 0
@@ -159,18 +177,31 @@ class Planner:
         self._refuse_reannotation("layers")
         anchors_all = index.matches.get("anchor", [])
         if not anchors_all:
-            raise TraceError(f"no kernel matches --anchor-regex {spec.anchor_regex!r}")
-        pid, device = select_gpu(anchors_all, spec.pid, spec.device, "--anchor-regex")
+            raise SpecError("no kernel matches ", Option("anchor_regex"), f" {spec.anchor_regex!r}")
+        pid, device = select_gpu(anchors_all, spec.pid, spec.device, "anchor_regex")
         anchors = on_gpu(anchors_all, pid, device)
+        names = anchor_names(anchors)
+        check_anchor_names(names, spec, pid, device)
+        spec = with_passes(spec, len(anchors))
+        checks = {"anchor_names": dict(list(names.items())[:NAMES_IN_REPORT]),
+                  "distinct_anchor_names": len(names),
+                  "allow_several_anchor_names": spec.allow_several_anchor_names}
+        if len(anchors) - spec.anchor_offset >= required_matches(spec):
+            starts = match_starts(anchors)
+            evidence = cadence(starts, spec)
+            check_cadence(anchors, starts, spec, evidence)
+            checks["cadence"] = {**evidence, "allow_gaps": spec.allow_gaps}
         terminals = None
         if spec.end_anchor_regex is not None:
             terminals = on_gpu(index.matches.get("terminal", []), pid, device)
         guides = build_guides(anchors, terminals, spec)
+        checks["selection"] = coverage(spec, len(anchors))
         (guide_tid,) = self._tids(pid, 1)
         track_name = f"Layer guide ({spec.phase}) — anchor intervals"
         self.guide_track = (pid, guide_tid, track_name)
         self.guide_events = [self._guide_event(g, pid, guide_tid, spec) for g in guides]
-        return self._layers_report(spec, guides, pid, device, guide_tid, track_name, len(anchors))
+        return self._layers_report(spec, guides, pid, device, guide_tid, track_name,
+                                   len(anchors), checks)
 
     def _guide_event(self, guide: Guide, pid, tid, spec: LayerSpec) -> bytes:
         start = guide.guide_start_us
@@ -192,7 +223,8 @@ class Planner:
             "ts": start, "dur": guide.guide_end_us - start, "args": args,
         })
 
-    def _layers_report(self, spec, guides, pid, device, guide_tid, track_name, matching) -> dict:
+    def _layers_report(self, spec, guides, pid, device, guide_tid, track_name, matching,
+                       checks: dict) -> dict:
         rows = []
         for g in guides:
             rows.append({
@@ -225,6 +257,7 @@ class Planner:
             "num_layers": spec.num_layers,
             "first_layer": spec.first_layer,
             "passes": spec.passes,
+            **checks,
             "layers": rows,
         }
 
@@ -456,7 +489,7 @@ class Planner:
             "output_event_count": index.event_count - retired + len(appended),
             "trace_origin_us": RawNumber(index.origin_text) if index.origin_text else None,
             "gpus": gpu_summary(index),
-            "source_file": index.source_name,
+            "source_file": self.source_name,
             "source_sha256": None,  # filled in by the run: TraceSource.sha256
             "source_data_sha256": None,  # what restore gives back: TraceSource.data_sha256
             "source_compression": index.compression,

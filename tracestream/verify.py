@@ -327,6 +327,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
                 source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
                 report_name=data.get("report_file", report_path.name),
                 command=data.get("command", ""), tmpdir=tmpdir, pool=pool,
+                source_name=data.get("source_file"),
             )
         except TraceError as exc:
             if source.first_stats is None:

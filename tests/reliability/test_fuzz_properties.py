@@ -109,7 +109,10 @@ def test_fuzz_generated_traces(cfg, suffix, data):
                          end_anchor_regex=TERMINAL if terminal else None,
                          first_layer=data.draw(st.integers(0, 3), label="first"),
                          phase="target-verify", evidence="generator", pid=0,
-                         device=0)
+                         device=0,
+                         # any selection must be written faithfully; one that starts inside a
+                         # pass crosses its cadence break, so it is chosen deliberately
+                         allow_gaps=offset % per_pass != 0)
         lanes = data.draw(st.sampled_from([None, 10]), label="lanes")
         output = folder / f"layers{suffix}"
         add_layer_guides(source, output, spec,
@@ -229,7 +232,9 @@ def _layers_on_hand_built(source: Path, folder: Path, anchors: int, data) -> Non
     spec = LayerSpec(anchor_regex="^anchor$", num_layers=n, anchor_offset=offset, passes=passes,
                      anchor_stride=s, extra_anchors_per_pass=e, phase="fuzz",
                      evidence="hand-built: anchors are every other kernel of stream 7",
-                     device=0)
+                     device=0,
+                     # random kernel times have no cadence: the selection is deliberate
+                     allow_gaps=True)
     output = folder / "layers.json"
     add_layer_guides(source, output, spec, workers=0)
     assert_verified(source, output)
