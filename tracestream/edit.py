@@ -68,6 +68,8 @@ def _kineto_positions(raw: bytes):
     the pid and tid it finds are top-level; the one search after them proves no
     other "pid", "tid" or "args" key follows except one `args` object.
     """
+    if b"\\" in raw:  # a key spelled with escapes (`"\\u0061rgs"`) is that key: see
+        return None  # _exact_positions, which decodes every key
     m = _KINETO_HEAD.match(raw)
     if m is None or _MOVED_KEYS.search(raw, m.end()) is not None:
         return None

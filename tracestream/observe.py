@@ -791,6 +791,9 @@ class _Observer:
         suspect = np.zeros(len(at), bool)
         for key in _MOVED_KEYS:
             suspect |= keys(key)[1][at] > 1
+        if b"\\" in self.data:  # a key may be spelled with escapes (`"t\\u0069d"` is "tid")
+            starts, ends = self.spans
+            suspect |= _with_backslash(self.data, starts[slices], ends[slices])
         for k in np.flatnonzero(suspect).tolist():
             dup = _duplicate_key(self.raw(slices[k]))
             if dup is not None:
@@ -810,8 +813,8 @@ class _Observer:
         if b"\\" not in joined and _key_count(joined) == len(raws) * len(_INTERPRETED_KEYS):
             return
         for i, raw in zip(events, raws):
-            if max(map(raw.count, _INTERPRETED_KEYS)) < 2:
-                continue
+            if max(map(raw.count, _INTERPRETED_KEYS)) < 2 and b"\\" not in raw:
+                continue  # each key once, and none spelled with escapes
             dup = _duplicate_key(raw)
             if dup is not None:
                 raise self.fail(i, f"duplicate key `{dup}` in a kernel that --anchor-regex or "
@@ -891,6 +894,12 @@ def _key_count(data: bytes) -> int:
         found = speedups.native.literal_positions(data, _INTERPRETED_KEYS)
         return sum(len(positions) for positions in found) // 8  # int64 positions
     return len(_INTERPRETED_KEY.findall(data))
+
+
+def _with_backslash(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per event [start, end) of `data`: does it hold a backslash (an escape, maybe in a key)?"""
+    positions = np.flatnonzero(np.frombuffer(data, np.uint8) == 0x5C)
+    return np.searchsorted(positions, ends) > np.searchsorted(positions, starts)
 
 
 def kineto_decimals(blob: bytes, texts: list[bytes], *, signed: bool,
