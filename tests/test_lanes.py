@@ -32,9 +32,16 @@ def test_nested_slices_take_separate_lanes():
     assert count == 3 and len(set(lanes)) == 3
 
 
-def test_zero_length_slices():
+def test_a_zero_length_slice_occupies_its_start():
+    """Perfetto sorts equal starts longest first and closes a slice only when end <= the
+    next start: a zero-length slice sharing its start with another on a lane would nest."""
     lanes, count, _ = allocate([5, 5, 5], [5, 5, 5])
-    assert count == 1
+    assert count == 3
+    lanes, count, _ = allocate([5, 5], [5, 9])  # zero-length first: still its own lane
+    assert count == 2 and lanes == [0, 1]
+    lanes, count, _ = allocate([0, 5, 5], [5, 5, 9])  # touching the end before it is fine
+    assert count == 2 and lanes[:2] == [0, 0]
+    assert peak_overlap(np.array([5, 5]), np.array([5, 9])) == 2
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -58,6 +65,7 @@ def _heap_greedy(lo, hi):
     """The allocator as one would write it per slice: a heap of (end, placed, lane)."""
     heap, lanes, count, peak_at = [], [], 0, None
     for placed, (s, e) in enumerate(zip(lo, hi)):
+        e = max(e, s + 1)  # a slice occupies at least its first nanosecond
         if heap and heap[0][0] <= s:
             lane = heapq.heapreplace(heap, (e, placed, heap[0][2]))[2]
         else:

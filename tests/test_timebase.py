@@ -88,3 +88,11 @@ def test_touching_kernels_overlap_after_import_but_not_in_bounds_order():
     dur_r, dur_t = imported_ns("3.125")
     assert first.hi >= ts_r + dur_r and first.hi >= ts_t + dur_t
     assert first.lo <= ts_r and first.lo <= ts_t
+
+
+def test_a_zero_length_slice_occupies_its_start_nanosecond():
+    """Perfetto nests a zero-length slice under a longer one starting with it, so the bounds
+    keep the next slice on a lane from starting at its start (in either importer variant)."""
+    assert slice_bounds("100", "0").hi == 100_001
+    assert slice_bounds("100", "0.0001").hi == 100_001  # imports as zero length
+    assert slice_bounds("100", "1").hi == 101_000  # a longer slice is unchanged

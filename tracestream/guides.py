@@ -429,7 +429,28 @@ def build_guides(
             guides.append(
                 Guide(p, spec.first_layer + layer, index, anchor, anchor.ts, end, end_text, kind)
             )
+    refuse_shared_guide_starts(guides)
     return guides
+
+
+def refuse_shared_guide_starts(guides: list[Guide]) -> None:
+    """Refuse two guides that round to the same whole-microsecond start.
+
+    Guides are whole microseconds on one track. Perfetto sorts slices that start
+    together longest first and closes one only when its end <= the next start, so
+    of two guides starting in the same microsecond one imports nested under the
+    other (depth 1). Moving either would misstate where its layer starts.
+    """
+    for before, guide in zip(guides, guides[1:]):
+        if guide.guide_start_us == before.guide_start_us:
+            raise TraceError(
+                f"layers L{before.layer_id} (pass {before.pass_index}, anchor at ts "
+                f"{before.anchor.ts_text}) and L{guide.layer_id} (pass {guide.pass_index}, "
+                f"anchor at ts {guide.anchor.ts_text}) start in the same microsecond once "
+                "rounded: whole-microsecond guides on one track would nest in Perfetto. "
+                "These anchors are less than 1 µs apart; check --anchor-regex and "
+                "--anchor-stride"
+            )
 
 
 def _terminal_in_window(terminals, anchor: Match, upper: Match | None, p: int, layer_id: int):

@@ -60,15 +60,15 @@ class GroupLanes:
         if not n:
             return _EMPTY
         lo = np.asarray(lo, np.int64)
-        hi = np.asarray(hi, np.int64)
+        hi = occupied_end(lo, np.asarray(hi, np.int64))
         carried = self.lanes
         ends = np.concatenate([self.token_end, hi])
         seqs = np.concatenate([self.token_seq, np.arange(self.count, self.count + n)])
         order = np.lexsort((seqs, ends))
         position = np.arange(n)
-        # free tokens when slice i starts: those ended by lo[i], minus the zero-length
-        # slices at lo[i] that come at or after i (their tokens do not exist yet)
-        free = np.searchsorted(ends[order], lo, "right") - _zero_length_from_here(lo, hi)
+        # free tokens when slice i starts: those ended by lo[i] (every slice occupies at
+        # least its first nanosecond, so none of them is placed at or after i)
+        free = np.searchsorted(ends[order], lo, "right")
         opened_after = np.maximum.accumulate(np.maximum(position - free + 1, 0))
         opened_before = np.concatenate([[0], opened_after[:-1]])
         opens = opened_after > opened_before
@@ -96,14 +96,15 @@ class GroupLanes:
         return lane
 
 
-def _zero_length_from_here(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """For each i: zero-length slices j >= i with lo[j] == lo[i] (lo sorted)."""
-    zero = (hi == lo).astype(np.int64)
-    if not zero.any():
-        return np.zeros(len(lo), np.int64)
-    suffix = np.concatenate([np.cumsum(zero[::-1])[::-1], [0]])
-    run_end = np.searchsorted(lo, lo, "right")
-    return suffix[:-1] - suffix[run_end]
+def occupied_end(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """End of the nanoseconds [lo, end) a slice occupies on a lane: at least its first one.
+
+    Perfetto orders slices that start together longest first and closes a slice only
+    when its end <= the next start, so a zero-length slice sharing its start with a
+    longer one on a track nests under it. Occupying its start nanosecond keeps every
+    other slice from starting there.
+    """
+    return np.maximum(hi, lo + 1)
 
 
 def _roots(parent: np.ndarray) -> np.ndarray:
@@ -123,15 +124,13 @@ def allocate(lo: Iterable[int], hi: Iterable[int]) -> tuple[list[int], int, int 
 
 
 def peak_overlap(lo: np.ndarray, hi: np.ndarray) -> int:
-    """Maximum number of half-open [lo, hi) intervals alive at one time (zero-length count)."""
+    """Most slices alive at one time, each occupying [lo, occupied_end) (see `occupied_end`);
+    touching slices do not overlap."""
     if not len(lo):
         return 0
-    times = np.concatenate([lo, hi])
+    times = np.concatenate([lo, occupied_end(lo, hi)])
     delta = np.concatenate([np.ones(len(lo), np.int64), -np.ones(len(hi), np.int64)])
-    # ends sort before starts at equal times (touching slices do not overlap),
-    # except zero-length slices, which must count while they exist
-    zero = np.concatenate([hi == lo, hi == lo])
-    order = np.lexsort((np.where(zero, -delta, delta), times))
+    order = np.lexsort((delta, times))  # ends before starts at equal times
     return int(np.cumsum(delta[order]).max())
 
 

@@ -1026,7 +1026,8 @@ def _time_value(text: bytes, key: str):
 
 
 def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):
-    """Conservative [lo, hi] ns bounds: the exact span plus both Perfetto importer variants.
+    """Conservative [lo, hi] ns bounds: the exact span plus both Perfetto importer variants,
+    and at least the first nanosecond after each of their starts.
 
     Integer literals (`int_ts`, `has_int_dur`; `int_dur` their ns) are converted
     exactly, as Perfetto does; anything else through a double, rounded (current)
@@ -1040,7 +1041,10 @@ def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):
     dur_trunc = np.where(has_int_dur, int_dur, np.trunc(dur_x).astype(np.int64))
     lo = np.minimum(np.minimum(start, ts_round), ts_trunc)
     hi = np.maximum(np.maximum(end, ts_round + dur_round), ts_trunc + dur_trunc)
-    return lo, hi
+    # a slice occupies at least the first nanosecond of each of its starts (a zero-length
+    # slice sharing a start with a longer one would import nested: see lanes.occupied_end)
+    last_start = np.maximum(np.maximum(start, ts_round), ts_trunc)
+    return lo, np.maximum(hi, last_start + 1)
 
 
 def _llround(x: np.ndarray) -> np.ndarray:

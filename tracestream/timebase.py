@@ -156,8 +156,10 @@ def imported_ns(text: bytes | str) -> tuple[int, int]:
 class SliceBounds:
     """Nanosecond interval of one slice: exact, and conservative for packing.
 
-    ``lo``/``hi`` contain the exact interval and both importer variants, so
-    two slices with ``hi_a <= lo_b`` never overlap in any of them.
+    ``lo``/``hi`` contain the exact interval and both importer variants, and the
+    first nanosecond after each of their starts, so two slices with ``hi_a <= lo_b``
+    never overlap in any of them, nor start at the same nanosecond (Perfetto would
+    nest a zero-length slice under a longer one that starts with it).
     """
 
     start_ns: int  # floor of the exact start
@@ -174,5 +176,5 @@ def slice_bounds(ts_text: bytes | str, dur_text: bytes | str) -> SliceBounds:
     ts_round, ts_trunc = imported_ns(ts_text)
     dur_round, dur_trunc = imported_ns(dur_text)
     lo = min(start, ts_round, ts_trunc)
-    hi = max(end, ts_round + dur_round, ts_trunc + dur_trunc)
+    hi = max(end, ts_round + dur_round, ts_trunc + dur_trunc, max(start, ts_round, ts_trunc) + 1)
     return SliceBounds(start, end, lo, hi)

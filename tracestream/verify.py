@@ -240,25 +240,37 @@ class _OutputChecks:
             store.close()
 
     def depth_problems(self) -> list[str]:
+        """Slices on a synthetic track that Perfetto would import below depth zero.
+
+        Perfetto sorts a track's slices by start, those starting together longest first,
+        and closes a slice only when its end <= the next start: a slice nests when it
+        starts before an earlier one ends, and slices that start at the same nanosecond
+        nest unless all of them are zero-length.
+        """
         self._flush()
         names = {v: k for k, v in self.track_ids.items()}
         problems = []
         for variant, store in self.depth.items():
-            last_track, last_end = None, None
+            last_track = None
+            before = together = together_end = 0  # ends before this start; this start's max end
             for block in store.sorted_blocks():
                 for track, start, end in zip(block["track"].tolist(), block["start"].tolist(),
                                              block["end"].tolist()):
-                    if track == last_track and start < last_end:
-                        problems.append(
-                            f"{self.synthetic[names[track]]}: a slice starting at {start} ns "
-                            f"overlaps one ending at {last_end} ns ({variant} import) -> depth 1"
-                        )
-                        last_end = max(last_end, end)
-                        continue
+                    where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
                     if track != last_track:
-                        last_track, last_end = track, end
+                        last_track, before, together, together_end = track, start, start, end
+                    elif start != together:
+                        before = max(before, together_end)
+                        together, together_end = start, end
+                        if start < before:
+                            problems.append(f"{where} overlaps one ending at {before} ns "
+                                            f"({variant} import) -> depth 1")
                     else:
-                        last_end = max(last_end, end)
+                        if max(together_end, end) > start:
+                            problems.append(
+                                f"{where} starts with another there, one of them longer: "
+                                f"Perfetto nests the shorter ({variant} import) -> depth 1")
+                        together_end = max(together_end, end)
         return problems
 
     def binding_problems(self) -> list[str]:

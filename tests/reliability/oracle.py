@@ -49,7 +49,9 @@ def bounds(ts: str, dur: str) -> tuple[int, int]:
     dur_round, dur_trunc = _imported(dur)
     lo = min(math.floor(exact_start), ts_round, ts_trunc)
     hi = max(math.ceil(exact_end), ts_round + dur_round, ts_trunc + dur_trunc)
-    return lo, hi
+    # Perfetto imports slices that start together longest first, and a slice closes only
+    # when its end <= the next start: a zero-length slice occupies its start nanosecond
+    return lo, max(hi, math.floor(exact_start) + 1, ts_round + 1, ts_trunc + 1)
 
 
 def peak(intervals) -> int:

@@ -98,3 +98,92 @@ def test_a_duplicate_after_decoding_is_refused_like_a_literal_one(cli, tmp_path,
     data = sub(D, ANCHOR_200, ANCHOR_200.replace(literal, escaped))
     out, _, folder = run(cli, tmp_path, data, command)
     assert_refused(out, "event 8", f"duplicate key `{key}`", empty=folder)
+
+
+# -- Perfetto's order at equal start ----------------------------------------------------------
+
+
+def perfetto_depths(events: list[dict], tracks: set) -> dict[tuple, list[int]]:
+    """Depth of every slice on `tracks` as Perfetto's importer nests them (rounding variant).
+
+    Slices are sorted by start, those starting together longest first; a slice on the
+    stack closes only when its end <= the next start.
+    """
+    from .oracle import _imported, _plain
+
+    by_track: dict[tuple, list[tuple[int, int]]] = {}
+    for e in events:
+        key = (_plain(e.get("pid")), _plain(e.get("tid")))
+        if e.get("ph") == "X" and key in tracks:
+            ts, dur = _imported(str(e["ts"]))[0], _imported(str(e["dur"]))[0]
+            by_track.setdefault(key, []).append((ts, ts + dur))
+    depths = {}
+    for key, slices in by_track.items():
+        stack: list[int] = []
+        found = []
+        for start, end in sorted(slices, key=lambda s: (s[0], -(s[1] - s[0]))):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            found.append(len(stack))
+            stack.append(end)
+        depths[key] = found
+    return depths
+
+
+def synthetic_tracks(output: Path) -> set:
+    report = json.loads(Path(f"{output}.compact.json").read_text())
+    return {(g["display_pid"], tid) for g in report["groups"] for tid in g["lane_tids"]}
+
+
+def loads(output: Path) -> list[dict]:
+    from .oracle import events_of, load
+
+    return events_of(load(output.read_bytes()))
+
+
+ZERO_AT_215 = {"ph": "X", "cat": "kernel", "name": "z", "pid": 0, "tid": 9, "ts": 215,
+               "dur": 0, "args": {"device": 0, "stream": 9}}
+
+
+def test_a_zero_length_kernel_never_shares_a_lane_start_with_a_longer_one(cli, tmp_path):
+    """z (zero length, first in the file) and b both start at 215 µs: one lane would import
+    b first and nest z under it."""
+    events = base_events()
+    events[10:10] = [ZERO_AT_215]
+    data = document(events)
+    out, output, folder = run(cli, tmp_path, data, "compact")
+    assert out.rc == 0, out.describe()
+    depths = perfetto_depths(loads(output), synthetic_tracks(output))
+    assert depths and all(d == 0 for found in depths.values() for d in found), depths
+    assert_verified(tmp_path / "trace.json", output, byte_exact=True)
+
+
+def test_verify_finds_a_zero_length_slice_nested_at_a_shared_start(cli, tmp_path):
+    """The same trace with z moved by hand onto b's lane: Perfetto nests z at depth 1."""
+    events = base_events()
+    events[10:10] = [ZERO_AT_215]
+    out, output, _ = run(cli, tmp_path, document(events), "compact")
+    assert out.rc == 0, out.describe()
+    text = output.read_bytes()
+    lane_of = {}
+    for raw in output_events(output):
+        event = json.loads(raw)
+        lane_of[event.get("name")] = event.get("tid")
+    z_lane, b_lane = lane_of["z"], lane_of["b"]
+    assert z_lane != b_lane
+    z_event = next(raw for raw in output_events(output) if b'"name": "z"' in raw)
+    moved = z_event.replace(b'"tid": %d' % z_lane, b'"tid": %d' % b_lane, 1)
+    output.write_bytes(sub(text, z_event, moved))
+    from tracestream.verify import verify
+
+    checks = {c.name: c for c in verify(tmp_path / "trace.json", output, workers=0).checks}
+    depth = checks["depth zero on synthetic tracks"]
+    assert not depth.ok and "215000 ns" in depth.detail and "depth 1" in depth.detail, depth
+
+
+def test_two_guides_rounding_to_one_start_are_refused(cli, tmp_path):
+    """Anchors 0.4 µs apart round to the same whole-µs start: L0 (zero length) would nest
+    under L1 on the guide track."""
+    data = sub(D, ANCHOR_200, ANCHOR_200.replace(b'"ts": 200', b'"ts": 100.4'))
+    out, _, folder = run(cli, tmp_path, data, "layers")
+    assert_refused(out, "L0", "L1", "same microsecond", "ts 100.4", empty=folder)
