@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from tracestream.index import SWEEP_DTYPE
-from tracestream.lanes import FLOW_KIND, GroupLanes, Sweep, allocate, peak_overlap
+from tracestream.lanes import (
+    FLOW_KIND,
+    NEXT_FLOW_KIND,
+    GroupLanes,
+    Sweep,
+    allocate,
+    peak_overlap,
+)
 from tracestream.spill import RecordStore, concat_rows, key_order
 
 
@@ -96,13 +103,15 @@ def test_blockwise_lanes_equal_the_per_slice_heap(seed):
 
 def _reference_binding(kernels, flows):
     """Flow -> kernel per the rule: the one starting exactly at its time, else the one
-    containing it; None when there are several or none."""
+    containing it but not ending there (on a lane, a kernel starting there would take it);
+    None when there are several or none, or when an `f` without bp "e" starts at none."""
     bound = []
-    for track, t in flows:
+    for track, t, binds_next in flows:
         exact = [k for k, (kt, s, e) in enumerate(kernels) if kt == track and s == t]
         inside = [k for k, (kt, s, e) in enumerate(kernels) if kt == track and s <= t <= e]
         bound.append(exact[0] if len(exact) == 1 else
-                     inside[0] if not exact and len(inside) == 1 else None)
+                     inside[0] if not binds_next and not exact and len(inside) == 1
+                     and kernels[inside[0]][2] != t else None)
     return bound
 
 
@@ -111,15 +120,16 @@ def test_flows_bind_like_the_rule_says_across_blocks(seed):
     rng = np.random.default_rng(seed)
     lo, hi = _random_slices(rng, 300)
     kernels = list(zip(rng.integers(0, 3, 300).tolist(), lo.tolist(), hi.tolist()))
-    flows = [(int(rng.integers(0, 3)), int(t)) for t in rng.integers(0, 900, 60)]
+    flows = [(int(rng.integers(0, 3)), int(t), bool(rng.integers(0, 4) == 0))
+             for t in rng.integers(0, 900, 60)]
     rows = np.zeros(len(kernels) + len(flows), SWEEP_DTYPE)
     rows["track"] = [k[0] for k in kernels] + [f[0] for f in flows]
     rows["key"] = rows["start"] = [k[1] for k in kernels] + [f[1] for f in flows]
     rows["end"] = rows["hi"] = [k[2] for k in kernels] + [f[1] for f in flows]
-    rows["kind"] = [1] * len(kernels) + [FLOW_KIND] * len(flows)
+    rows["kind"] = [1] * len(kernels) + [NEXT_FLOW_KIND if f[2] else FLOW_KIND for f in flows]
     rows["group"] = [0] * len(kernels) + [-1] * len(flows)
     rows["cand"] = np.arange(len(rows))
-    rows["tie"] = rows["cand"] + np.where(rows["kind"] == FLOW_KIND, 1 << 62, 0)
+    rows["tie"] = rows["cand"] + np.where(rows["group"] < 0, 1 << 62, 0)
     rows = rows[np.lexsort((rows["tie"], rows["key"]))]
     cuts = np.sort(rng.choice(np.arange(1, len(rows)), rng.integers(0, 15), replace=False))
     actions = np.zeros(len(rows), np.uint16)

@@ -35,6 +35,7 @@ from tracestream.matches import Match, MatchTable
 from tracestream.observe import (
     FLOW,
     META,
+    NEXT_FLOW,
     NO_ID,
     SCOPES,
     BadCut,
@@ -371,7 +372,7 @@ class IndexBuilder:
         batch["track"] = tracks[rows["track"]]
         self.flow_tracks.update(np.unique(batch["track"]).tolist())
         batch["group"] = -1
-        batch["kind"] = FLOW
+        batch["kind"] = np.where(rows["binds_next"], NEXT_FLOW, FLOW)
         batch["cand"] = cand
         self.sweep.append(batch)
         ids = np.empty(len(rows), _FLOW_ID_DTYPE)

@@ -15,8 +15,13 @@ block) when that token is free by then, and opens a lane otherwise. The lanes
 opened so far are a running maximum of the overlap, and each slice inherits the
 lane of the slice whose token it took.
 
-Flows on a relocated track bind to the activity on their original track that
-starts exactly at the flow's time, else to the one activity containing it.
+Flows on a relocated track bind as Perfetto binds them on their original track:
+to the activity that starts exactly at the flow's time, else (`s`, `t`, and `f`
+with `"bp": "e"`) to the one activity containing it. Each then moves to its
+activity's lane, where it must bind to the same activity: a flow at the very end
+of its activity (another one on the lane may start there and take it) and an `f`
+without `"bp": "e"` anywhere but at an activity's start (it binds to the next
+slice of its track, which the lane changes) are refused.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import numpy as np
 from tracestream.spill import take_rows
 
 FLOW_KIND = 8  # same code as index.FLOW; kept here so this module stays standalone
+NEXT_FLOW_KIND = 10  # same as observe.NEXT_FLOW: an `f` without "bp": "e"
+_FLOW_KINDS = np.array([FLOW_KIND, NEXT_FLOW_KIND], np.int8)
 SCOPE_KIND = 5  # events.GPU_SCOPE: scopes get lanes but never bind flows
 LANE_CAP = 62  # lanes beyond this share a code; more than 10 lanes is refused anyway
 
@@ -182,13 +189,13 @@ class Sweep:
         compacted = np.array(sorted(self.compacted), np.int64)
         flow_track_ids = np.array(sorted(flow_tracks), np.int64)
         for block in blocks:
-            is_flow = block["kind"] == FLOW_KIND
+            is_flow = np.isin(block["kind"], _FLOW_KINDS)
             keep = (~is_flow & np.isin(block["group"], compacted)) | (
                 is_flow & np.isin(block["track"], flow_track_ids))
             if not keep.any():
                 continue
             block = take_rows(block, keep)
-            is_flow = block["kind"] == FLOW_KIND
+            is_flow = np.isin(block["kind"], _FLOW_KINDS)
             codes = np.zeros(len(block), np.int64)
             group = block["group"]
             for g in np.unique(group[~is_flow]).tolist():
@@ -207,12 +214,14 @@ class Sweep:
             flows = np.flatnonzero(is_flow)
             if len(flows):
                 codes[flows] = self._bind(block["track"][flows].astype(np.int64),
-                                          block["key"][flows], block["cand"][flows])
+                                          block["key"][flows], block["cand"][flows],
+                                          block["kind"][flows] == NEXT_FLOW_KIND)
             self._open = self._open.ending_from(int(block["key"][-1]))
             bound = codes > 0
             actions[block["cand"][bound]] = codes[bound]
 
-    def _bind(self, track: np.ndarray, t: np.ndarray, cands: np.ndarray) -> np.ndarray:
+    def _bind(self, track: np.ndarray, t: np.ndarray, cands: np.ndarray,
+              next_binding: np.ndarray) -> np.ndarray:
         """Lane code of the activity each flow binds to; 0 (a problem kept) if none."""
         act = self._open
         # one sortable key per (track, time): times replaced by their rank
@@ -235,21 +244,27 @@ class Sweep:
         one = exact == 1
         codes[one] = act.code[by_start[first[one]]]
         for k in np.flatnonzero(exact != 1).tolist():
-            reason = _unbound(int(exact[k]), int(inside[k]))
-            if reason is not None:
-                self.flow_problems.append(FlowProblem(int(cands[k]), int(t[k]), reason))
-                continue
-            (hit,) = np.flatnonzero((act.track == track[k]) & (act.start <= t[k])
-                                    & (act.end >= t[k]))
-            codes[k] = act.code[hit]
+            reason = _unbound(int(exact[k]), int(inside[k]), bool(next_binding[k]))
+            if reason is None:
+                (hit,) = np.flatnonzero((act.track == track[k]) & (act.start <= t[k])
+                                        & (act.end >= t[k]))
+                if act.end[hit] != t[k]:
+                    codes[k] = act.code[hit]
+                    continue
+                reason = ("lies exactly at the end of its activity (on a lane, an activity "
+                          "starting there would take it in Perfetto)")
+            self.flow_problems.append(FlowProblem(int(cands[k]), int(t[k]), reason))
         return codes
 
 
-def _unbound(exact: int, inside: int) -> str | None:
+def _unbound(exact: int, inside: int, next_binding: bool) -> str | None:
     """Why a flow starting at no activity or at several binds to none; None when exactly
     one activity contains it (it binds to that one)."""
     if exact > 1:
         return f"starts exactly at {exact} activities"
+    if next_binding:
+        return ('is an `f` without "bp": "e" that does not start exactly at a GPU activity '
+                "(Perfetto binds it to the next slice of its track, which a lane changes)")
     if inside != 1:
         return "binds to no GPU activity" if not inside else f"lies inside {inside} activities"
     return None

@@ -51,6 +51,7 @@ from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_forms
 from tracestream.workers import received_view
 
 FLOW = 8  # candidate kind of flow events
+NEXT_FLOW = 10  # sweep kind of an `f` without "bp": "e" (binds to the next slice, not its own)
 META = 9  # candidate kind of thread metadata events
 
 CANDIDATE_DTYPE = np.dtype([("index", "<i4"), ("offset", "<i8"), ("length", "<i4"),
@@ -64,7 +65,8 @@ SLICE_SUMMARY_DTYPE = np.dtype([
 ])
 """What the read-only commands keep of a slice (stats and peak overlaps): half the bytes
 each result carries back from a worker."""
-FLOW_DTYPE = np.dtype([("cand", "<i4"), ("track", "<i4"), ("ts", "<i8"), ("id", "<i8")])
+FLOW_DTYPE = np.dtype([("cand", "<i4"), ("track", "<i4"), ("ts", "<i8"), ("id", "<i8"),
+                       ("binds_next", "?")])
 
 SCOPES = "scopes"
 NO_ID = np.iinfo(np.int64).min
@@ -87,6 +89,7 @@ class Event(msgspec.Struct, gc=False):
     ts: msgspec.Raw = msgspec.Raw()  # the exact number text
     dur: msgspec.Raw = msgspec.Raw()
     id: Any = None
+    bp: Any = None
     args: _Args | None = None
 
 
@@ -795,7 +798,7 @@ class _Observer:
             starts, ends = self.spans
             suspect |= _with_backslash(self.data, starts[slices], ends[slices])
         for k in np.flatnonzero(suspect).tolist():
-            dup = _duplicate_key(self.raw(slices[k]))
+            dup = duplicate_key(self.raw(slices[k]))
             if dup is not None:
                 raise self.fail(slices[k], f"duplicate key `{dup}` in a GPU event (which value "
                                            "would a reader take?)")
@@ -815,7 +818,7 @@ class _Observer:
         for i, raw in zip(events, raws):
             if max(map(raw.count, _INTERPRETED_KEYS)) < 2 and b"\\" not in raw:
                 continue  # each key once, and none spelled with escapes
-            dup = _duplicate_key(raw)
+            dup = duplicate_key(raw)
             if dup is not None:
                 raise self.fail(i, f"duplicate key `{dup}` in a kernel that --anchor-regex or "
                                    "--end-anchor-regex matches")
@@ -831,6 +834,7 @@ class _Observer:
         rows["cand"] = cand_of[flows]
         rows["track"] = _intern(self.track, [(e.pid, e.tid) for e in fev])
         rows["ts"] = ts_ns[flows]
+        rows["binds_next"] = [binds_next(e.ph, e.bp) for e in fev]
         fids = [e.id for e in fev]
         packed = [fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID for fid in fids]
         rows["id"] = packed
@@ -894,6 +898,12 @@ def _key_count(data: bytes) -> int:
         found = speedups.native.literal_positions(data, _INTERPRETED_KEYS)
         return sum(len(positions) for positions in found) // 8  # int64 positions
     return len(_INTERPRETED_KEY.findall(data))
+
+
+def binds_next(ph: Any, bp: Any) -> bool:
+    """Perfetto binds an `f` without `"bp": "e"` to the next slice that begins at or after it
+    on its track; `s`, `t` and `f` with `"bp": "e"` to the slice enclosing it."""
+    return ph == "f" and bp != "e"
 
 
 def _with_backslash(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -1054,7 +1064,7 @@ def _llround(x: np.ndarray) -> np.ndarray:
     return f.astype(np.int64) + up
 
 
-def _duplicate_key(raw: bytes) -> str | None:
+def duplicate_key(raw: bytes) -> str | None:
     """A key that appears twice in one object of an event (exact, for the few that need it)."""
     found: list[str] = []
 

@@ -30,6 +30,7 @@ from tracestream.edit import provenance_match, provenance_of, relocate, unreloca
 from tracestream.errors import TraceError
 from tracestream.events import ACTIVITY_KINDS, GUIDE_CATEGORY, HEAD, KERNEL, TIMING, CategoryKinds
 from tracestream.index import TraceIndex
+from tracestream.observe import binds_next, duplicate_key
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
@@ -159,10 +160,11 @@ class _OutputChecks:
         self.depth = {v: RecordStore(dtype, sort_keys=("track", "start"), tmpdir=tmpdir,
                                      budget=_CHECK_BUDGET)
                       for v in ("exact", "round", "trunc")}
-        bind_dtype = np.dtype([("track", "<i8"), ("key", "<i8"), ("end", "<i8"),
-                               ("lane", "<i8"), ("flow", "i1"), ("ordinal", "<i8")])
-        self.binding = RecordStore(bind_dtype, sort_keys=("track", "key"), tmpdir=tmpdir,
-                                   budget=_CHECK_BUDGET)
+        # relocated activities and flows, once by their original track, once by their lane
+        self.binding = {side: RecordStore(_BIND_DTYPE, sort_keys=("track", "key"),
+                                          tmpdir=tmpdir, budget=_CHECK_BUDGET)
+                        for side in ("source", "lane")}
+        self._tmpdir = tmpdir
         self._rows: dict[str, list] = {v: [] for v in self.depth}
         self._bind_rows: list = []
         self.guides: list[tuple[int, int, str]] = []
@@ -170,6 +172,9 @@ class _OutputChecks:
         self.kernels: dict[tuple, int] = {}
         self.streams: dict[tuple, set] = {}
         self.problems: list[str] = []
+        self.lane_slices: dict[tuple, int] = {}  # slices per synthetic track
+        self.relocated_events = 0
+        self.relocated_flows = 0
 
     def _track(self, key: tuple) -> int:
         tid = self.track_ids.get(key)
@@ -180,11 +185,15 @@ class _OutputChecks:
     def observe(self, ordinal: int, raw: bytes) -> None:
         head = HEAD.decode(raw)
         prov = provenance_of(raw) if b"_compact_gpu_track" in raw else None
+        if prov is not None:
+            self.relocated_events += 1
         if head.ph in ("s", "t", "f") and prov is not None:
+            self.relocated_flows += 1
             ts = timebase.parse_decimal(bytes(TIMING.decode(raw).ts)).floor_ns()
             orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
-            self._bind_rows.append((self._track(orig), ts, ts,
-                                    self._track((head.pid, head.tid)), 1, ordinal))
+            mode = _NEXT_FLOW if binds_next(head.ph, head.bp) else _FLOW
+            self._bind_rows.append((self._track(orig), self._track((head.pid, head.tid)),
+                                    ts, ts, mode, ordinal))
             return
         if head.ph != "X":
             return
@@ -207,6 +216,7 @@ class _OutputChecks:
             if not ts_text or not dur_text:
                 self.problems.append(f"event {ordinal} on {self.synthetic[key]} has no ts/dur")
                 return
+            self.lane_slices[key] = self.lane_slices.get(key, 0) + 1
             track = self._track(key)
             ts = timebase.parse_decimal(ts_text)
             end = (ts + timebase.parse_decimal(dur_text)).ceil_ns()
@@ -221,8 +231,8 @@ class _OutputChecks:
             ts = timebase.parse_decimal(ts_text)
             end = (ts + timebase.parse_decimal(dur_text)).ceil_ns()
             orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
-            self._bind_rows.append((self._track(orig), ts.floor_ns(), end,
-                                    self._track((head.pid, head.tid)), 0, ordinal))
+            self._bind_rows.append((self._track(orig), self._track((head.pid, head.tid)),
+                                    ts.floor_ns(), end, _ACTIVITY, ordinal))
         if len(self._bind_rows) > 65536:
             self._flush()
 
@@ -232,11 +242,17 @@ class _OutputChecks:
                 self.depth[variant].append(np.array(rows, dtype=self.depth[variant].dtype))
                 rows.clear()
         if self._bind_rows:
-            self.binding.append(np.array(self._bind_rows, dtype=self.binding.dtype))
+            rows = np.array(self._bind_rows, dtype=_BIND_ROW_DTYPE)
+            for side, store in self.binding.items():
+                records = np.empty(len(rows), _BIND_DTYPE)
+                records["track"] = rows[side]
+                for name in ("key", "end", "mode", "ordinal"):
+                    records[name] = rows[name]
+                store.append(records)
             self._bind_rows.clear()
 
     def close(self) -> None:
-        for store in list(self.depth.values()) + [self.binding]:
+        for store in list(self.depth.values()) + list(self.binding.values()):
             store.close()
 
     def depth_problems(self) -> list[str]:
@@ -274,53 +290,128 @@ class _OutputChecks:
         return problems
 
     def binding_problems(self) -> list[str]:
-        """Each relocated flow must be on the lane of the activity it binds to.
-
-        A flow binds to the activity of its stream that starts at its ts, else to the one
-        that contains it. Records come in start order per stream, so the activities still
-        open at a flow are those that end at or after it: a heap by end keeps just them
-        (keeping every activity of a stream made this quadratic in its length). The flows
-        of one (stream, start) are judged once all its activities are in: the sort key is
-        the start itself (2*ns+1 for flows overflowed int64 from 4.6e15 µs on).
-        """
+        """Each relocated flow binds on its lane, under Perfetto's rules, to the activity it
+        binds to on its original stream (see `perfetto_bindings`)."""
         self._flush()
-        problems: list[str] = []
-        open_: list = []  # (end, start, lane) of the stream's activities not yet ended
-        current = None
-        waiting: list = []  # (ordinal, lane) of the flows at `current`
-        for block in self.binding.sorted_blocks():
-            for track, key, end, lane, flow, ordinal in zip(
-                block["track"].tolist(), block["key"].tolist(), block["end"].tolist(),
-                block["lane"].tolist(), block["flow"].tolist(), block["ordinal"].tolist(),
-            ):
-                if (track, key) != current:
-                    _judge_flows(waiting, open_, current, problems)
-                    if current is None or track != current[0]:
-                        open_ = []
-                    current = (track, key)
-                if flow:
-                    waiting.append((ordinal, lane))
-                else:
-                    heapq.heappush(open_, (end, key, lane))
-        _judge_flows(waiting, open_, current, problems)
+        found = {}
+        for side, store in self.binding.items():
+            found[side] = RecordStore(_BOUND_DTYPE, sort_keys=("flow", "bound"),
+                                      tmpdir=self._tmpdir, budget=_CHECK_BUDGET)
+            for rows in perfetto_bindings(store.sorted_blocks()):
+                found[side].append(rows)
+        problems = []
+        try:
+            for (flow, source), (_, lane) in zip(_rows(found["source"].sorted_blocks()),
+                                                 _rows(found["lane"].sorted_blocks())):
+                if source < 0:
+                    problems.append(f"flow event {flow} binds to "
+                                    f"{0 if source == _NONE else 'several'} activities")
+                elif lane == _NONE:
+                    problems.append(
+                        f"flow event {flow} is not on the lane of the activity it binds to")
+                elif lane != source:
+                    what = "several activities" if lane == _MANY else f"output event {lane}"
+                    problems.append(
+                        f"flow event {flow} binds on its lane to {what}, not to event {source} "
+                        "it binds to on its original stream")
+        finally:
+            for store in found.values():
+                store.close()
         return problems
 
 
-def _judge_flows(waiting: list, open_: list, at: tuple | None, problems: list[str]) -> None:
-    """Bind the flows `waiting` at (stream, start) `at` among the activities `open_`."""
-    if not waiting:
-        return
-    key = at[1]
-    while open_ and open_[0][0] < key:  # ended before these flows (and every later one)
-        heapq.heappop(open_)
-    exact = [e for e in open_ if e[1] == key]
-    hits = exact or open_  # every open activity started at or before the flows
-    for ordinal, lane in waiting:
-        if len(hits) != 1:
-            problems.append(f"flow event {ordinal} binds to {len(hits)} activities")
-        elif hits[0][2] != lane:
-            problems.append(f"flow event {ordinal} is not on the lane of the activity it binds to")
-    waiting.clear()
+_ACTIVITY, _FLOW, _NEXT_FLOW = range(3)
+_NONE, _MANY = -1, -2  # a flow bound to no activity, or to several
+_BIND_ROW_DTYPE = np.dtype([("source", "<i8"), ("lane", "<i8"), ("key", "<i8"), ("end", "<i8"),
+                            ("mode", "i1"), ("ordinal", "<i8")])
+_BIND_DTYPE = np.dtype([("track", "<i8"), ("key", "<i8"), ("end", "<i8"), ("mode", "i1"),
+                        ("ordinal", "<i8")])
+"""An activity (key: its start, ns) or a flow (key: its ts, ns) on a track."""
+_BOUND_DTYPE = np.dtype([("flow", "<i8"), ("bound", "<i8")])
+
+
+def _rows(blocks) -> Iterator[tuple[int, int]]:
+    for block in blocks:
+        yield from zip(block["flow"].tolist(), block["bound"].tolist())
+
+
+def perfetto_bindings(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """(flow ordinal, ordinal of the activity it binds to, or _NONE/_MANY) for every flow of
+    `_BIND_DTYPE` records in (track, key) order, as Perfetto binds v1 flows on a track.
+
+    `s`, `t` and `f` with `"bp": "e"` bind to the slice that starts exactly at them,
+    else to the one that encloses them, its end included (a slice ending there has not
+    been closed yet). An `f` without `"bp": "e"` binds to the next slice that begins
+    at or after it. Records come in start order per track; those of one (track, start)
+    are taken together, activities before flows (the key is the start itself, so that
+    every timestamp the index accepts fits). A heap by end keeps the activities still
+    open at a flow, and flows waiting for their next slice are few.
+    """
+    out: list[tuple[int, int]] = []
+    state = _TrackBindings(out)
+    at = None
+    activities: list[tuple[int, int]] = []  # (end, ordinal) starting at `at`
+    flows: list[tuple[int, int]] = []  # (ordinal, mode) at `at`
+    for block in blocks:
+        for track, key, end, mode, ordinal in zip(
+            block["track"].tolist(), block["key"].tolist(), block["end"].tolist(),
+            block["mode"].tolist(), block["ordinal"].tolist(),
+        ):
+            if (track, key) != at:
+                if at is not None:
+                    state.take(at, activities, flows)
+                activities, flows, at = [], [], (track, key)
+            if mode == _ACTIVITY:
+                activities.append((end, ordinal))
+            else:
+                flows.append((ordinal, mode))
+        if len(out) > 65536:
+            yield np.array(out, _BOUND_DTYPE)
+            out.clear()
+    if at is not None:
+        state.take(at, activities, flows)
+    state.end_track()
+    if out:
+        yield np.array(out, _BOUND_DTYPE)
+
+
+class _TrackBindings:
+    """The binding state of one track at a time, for `perfetto_bindings`."""
+
+    def __init__(self, out: list):
+        self.out = out
+        self.track = None
+        self.open: list = []  # (end, start, ordinal) of the track's activities not yet ended
+        self.waiting: list[int] = []  # flows binding to the next activity to start
+
+    def end_track(self) -> None:
+        self.out.extend((flow, _NONE) for flow in self.waiting)
+        self.open, self.waiting = [], []
+
+    def take(self, at: tuple[int, int], activities: list, flows: list) -> None:
+        """The activities starting at `at` (track, start ns), then the flows there."""
+        track, t = at
+        if track != self.track:
+            self.end_track()
+            self.track = track
+        if activities and self.waiting:  # the next slice after them starts here
+            bound = activities[0][1] if len(activities) == 1 else _MANY
+            self.out.extend((flow, bound) for flow in self.waiting)
+            self.waiting = []
+        for end, ordinal in activities:
+            heapq.heappush(self.open, (end, t, ordinal))
+        if not flows:
+            return
+        while self.open and self.open[0][0] < t:  # ended before these flows (and later ones)
+            heapq.heappop(self.open)
+        exact = [e for e in self.open if e[1] == t]
+        hits = exact or self.open  # every open activity started at or before the flows
+        bound = hits[0][2] if len(hits) == 1 else _NONE if not hits else _MANY
+        for ordinal, mode in flows:
+            if mode == _NEXT_FLOW and not exact:
+                self.waiting.append(ordinal)
+            else:
+                self.out.append((ordinal, bound))
 
 
 def verify(trace, output, report: str | None = None, *, tmpdir: str | None = None,
@@ -372,12 +463,15 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
     out_scan, out_events = _events(annotated, out_stats)
     checks = _OutputChecks(data, tmpdir)
     try:
-        event_problems = _lockstep(src_events, out_events, index, plan, retired, checks)
+        event_problems, in_step = _lockstep(src_events, out_events, index, plan, retired,
+                                            checks)
         restore_problems, digest = _restore_problems(source, annotated, data, retired)
         verdict.add("restored events equal the source", restore_problems,
                     f"restore gives back the source byte for byte (sha256 {digest[:16]}…)")
         verdict.add("output equals the plan", event_problems,
                     f"{len(plan.appended):,} added events, every relocation on its planned lane")
+        if not in_step:  # the output-only checks would report what the lost step left out
+            return
         verdict.add("top-level metadata", _top_level_problems(src_scan, out_scan, plan),
                     f"{len(src_scan.layout.values)} top-level keys equal and in order")
         verdict.add("depth zero on synthetic tracks", checks.depth_problems(),
@@ -387,17 +481,26 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         verdict.add("guides", _guide_problems(checks, data), _guide_text(data))
         verdict.add("kernel and stream counts", _count_problems(checks, data),
                     "per-GPU kernel and stream counts equal the report's")
+        verdict.add("lanes", _lane_problems(checks, data), "the report's lanes are the output's")
     finally:
         checks.close()
 
 
-def _lockstep(src_events, out_events, index, plan, retired, checks) -> list[str]:
+def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[list[str], bool]:
+    """(plan problems, whether source and output stayed in step).
+
+    An output event that is not what the plan makes of its source event is reported
+    once, and the output-only checks see the planned event instead, so one tampered
+    value is named once. After _MAX_LISTED such events in a row (an event dropped or
+    added) the two are out of step, and comparing stops.
+    """
     event_problems: list[str] = []
     planned = edits(index, plan)
     next_edit = next(planned, None)
     retired_map = dict(retired)
     targets = plan.targets
     out_ordinal = -1
+    amiss = 0  # output events in a row that differ from the plan
     for ordinal, raw in src_events:
         if not ordinal & 0xFFFF:
             release_memory()  # chunk buffers come and go: give their pages back
@@ -415,26 +518,32 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> list[str]
         if out is None:
             event_problems.append(f"output ends early: source event {ordinal} ({_short(raw)}) "
                                   "and later ones are missing")
-            return event_problems
+            return event_problems, False
         out_ordinal, out_raw = out[0], bytes(out[1])
-        checks.observe(out_ordinal, out_raw)
         expected = raw if action == KEEP else relocate(raw, targets[action][0], ordinal,
                                                        targets[action][1])
         if out_raw == expected:
+            checks.observe(out_ordinal, out_raw)
+            amiss = 0
             continue
+        checks.observe(out_ordinal, expected)
+        amiss += 1
+        if amiss > _MAX_LISTED:
+            event_problems.append(f"stopped comparing at output event {out_ordinal}: the "
+                                  "output is out of step with the source")
+            return event_problems, False
         restored = out_raw
         if provenance_match(out_raw) is not None:
             try:
                 restored, _ = unrelocate(out_raw)
             except TraceError as exc:
                 event_problems.append(f"output event {out_ordinal}: {exc}")
-                return event_problems
+                continue
         if restored != raw:
             event_problems.append(
                 f"source event {ordinal} ({_short(raw)}) != output event {out_ordinal} "
-                f"restored: {first_difference(raw, restored)}; stopped comparing there")
-            return event_problems
-        if action == KEEP:
+                f"restored: {first_difference(raw, restored)}")
+        elif action == KEEP:
             event_problems.append(
                 f"event {ordinal} ({_short(raw)}) was moved but the plan keeps it"
             )
@@ -446,16 +555,26 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> list[str]
         out = next(out_events, None)
         if out is None:
             event_problems.append(f"added event {k} of {len(plan.appended)} is missing")
-            return event_problems
+            return event_problems, False
         out_ordinal, out_raw = out[0], bytes(out[1])
-        checks.observe(out_ordinal, out_raw)
-        if _TEXT_VALUES.decode(out_raw) != _TEXT_VALUES.decode(added):
-            event_problems.append(
-                f"added event {k} (output event {out_ordinal}): {first_difference(added, out_raw)}")
+        checks.observe(out_ordinal, added)
+        if out_raw != added:
+            event_problems.append(f"added event {k} (output event {out_ordinal}): "
+                                  f"{_added_difference(added, out_raw)}")
     extra = sum(1 for _ in out_events)
     if extra:
         event_problems.append(f"the output has {extra} events more than the source and plan")
-    return event_problems
+        return event_problems, False
+    return event_problems, True
+
+
+def _added_difference(added: bytes, out_raw: bytes) -> str:
+    """What differs in an added event, read as Perfetto reads it: a key spelled twice (or
+    once escaped, once not) first, since a reader may take either value."""
+    duplicate = duplicate_key(out_raw)
+    if duplicate is not None:
+        return f"duplicate key `{duplicate}`"
+    return first_difference(added, out_raw)
 
 
 def _restore_problems(source: TraceSource, annotated: TraceSource, data: dict,
@@ -524,6 +643,44 @@ def _guide_problems(checks: _OutputChecks, data: dict) -> list[str]:
             problems.append(f"guide {n1} starts before {n0}")
         elif s1 < e0:
             problems.append(f"guide {n1} overlaps {n0}")
+    return problems or _guide_rows_problems(checks, data)
+
+
+def _lane_problems(checks: _OutputChecks, data: dict) -> list[str]:
+    """The report's lanes and relocation counts must be the output's: every lane it lists
+    holds slices, and it counts the relocated events and flows the output holds."""
+    section = data.get("compaction", data)
+    if "groups" not in section:
+        return []
+    problems = []
+    for g in section["groups"]:
+        tids = g.get("lane_tids", [])
+        used = [t for t in tids if checks.lane_slices.get((g.get("display_pid"), t))]
+        if g.get("lanes") != len(tids) or len(used) != len(tids):
+            problems.append(
+                f"pid {g.get('pid')} {g.get('kind')}: the report says {g.get('lanes')} lanes "
+                f"(tids {tids}), the output has slices on {len(used)} of them")
+    for key, found in (("relocated_events", checks.relocated_events),
+                       ("relocated_flows", checks.relocated_flows)):
+        if section.get(key) != found:
+            problems.append(f"the report's {key} is {section.get(key)}, the output holds {found}")
+    return problems
+
+
+def _guide_rows_problems(checks: _OutputChecks, data: dict) -> list[str]:
+    """The report's guide rows must describe the output's guides (whole µs, in order)."""
+    problems = []
+    for row, (start, end, name) in zip(data.get("layers", []), checks.guides):
+        said = (row.get("guide_start_us"), row.get("guide_end_us"), f"L{row.get('layer_id')}")
+        if (start, end, name) != (said[0] * 1000 if isinstance(said[0], int) else None,
+                                  said[1] * 1000 if isinstance(said[1], int) else None, said[2]):
+            problems.append(
+                f"the report's row {said[2]} (pass {row.get('pass_index')}) says "
+                f"[{said[0]}, {said[1]}] µs, the output's guide {name} is "
+                f"[{start / 1000:g}, {end / 1000:g}] µs")
+    if "layers" in data and len(data["layers"]) != len(checks.guides):
+        problems.append(f"the report has {len(data['layers'])} guide rows, the output "
+                        f"{len(checks.guides)} guides")
     return problems
 
 

@@ -158,27 +158,40 @@ def test_a_zero_length_kernel_never_shares_a_lane_start_with_a_longer_one(cli, t
     assert_verified(tmp_path / "trace.json", output, byte_exact=True)
 
 
-def test_verify_finds_a_zero_length_slice_nested_at_a_shared_start(cli, tmp_path):
-    """The same trace with z moved by hand onto b's lane: Perfetto nests z at depth 1."""
-    events = base_events()
-    events[10:10] = [ZERO_AT_215]
-    out, output, _ = run(cli, tmp_path, document(events), "compact")
-    assert out.rc == 0, out.describe()
-    text = output.read_bytes()
-    lane_of = {}
-    for raw in output_events(output):
-        event = json.loads(raw)
-        lane_of[event.get("name")] = event.get("tid")
-    z_lane, b_lane = lane_of["z"], lane_of["b"]
-    assert z_lane != b_lane
-    z_event = next(raw for raw in output_events(output) if b'"name": "z"' in raw)
-    moved = z_event.replace(b'"tid": %d' % z_lane, b'"tid": %d' % b_lane, 1)
-    output.write_bytes(sub(text, z_event, moved))
-    from tracestream.verify import verify
+def lane_checks(events: list[dict]):
+    """verify's output-only checks fed `events`, on lane tid 1000000 of pid 0 (a planner
+    that put them there); each event dict may carry `moved_from` (its original tid)."""
+    from tracestream.verify import _OutputChecks
 
-    checks = {c.name: c for c in verify(tmp_path / "trace.json", output, workers=0).checks}
-    depth = checks["depth zero on synthetic tracks"]
-    assert not depth.ok and "215000 ns" in depth.detail and "depth 1" in depth.detail, depth
+    checks = _OutputChecks({"options": {}, "groups": [
+        {"display_pid": 0, "lane_tids": [1_000_000]}]}, None)
+    for ordinal, event in enumerate(events):
+        event = dict(event)
+        origin = event.pop("moved_from", None)
+        if origin is not None:
+            event["args"] = {"_compact_gpu_track": {"pid": 0, "tid": origin,
+                                                    "source_event_index": ordinal,
+                                                    "had_args": False}}
+            event["tid"] = 1_000_000
+        checks.observe(ordinal, json.dumps(event).encode())
+    return checks
+
+
+def test_verify_finds_a_zero_length_slice_nested_at_a_shared_start():
+    """z (zero length) and b both start at 215 µs on one lane: Perfetto imports b first and
+    nests z under it, whichever comes first in the file."""
+    z = {**ZERO_AT_215, "moved_from": 9}
+    b = {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "ts": 215, "dur": 10,
+         "moved_from": 8}
+    for events in ([z, b], [b, z]):
+        checks = lane_checks(events)
+        problems = checks.depth_problems()
+        checks.close()
+        assert len(problems) == 3 and all("215000 ns" in p and "depth 1" in p
+                                          for p in problems), problems
+    checks = lane_checks([z, {**z, "name": "z2"}])  # zero-length together: both at depth 0
+    assert checks.depth_problems() == []
+    checks.close()
 
 
 def test_two_guides_rounding_to_one_start_are_refused(cli, tmp_path):
@@ -187,3 +200,153 @@ def test_two_guides_rounding_to_one_start_are_refused(cli, tmp_path):
     data = sub(D, ANCHOR_200, ANCHOR_200.replace(b'"ts": 200', b'"ts": 100.4'))
     out, _, folder = run(cli, tmp_path, data, "layers")
     assert_refused(out, "L0", "L1", "same microsecond", "ts 100.4", empty=folder)
+
+
+# -- flow binding as Perfetto binds -------------------------------------------------------------
+
+FLOW_200 = b'{"ph": "f", "id": 5, "pid": 0, "tid": 7, "ts": 200, "cat": "ac2g", "name": "ac2g", ' \
+           b'"bp": "e"}'
+
+
+def test_an_f_without_bp_inside_an_activity_is_refused(cli, tmp_path):
+    """Without "bp": "e" Perfetto binds the flow to the next slice of its stream (a@300), not
+    to a@200 around it; on a lane the next slice is another one."""
+    data = sub(D, FLOW_200, FLOW_200.replace(b'"ts": 200', b'"ts": 205')
+               .replace(b', "bp": "e"', b""))
+    out, _, folder = run(cli, tmp_path, data, "compact")
+    assert_refused(out, "flow event 9", 'without "bp": "e"', "ts 205.000", empty=folder)
+
+
+def test_an_f_without_bp_at_its_activitys_start_is_kept(cli, tmp_path):
+    data = sub(D, FLOW_200, FLOW_200.replace(b', "bp": "e"', b""))
+    out, output, _ = run(cli, tmp_path, data, "compact")
+    assert out.rc == 0, out.describe()
+    assert_verified(tmp_path / "trace.json", output, byte_exact=True)
+
+
+def test_a_flow_at_the_end_of_its_activity_is_refused(cli, tmp_path):
+    """At 210 µs the flow is inside a@200 [200, 210] only by its end: on a lane, c starting at
+    210 (another stream) would take it."""
+    c_210 = {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "tid": 8, "ts": 210, "dur": 4,
+             "args": {"device": 0, "stream": 8}}
+    events = base_events() + [c_210]
+    data = sub(document(events), FLOW_200, FLOW_200.replace(b'"ts": 200', b'"ts": 210'))
+    out, _, folder = run(cli, tmp_path, data, "compact")
+    assert_refused(out, "flow event 9", "exactly at the end of its activity", "ts 210.000",
+                   empty=folder)
+
+
+def _bindings(records) -> dict[int, int]:
+    import numpy as np
+
+    from tracestream.verify import _BIND_DTYPE, perfetto_bindings
+
+    rows = np.array(records, _BIND_DTYPE)
+    return {flow: bound for block in perfetto_bindings(iter([rows]))
+            for flow, bound in zip(block["flow"].tolist(), block["bound"].tolist())}
+
+
+def test_verify_binds_flows_as_perfetto_does():
+    """(track, key = start or ts in ns, end, mode 0 activity / 1 enclosing / 2 next,
+    ordinal), in (track, key) order; at one key, flows may come before activities."""
+    from tracestream.verify import _MANY, _NONE
+
+    # a [0, 10] then b [10, 20]: a flow at 10 binds to b, which starts there
+    assert _bindings([(0, 0, 10, 0, 1), (0, 10, 10, 1, 9), (0, 10, 20, 0, 2)]) == {9: 2}
+    # alone, a [0, 10] keeps a flow at its end
+    assert _bindings([(0, 0, 10, 0, 1), (0, 10, 10, 1, 9)]) == {9: 1}
+    # an f without bp at 5 binds to the next slice (b at 12), not to a around it
+    assert _bindings([(0, 0, 10, 0, 1), (0, 5, 5, 2, 9), (0, 12, 20, 0, 2)]) == {9: 2}
+    # ... to none after the last slice, to several when two begin together
+    assert _bindings([(0, 0, 10, 0, 1), (0, 11, 11, 2, 9)]) == {9: _NONE}
+    assert _bindings([(0, 5, 5, 2, 9), (0, 12, 20, 0, 2), (0, 12, 12, 0, 3)]) == {9: _MANY}
+    # the next slice is looked for on the flow's own track only
+    assert _bindings([(0, 5, 5, 2, 9), (1, 12, 20, 0, 2)]) == {9: _NONE}
+    # epoch nanoseconds near the int64 limit (9.2e15 µs) bind like any others
+    big = 9_100_000_000_000_000_000
+    assert _bindings([(0, big, big + 10, 0, 1), (0, big, big, 1, 9)]) == {9: 1}
+
+
+def test_verify_finds_a_flow_that_an_activity_on_its_lane_captures():
+    """a [200, 210] from stream 7 and c [210, 214] from stream 8 share a lane; the flow at
+    210 µs binds to a on stream 7 (it ends there) and to c on the lane (it starts there)."""
+    a = {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "ts": 200, "dur": 10,
+         "moved_from": 7}
+    c = {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "ts": 210, "dur": 4,
+         "moved_from": 8}
+    flow = {"ph": "f", "id": 5, "pid": 0, "ts": 210, "cat": "ac2g", "name": "ac2g", "bp": "e",
+            "moved_from": 7}
+    checks = lane_checks([a, c, flow])
+    assert checks.binding_problems() == [
+        "flow event 2 binds on its lane to output event 1, not to event 0 it binds to on its "
+        "original stream"]
+    checks.close()
+    checks = lane_checks([a, {**c, "ts": 211}, flow])
+    assert checks.binding_problems() == []
+    checks.close()
+
+
+def test_one_tampered_value_is_one_failure(cli, tmp_path):
+    """A relocated flow's ts edited in the output: the restore check names it, and nothing
+    else fails (the output-only checks see the planned event, and every later one)."""
+    out, output, _ = run(cli, tmp_path, D, "compact")
+    assert out.rc == 0, out.describe()
+    (flow,) = [raw for raw in output_events(output) if b'"ph": "f"' in raw]
+    edited = flow.replace(b'"ts": 200', b'"ts": 205').replace(b', "bp": "e"', b"")
+    output.write_bytes(sub(output.read_bytes(), flow, edited))
+    from tracestream.verify import verify
+
+    failed = [c for c in verify(tmp_path / "trace.json", output, workers=0).checks if not c.ok]
+    assert [c.name for c in failed] == ["restored events equal the source"], failed
+    assert "source event 9" in failed[0].detail and "field ts: 200 vs 205" in failed[0].detail
+
+
+# -- verify reads what Perfetto reads ---------------------------------------------------------
+
+
+def _verify_failures(source: Path, output: Path, report: Path | None = None) -> dict[str, str]:
+    from tracestream.verify import verify
+
+    verdict = verify(source, output, report, workers=0)
+    return {c.name: c.detail for c in verdict.checks if not c.ok}
+
+
+def test_an_added_event_with_a_duplicate_key_fails_verify(cli, tmp_path):
+    """`"ts": 150, "t\\u0073": 100` decodes (last wins) to the planned guide; Perfetto may
+    read 150."""
+    out, output, _ = run(cli, tmp_path, D, "layers")
+    assert out.rc == 0, out.describe()
+    text = output.read_bytes()
+    guide = b'"name": "L0", "pid": 0, "tid": 1000000, "ts": 100, "dur": 100'
+    output.write_bytes(sub(text, guide, guide.replace(b'"ts": 100',
+                                                      b'"ts": 150, "t\\u0073": 100')))
+    failures = _verify_failures(tmp_path / "trace.json", output)
+    assert list(failures) == ["output equals the plan"], failures
+    assert "duplicate key `ts`" in failures["output equals the plan"]
+
+
+def test_a_report_whose_guide_rows_are_not_the_output_fails_verify(cli, tmp_path):
+    out, output, _ = run(cli, tmp_path, D, "layers")
+    assert out.rc == 0, out.describe()
+    report = Path(f"{output}.layers.json")
+    data = json.loads(report.read_text())
+    data["layers"][1]["guide_end_us"] = 333
+    report.write_text(json.dumps(data))
+    failures = _verify_failures(tmp_path / "trace.json", output)
+    assert failures == {"guides": "the report's row L1 (pass 0) says [200, 333] µs, the "
+                                  "output's guide L1 is [200, 200] µs"}
+
+
+def test_a_report_whose_lane_count_is_not_the_output_fails_verify(cli, tmp_path):
+    out, output, _ = run(cli, tmp_path, D, "compact")
+    assert out.rc == 0, out.describe()
+    report = Path(f"{output}.compact.json")
+    data = json.loads(report.read_text())
+    data["groups"][0]["lanes"] += 1
+    data["relocated_flows"] += 1
+    report.write_text(json.dumps(data))
+    failures = _verify_failures(tmp_path / "trace.json", output)
+    assert list(failures) == ["lanes"], failures
+    assert "the report says 2 lanes (tids [1000000]), the output has slices on 1 of them" \
+        in failures["lanes"]
+    assert "the report's relocated_flows is 2, the output holds 1" in failures["lanes"]
