@@ -42,6 +42,7 @@ from tracestream.observe import (
     ChunkError,
     ChunkFacts,
     Context,
+    DuplicateInFlow,
     GuideEvent,
     MetaEvent,
     OtherOnTrack,
@@ -155,6 +156,7 @@ class TraceIndex:
     thread_meta: list[MetaEvent]
     process_meta: dict[Any, dict[str, Any]]
     other_on_track: dict[int, OtherOnTrack]
+    duplicate_flows: dict[int, DuplicateInFlow]
     matches: dict[str, MatchTable]
     guides: list[GuideEvent]
     provenance_ordinal: int | None
@@ -216,6 +218,7 @@ class IndexBuilder:
         self.thread_meta: list[MetaEvent] = []
         self.process_meta: dict[Any, dict[str, Any]] = {}
         self.other_on_track: dict[int, OtherOnTrack] = {}
+        self.duplicate_flows: dict[int, DuplicateInFlow] = {}
         self.matches: dict[str, MatchTable] = {
             name: MatchTable(self._track_list, self._group_list) for name in options.patterns}
         self.guides: list[GuideEvent] = []
@@ -286,6 +289,11 @@ class IndexBuilder:
             if track not in self.other_on_track:
                 other.ordinal += base
                 self.other_on_track[track] = other
+        for local, found in facts.duplicate_flows.items():
+            track = int(tracks[local])
+            if track not in self.duplicate_flows:
+                found.ordinal += base
+                self.duplicate_flows[track] = found
         for name, (rows, names, streams, texts) in facts.matches.items():
             if not len(rows):
                 continue
@@ -410,6 +418,7 @@ class IndexBuilder:
             thread_meta=self.thread_meta,
             process_meta=self.process_meta,
             other_on_track=self.other_on_track,
+            duplicate_flows=self.duplicate_flows,
             matches=self.matches,
             guides=self.guides,
             provenance_ordinal=self.provenance_ordinal,

@@ -138,6 +138,14 @@ class OtherOnTrack:
 
 
 @dataclass
+class DuplicateInFlow:
+    """First flow event on a track with a key spelled twice (once escaped counts)."""
+
+    ordinal: int
+    key: str
+
+
+@dataclass
 class GuideEvent:
     ordinal: int
     pid: Any
@@ -160,6 +168,7 @@ class ChunkFacts:
     thread_meta: list[MetaEvent]
     process_meta: list[tuple[Any, str, Any]]
     other_on_track: dict[int, OtherOnTrack]  # local track -> first other event
+    duplicate_flows: dict[int, DuplicateInFlow]  # local track -> first flow with a duplicate
     matches: dict[str, tuple]  # pattern -> (MATCH_DTYPE rows, names, streams, texts), chunk-local
     guides: list[GuideEvent]
     provenance: int | None
@@ -424,6 +433,9 @@ class _Observer:
                                    _MOVED_KEYS + SPLICE_KEYS)
             if slices:
                 self._check_gpu_duplicates(slices, cand_of, event_keys)
+            duplicate_flows = self._flow_duplicates(flows, cand_of, event_keys)
+        else:
+            duplicate_flows = {}
         candidates = self._candidates(cand_index, cand_kind, event_keys)
         slice_rows, matches, kernel_names = self._slices(
             slices, slice_at, ts_texts, dur_texts, ts_ns, ts_int, dur_ns, dur_int, kind_of,
@@ -447,6 +459,7 @@ class _Observer:
             thread_meta=thread_meta,
             process_meta=process_meta,
             other_on_track=other_on_track,
+            duplicate_flows=duplicate_flows,
             matches=matches,
             guides=guide_events,
             provenance=self._provenance(),
@@ -788,20 +801,44 @@ class _Observer:
 
         The keys' positions in the chunk (see keyscan) give each GPU event's count of
         each key; only an event with more than one (a duplicate, or the key nested in
-        `args` or inside a string) is looked at with a parser.
+        `args` or inside a string) or with a backslash (a key may be spelled with
+        escapes) is looked at with a parser, which decodes every key.
         """
-        at = cand_of[slices]
-        suspect = np.zeros(len(at), bool)
-        for key in _MOVED_KEYS:
-            suspect |= keys(key)[1][at] > 1
-        if b"\\" in self.data:  # a key may be spelled with escapes (`"t\\u0069d"` is "tid")
-            starts, ends = self.spans
-            suspect |= _with_backslash(self.data, starts[slices], ends[slices])
+        suspect = self._suspects(slices, cand_of, keys)
         for k in np.flatnonzero(suspect).tolist():
             dup = duplicate_key(self.raw(slices[k]))
             if dup is not None:
                 raise self.fail(slices[k], f"duplicate key `{dup}` in a GPU event (which value "
                                            "would a reader take?)")
+
+    def _flow_duplicates(self, flows: list[int], cand_of,
+                         keys: EventKeys) -> dict[int, DuplicateInFlow]:
+        """Per track, the first flow with a duplicate key: compaction moves flows of GPU
+        streams, and refuses one (the plan knows which tracks move; see `_check_gpu_duplicates`
+        for how the few suspects are found)."""
+        if not flows:
+            return {}
+        suspect = self._suspects(flows, cand_of, keys)
+        found: dict[int, DuplicateInFlow] = {}
+        for k in np.flatnonzero(suspect).tolist():
+            i = flows[k]
+            dup = duplicate_key(self.raw(i))
+            track = self.track(self.events[i].pid, self.events[i].tid)
+            if dup is not None and track not in found:
+                found[track] = DuplicateInFlow(i, dup)
+        return found
+
+    def _suspects(self, events: list[int], cand_of, keys: EventKeys) -> np.ndarray:
+        """Per event: may it spell a moved key twice? (more than one occurrence of one, or a
+        backslash, since `"t\\u0069d"` is "tid")."""
+        at = cand_of[events]
+        suspect = np.zeros(len(at), bool)
+        for key in _MOVED_KEYS:
+            suspect |= keys(key)[1][at] > 1
+        if b"\\" in self.data:
+            starts, ends = self.spans
+            suspect |= _with_backslash(self.data, starts[events], ends[events])
+        return suspect
 
     def _check_duplicates(self, events: list[int]) -> None:
         """Anchors and terminals are interpreted: a duplicate key in one is refused."""

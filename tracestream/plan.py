@@ -299,6 +299,7 @@ class Planner:
         for g in compacted:
             relocated |= index.group_stats[g].tracks
         self._check_other_events(relocated)
+        self._check_flow_duplicates(relocated)
 
         sweep = Sweep(set(compacted))
         base_code = {group: s * _LANE_SLOTS + 1 for group, s in slot.items()}
@@ -333,6 +334,19 @@ class Planner:
                     f"event {other.ordinal} ({what} event {other.name!r}, ts {other.ts}) sits on "
                     f"GPU stream pid {pid} tid {tid}, which compaction would empty; tracestream "
                     "does not move or drop such events. Omit compaction or remove them first"
+                )
+
+    def _check_flow_duplicates(self, relocated: set) -> None:
+        """A flow compaction moves is read by its pid and tid: a key spelled twice is refused
+        (which value would Perfetto take?), as for the GPU events themselves."""
+        index = self.index
+        for track in sorted(relocated):
+            found = index.duplicate_flows.get(track)
+            if found is not None:
+                pid, tid = index.tracks[track]
+                raise TraceError(
+                    f"event {found.ordinal}: duplicate key `{found.key}` in a flow event on GPU "
+                    f"stream pid {pid} tid {tid} (which value would a reader take?)"
                 )
 
     def _check_lanes(self, groups: dict[int, GroupLanes], max_lanes: int) -> None:

@@ -350,3 +350,21 @@ def test_a_report_whose_lane_count_is_not_the_output_fails_verify(cli, tmp_path)
     assert "the report says 2 lanes (tids [1000000]), the output has slices on 1 of them" \
         in failures["lanes"]
     assert "the report's relocated_flows is 2, the output holds 1" in failures["lanes"]
+
+
+@pytest.mark.parametrize("spelled", [b'"tid": 7, "t\\u0069d": 7', b'"tid": 7, "tid": 7'],
+                         ids=["escaped", "literal"])
+def test_a_moved_flow_with_a_duplicate_key_is_refused(cli, tmp_path, spelled):
+    """Compaction moves the flow by its tid: which of the two would Perfetto read?"""
+    data = sub(D, FLOW_200, FLOW_200.replace(b'"tid": 7', spelled))
+    out, _, folder = run(cli, tmp_path, data, "compact")
+    assert_refused(out, "event 9", "duplicate key `tid`", "flow event on GPU stream pid 0 tid 7",
+                   empty=folder)
+
+
+def test_a_flow_compaction_does_not_move_may_spell_a_key_twice(cli, tmp_path):
+    cpu_flow = b'"id": 5, "pid": 1, "tid": 1, "ts": 195'
+    data = sub(D, cpu_flow, cpu_flow.replace(b'"tid": 1', b'"tid": 1, "t\\u0069d": 1'))
+    out, output, _ = run(cli, tmp_path, data, "compact")
+    assert out.rc == 0, out.describe()
+    assert_verified(tmp_path / "trace.json", output, byte_exact=True)
