@@ -3,14 +3,18 @@
 Both files are streamed side by side, never held in memory. The source is
 indexed and re-planned with the options the report recorded, so every output
 event can be compared with what it must be: the source event unchanged, the
-source event relocated to the planned lane, or a planned addition. The output
-is also restored by `restore`'s own splice (output and report alone, no plan) and
-the sha256 of the restored bytes compared with the source's, hashed as the
-index pass read it. Independent checks then look only at the output: every
-synthetic lane and the guide track import at depth zero under Perfetto's rule,
-every relocated flow sits on the lane of the activity it binds to, the guides
-are complete and ordered, and the per-GPU kernel and stream counts match the
-report.
+source event relocated to the planned lane, or a planned addition (byte for
+byte: a key spelled twice may be read either way). The output is also restored
+by `restore`'s own splice (output and report alone, no plan) and the sha256 of
+the restored bytes compared with the source's, hashed as the index pass read
+it. Independent checks then look only at the output, by Perfetto's import rules:
+every synthetic lane and the guide track import at depth zero (slices starting
+together nest longest first), every relocated flow binds on its lane to the
+activity it binds to on its original stream, the guides are complete, ordered
+and as the report's rows say, and the per-GPU kernel and stream counts and the
+lanes match the report. An output event that differs from the plan is named
+once; those checks see the planned event in its place, so one tampered value
+brings no follow-on failures.
 """
 
 from __future__ import annotations
@@ -477,7 +481,8 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         verdict.add("depth zero on synthetic tracks", checks.depth_problems(),
                     f"{len(checks.synthetic)} synthetic tracks import at depth zero")
         verdict.add("flows on their activity's lane", checks.binding_problems(),
-                    "every relocated flow is on the lane of its activity")
+                    "every relocated flow binds on its lane to the activity it binds to "
+                    "on its original stream (Perfetto's rules)")
         verdict.add("guides", _guide_problems(checks, data), _guide_text(data))
         verdict.add("kernel and stream counts", _count_problems(checks, data),
                     "per-GPU kernel and stream counts equal the report's")
@@ -690,7 +695,7 @@ def _guide_text(data: dict) -> str:
     if "num_layers" not in data:
         return "no guides expected, none found"
     return (f"{data['num_layers'] * data['passes']} guides ({data['num_layers']} layers x "
-            f"{data['passes']} passes) in time order, no overlap")
+            f"{data['passes']} passes) in time order, no overlap, as the report's rows say")
 
 
 def _count_problems(checks: _OutputChecks, data: dict) -> list[str]:
