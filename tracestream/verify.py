@@ -536,8 +536,9 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
         checks.observe(out_ordinal, expected)
         amiss += 1
         if amiss > _MAX_LISTED:
-            event_problems.append(f"stopped comparing at output event {out_ordinal}: the "
-                                  "output is out of step with the source")
+            event_problems.insert(0, f"the output is out of step with the source from output "
+                                     f"event {out_ordinal - _MAX_LISTED} on (an event dropped "
+                                     "or added?); stopped comparing")
             return event_problems, False
         restored = out_raw
         if provenance_match(out_raw) is not None:

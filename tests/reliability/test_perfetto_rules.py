@@ -368,3 +368,21 @@ def test_a_flow_compaction_does_not_move_may_spell_a_key_twice(cli, tmp_path):
     out, output, _ = run(cli, tmp_path, data, "compact")
     assert out.rc == 0, out.describe()
     assert_verified(tmp_path / "trace.json", output, byte_exact=True)
+
+
+def test_an_output_out_of_step_is_one_failure(cli, tmp_path):
+    """The CPU op dropped from the output: every later event is one off. verify says where it
+    lost the step and claims nothing it did not check."""
+    out, output, _ = run(cli, tmp_path, D, "compact")
+    assert out.rc == 0, out.describe()
+    (cpu_op,) = [raw for raw in output_events(output) if b'"cat": "cpu_op"' in raw]
+    output.write_bytes(sub(output.read_bytes(), cpu_op + b",\n", b""))
+    from tracestream.verify import verify
+
+    checks = verify(tmp_path / "trace.json", output, workers=0).checks
+    assert [(c.name, c.ok) for c in checks] == [("source sha256", True),
+                                               ("restored events equal the source", False)]
+    assert checks[1].detail.startswith("the output is out of step with the source from output "
+                                       "event 2 on")
+    assert "source event 4 (X 'op' pid 1 tid 1 ts 190) != restored output event 2" \
+        in checks[1].detail
