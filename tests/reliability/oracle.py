@@ -98,7 +98,8 @@ def expected_lanes(source: Path, *, read=None) -> dict[tuple, dict]:
         ts, dur = str(e["ts"]), str(e["dur"])
         groups[key].append(bounds(ts, dur))
         start = Fraction(ts) * 1000
-        exact[key].append((start, start + Fraction(dur) * 1000))
+        # a zero-length slice occupies its start nanosecond (see bounds)
+        exact[key].append((start, max(start + Fraction(dur) * 1000, start + 1)))
         integer[key] &= not any(c in ts + dur for c in ".eE")
     return {key: {"peak": peak(groups[key]), "exact_peak": peak(exact[key]),
                   "integers": integer[key]} for key in groups}
@@ -128,3 +129,17 @@ def guide_slices(output_data: bytes) -> list[tuple[int, int, dict]]:
             ts, dur = int(e["ts"]), int(e["dur"])
             found.append((ts, ts + dur, e["args"]))
     return found
+
+
+def guide_starts(source: Path, name: str, indices: list[int]) -> list[int]:
+    """Whole-µs starts (halves up) of the guides whose anchors are the matches `indices` of
+    kernel `name`, the matches ordered by exact start (ties in file order)."""
+    starts = sorted((Fraction(str(e["ts"])), k) for k, e in enumerate(events_of(load(
+        Path(source).read_bytes()))) if isinstance(e, dict) and e.get("name") == name
+        and e.get("ph") == "X")
+    return [math.floor(starts[i][0] + Fraction(1, 2)) for i in indices]
+
+
+def shared_guide_start(starts: list[int]) -> bool:
+    """Two guides round to one start: Perfetto would nest one under the other."""
+    return any(a == b for a, b in zip(starts, starts[1:]))

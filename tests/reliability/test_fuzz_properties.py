@@ -145,7 +145,8 @@ def _time_text(ns: int, decimals: bool) -> str:
 @st.composite
 def hand_built(draw):
     """Kernels on 1-10 streams of one or two devices, sequential per stream (so the exact
-    overlap is at most the stream count), touching or apart, integer or 3-decimal µs."""
+    overlap is at most the stream count), touching or apart, some of zero length (sharing
+    their start with kernels of other streams), integer or 3-decimal µs."""
     rng = random.Random(draw(st.integers(0, 1 << 30), label="seed"))
     decimals = draw(st.booleans(), label="decimals")
     epoch = draw(st.sampled_from(EPOCHS), label="epoch") * 1000
@@ -161,7 +162,7 @@ def hand_built(draw):
         tid = 7 + stream
         t = epoch + rng.randrange(0, 40) * unit * 50
         for i in range(rng.randrange(0, 10)):
-            dur = rng.choice([1, 2, 7, 50, 333]) * unit
+            dur = rng.choice([0, 1, 2, 7, 50, 333]) * unit
             name = "anchor" if stream == 0 and i % 2 == 0 else f"k{rng.randrange(5)}"
             anchors += name == "anchor"
             cats = ["kernel", "Kernel"] if name == "anchor" else ["kernel", "gpu_memcpy", "Kernel"]
@@ -178,7 +179,9 @@ def hand_built(draw):
                                "ts": Raw(_time_text(t - unit, decimals)), "cat": "ac2g",
                                "name": "ac2g"})
                 flow_id += 1
-            t += dur + rng.choice([0, 0, unit, 17 * unit, 400 * unit])
+            # a zero-length kernel is apart from the next of its stream (two starting together
+            # on one stream would leave a flow there two activities to bind to)
+            t += dur + max(rng.choice([0, 0, unit, 17 * unit, 400 * unit]), 0 if dur else unit)
     events.append({"ph": "X", "cat": "cpu_op", "name": "step", "pid": 9, "tid": 9,
                    "ts": Raw(_time_text(epoch, decimals)), "dur": Raw("1"), "args": {}})
     order = draw(st.permutations(range(len(events))), label="order")
@@ -236,6 +239,13 @@ def _layers_on_hand_built(source: Path, folder: Path, anchors: int, data) -> Non
                      # random kernel times have no cadence: the selection is deliberate
                      allow_gaps=True)
     output = folder / "layers.json"
+    chosen = [offset + p * (n * s + e) + layer * s for p in range(passes) for layer in range(n)]
+    if oracle.shared_guide_start(oracle.guide_starts(source, "anchor", chosen)):
+        with pytest.raises(TraceError, match="start in the same microsecond once rounded"):
+            add_layer_guides(source, output, spec, workers=0)
+        assert not output.exists()
+        TALLY["refusals checked (guides sharing a rounded start)"] += 1
+        return
     add_layer_guides(source, output, spec, workers=0)
     assert_verified(source, output)
     _check_guides(output, _report(output, "layers"), spec)
