@@ -330,6 +330,7 @@ class _Observer:
         self.events = events
         self._spans: tuple[np.ndarray, np.ndarray] | None = None
         self._scan: KeyScan | None = None  # shared by the duplicate check and the splices
+        self._backslashes: np.ndarray | None = None  # where the chunk has one (if it has)
         self.tracks: dict[tuple, int] = {}
         self.groups: dict[tuple, int] = {}
         self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
@@ -836,8 +837,10 @@ class _Observer:
         for key in _MOVED_KEYS:
             suspect |= keys(key)[1][at] > 1
         if b"\\" in self.data:
+            if self._backslashes is None:
+                self._backslashes = np.flatnonzero(np.frombuffer(self.data, np.uint8) == 0x5C)
             starts, ends = self.spans
-            suspect |= _with_backslash(self.data, starts[events], ends[events])
+            suspect |= _holding(self._backslashes, starts[events], ends[events])
         return suspect
 
     def _check_duplicates(self, events: list[int]) -> None:
@@ -943,9 +946,8 @@ def binds_next(ph: Any, bp: Any) -> bool:
     return ph == "f" and bp != "e"
 
 
-def _with_backslash(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per event [start, end) of `data`: does it hold a backslash (an escape, maybe in a key)?"""
-    positions = np.flatnonzero(np.frombuffer(data, np.uint8) == 0x5C)
+def _holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per event [start, end): does one of the (ascending) `positions` lie in it?"""
     return np.searchsorted(positions, ends) > np.searchsorted(positions, starts)
 
 
