@@ -101,17 +101,21 @@ def test_blockwise_lanes_equal_the_per_slice_heap(seed):
     assert (lanes, group.lanes, group.peak_at_ns) == _heap_greedy(lo.tolist(), hi.tolist())
 
 
-def _reference_binding(kernels, flows):
+def _reference_binding(kernels, flows, lane_of):
     """Flow -> kernel per the rule: the one starting exactly at its time, else the one
-    containing it but not ending there (on a lane, a kernel starting there would take it);
-    None when there are several or none, or when an `f` without bp "e" starts at none."""
+    containing it, unless it ends there and another kernel on its lane (`lane_of`) starts
+    there (Perfetto would bind the flow to that one); None when there are several or none,
+    or when an `f` without bp "e" starts at none."""
     bound = []
     for track, t, binds_next in flows:
         exact = [k for k, (kt, s, e) in enumerate(kernels) if kt == track and s == t]
         inside = [k for k, (kt, s, e) in enumerate(kernels) if kt == track and s <= t <= e]
-        bound.append(exact[0] if len(exact) == 1 else
-                     inside[0] if not binds_next and not exact and len(inside) == 1
-                     and kernels[inside[0]][2] != t else None)
+        hit = (exact[0] if len(exact) == 1 else
+               inside[0] if not binds_next and not exact and len(inside) == 1 else None)
+        if hit is not None and not exact and kernels[hit][2] == t and any(
+                s == t and lane_of[k] == lane_of[hit] for k, (_, s, _) in enumerate(kernels)):
+            hit = None
+        bound.append(hit)
     return bound
 
 
@@ -135,7 +139,8 @@ def test_flows_bind_like_the_rule_says_across_blocks(seed):
     actions = np.zeros(len(rows), np.uint16)
     sweep = Sweep(compacted_groups={0})
     sweep.run(np.split(rows, cuts), actions, {0: 1}, {0, 1, 2})
-    expected = _reference_binding(kernels, flows)
+    sweep.at_ends(np.split(rows, cuts), actions)
+    expected = _reference_binding(kernels, flows, actions[:len(kernels)].tolist())
     problems = {p.cand for p in sweep.flow_problems}
     for f, kernel in enumerate(expected):
         cand = len(kernels) + f
@@ -259,3 +264,31 @@ def test_record_store_keeps_file_order():
         store.append(np.arange(start, start + 10, dtype=np.int64).view(dtype))
     assert np.concatenate(list(store.batches()))["x"].tolist() == list(range(1000))
     store.close()
+
+
+def _sweep_rows(kernels, flows):
+    """SWEEP_DTYPE rows in sweep order: kernels (track, start, end) of group 0, then flows
+    (track, ts) with bp "e"; cand k is the k-th given."""
+    rows = np.zeros(len(kernels) + len(flows), SWEEP_DTYPE)
+    rows["track"] = [k[0] for k in kernels] + [f[0] for f in flows]
+    rows["key"] = rows["start"] = [k[1] for k in kernels] + [f[1] for f in flows]
+    rows["end"] = rows["hi"] = [k[2] for k in kernels] + [f[1] for f in flows]
+    rows["kind"] = [1] * len(kernels) + [FLOW_KIND] * len(flows)
+    rows["group"] = [0] * len(kernels) + [-1] * len(flows)
+    rows["cand"] = np.arange(len(rows))
+    rows["tie"] = rows["cand"] + np.where(rows["group"] < 0, 1 << 62, 0)
+    return rows[np.lexsort((rows["tie"], rows["key"]))]
+
+
+@pytest.mark.parametrize("c_start, taken", [(10, True), (11, False)])
+def test_a_flow_at_its_activitys_end_is_refused_only_where_its_lane_takes_it(c_start, taken):
+    """a [0, 10] on stream 0 and c on stream 1 share a lane; a flow at 10 on stream 0 binds to
+    a by its end, and to c on the lane when c starts at 10."""
+    rows = _sweep_rows([(0, 0, 10), (1, c_start, 14)], [(0, 10)])
+    actions = np.zeros(3, np.uint16)
+    sweep = Sweep(compacted_groups={0})
+    sweep.run([rows], actions, {0: 1}, {0, 1})
+    sweep.at_ends([rows], actions)
+    assert actions[0] == actions[1] == 1
+    assert [p.cand for p in sweep.flow_problems] == ([2] if taken else [])
+    assert actions[2] == (0 if taken else 1)

@@ -19,9 +19,9 @@ Flows on a relocated track bind as Perfetto binds them on their original track:
 to the activity that starts exactly at the flow's time, else (`s`, `t`, and `f`
 with `"bp": "e"`) to the one activity containing it. Each then moves to its
 activity's lane, where it must bind to the same activity: a flow at the very end
-of its activity (another one on the lane may start there and take it) and an `f`
-without `"bp": "e"` anywhere but at an activity's start (it binds to the next
-slice of its track, which the lane changes) are refused.
+of its activity where another activity on the lane starts (Perfetto binds it to
+that one), and an `f` without `"bp": "e"` anywhere but at an activity's start (it
+binds to the next slice of its track, which the lane changes) are refused.
 """
 
 from __future__ import annotations
@@ -179,6 +179,7 @@ class Sweep:
         self.groups: dict[int, GroupLanes] = {}
         self.flow_problems: list[FlowProblem] = []
         self._open = _Activities()
+        self._at_end: list[tuple[int, int, int]] = []  # (cand, ts, lane code): see at_ends
 
     def run(self, blocks: Iterable[np.ndarray], actions: np.ndarray, base_code: dict[int, int],
             flow_tracks: set[int]) -> None:
@@ -248,13 +249,36 @@ class Sweep:
             if reason is None:
                 (hit,) = np.flatnonzero((act.track == track[k]) & (act.start <= t[k])
                                         & (act.end >= t[k]))
-                if act.end[hit] != t[k]:
-                    codes[k] = act.code[hit]
-                    continue
-                reason = ("lies exactly at the end of its activity (on a lane, an activity "
-                          "starting there would take it in Perfetto)")
+                codes[k] = act.code[hit]
+                if act.end[hit] == t[k]:
+                    self._at_end.append((int(cands[k]), int(t[k]), int(act.code[hit])))
+                continue
             self.flow_problems.append(FlowProblem(int(cands[k]), int(t[k]), reason))
         return codes
+
+    def at_ends(self, blocks: Iterable[np.ndarray], actions: np.ndarray) -> None:
+        """Keep the flows bound to their activity only by its end unless, on its lane,
+        another activity starts exactly there: Perfetto would bind the flow to that one.
+
+        Such flows are rare, so the sweep's blocks are read again only when there are
+        some, and each is looked for with a few whole-block comparisons.
+        """
+        if not self._at_end:
+            return
+        pending = np.array(self._at_end, np.int64).reshape(-1, 3)
+        taken = np.zeros(len(pending), bool)
+        for block in blocks:
+            activity = ~np.isin(block["kind"], _FLOW_KINDS) & (block["kind"] != SCOPE_KIND)
+            starts = block["start"][activity]
+            lanes = actions[block["cand"][activity]].astype(np.int64)
+            for k in np.flatnonzero(~taken).tolist():
+                taken[k] = bool(np.any((starts == pending[k, 1]) & (lanes == pending[k, 2])))
+        for (cand, t, _), lost in zip(pending.tolist(), taken.tolist()):
+            if lost:
+                actions[cand] = 0
+                self.flow_problems.append(FlowProblem(cand, t, (
+                    "lies exactly at the end of its activity, where another activity on its "
+                    "lane starts (Perfetto would bind it to that one)")))
 
 
 def _unbound(exact: int, inside: int, next_binding: bool) -> str | None:

@@ -306,6 +306,7 @@ class Planner:
         sweep.run(index.sweep.sorted_blocks(), self.actions, base_code,
                   index.flow_tracks & relocated)
         self._check_lanes(sweep.groups, spec.max_lanes)
+        sweep.at_ends(index.sweep.sorted_blocks(), self.actions)
         self._check_flows(sweep)
         retired = self._retire_metadata(relocated)
         return self._lane_tracks(spec, activity_groups, scope_groups, sweep.groups, slot, retired)

@@ -227,16 +227,28 @@ def test_an_f_without_bp_at_its_activitys_start_is_kept(cli, tmp_path):
     assert_verified(tmp_path / "trace.json", output)
 
 
-def test_a_flow_at_the_end_of_its_activity_is_refused(cli, tmp_path):
-    """At 210 µs the flow is inside a@200 [200, 210] only by its end: on a lane, c starting at
-    210 (another stream) would take it."""
-    c_210 = {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "tid": 8, "ts": 210, "dur": 4,
-             "args": {"device": 0, "stream": 8}}
-    events = base_events() + [c_210]
-    data = sub(document(events), FLOW_200, FLOW_200.replace(b'"ts": 200', b'"ts": 210'))
+C_210 = {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "tid": 8, "ts": 210, "dur": 4,
+         "args": {"device": 0, "stream": 8}}
+
+
+def test_a_flow_at_the_end_of_its_activity_taken_on_its_lane_is_refused(cli, tmp_path):
+    """At 210 µs the flow is inside a@200 [200, 210] only by its end: on the lane, c starting
+    at 210 (another stream; one lane holds every kernel) would take it."""
+    data = sub(document(base_events() + [C_210]), FLOW_200,
+               FLOW_200.replace(b'"ts": 200', b'"ts": 210'))
     out, _, folder = run(cli, tmp_path, data, "compact")
-    assert_refused(out, "flow event 9", "exactly at the end of its activity", "ts 210.000",
-                   empty=folder)
+    assert_refused(out, "flow event 9", "exactly at the end of its activity, where another "
+                   "activity on its lane starts", "ts 210.000", empty=folder)
+
+
+def test_a_flow_at_the_end_of_its_activity_alone_on_its_lane_is_kept(cli, tmp_path):
+    """c starts at 211 µs: nothing on the lane starts where a@200 ends."""
+    c_211 = {**C_210, "ts": 211}
+    data = sub(document(base_events() + [c_211]), FLOW_200,
+               FLOW_200.replace(b'"ts": 200', b'"ts": 210'))
+    out, output, _ = run(cli, tmp_path, data, "compact")
+    assert out.rc == 0, out.describe()
+    assert_verified(tmp_path / "trace.json", output)
 
 
 def _bindings(records) -> dict[int, int]:
