@@ -406,3 +406,34 @@ def test_an_output_out_of_step_is_named_once(cli, tmp_path):
                                        "event 2 on")
     assert "source event 4 (X 'op' pid 1 tid 1 ts 190) != output event 2 restored" \
         in checks[2].detail
+
+
+def _escaped(key: str) -> bytes:
+    """`"key"` with its first letter written as a \\u escape."""
+    return b'"\\u%04x%s"' % (ord(key[0]), key[1:].encode())
+
+
+@pytest.mark.parametrize("key", ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id",
+                                 "bp", "device", "stream"])
+def test_escaping_a_key_everywhere_changes_nothing_perfetto_reads(tmp_path, key):
+    """Every occurrence of one key escaped: compact and layers write what they write for the
+    plain trace, once both outputs are decoded (the escapes themselves are kept)."""
+    from tracestream import CompactSpec, LayerSpec, add_layer_guides, compact
+
+    plain = document(base_events())
+    escaped = plain.replace(b'"%s":' % key.encode(), _escaped(key) + b":")
+    assert escaped != plain
+    spec = LayerSpec(anchor_regex="^a$", num_layers=2, anchor_offset=0, phase="reliability",
+                     evidence="hand-built: one `a` per layer")
+    for name, data in (("plain", plain), ("escaped", escaped)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "trace.json").write_bytes(data)
+        compact(folder / "trace.json", folder / "compact.json", CompactSpec(), workers=0)
+        add_layer_guides(folder / "trace.json", folder / "layers.json", spec, workers=0)
+        assert_verified(folder / "trace.json", folder / "compact.json")
+        assert_verified(folder / "trace.json", folder / "layers.json")
+    for output in ("compact.json", "layers.json"):
+        decoded = [json.loads((tmp_path / name / output).read_bytes())["traceEvents"]
+                   for name in ("plain", "escaped")]
+        assert decoded[0] == decoded[1], output
