@@ -15,15 +15,18 @@ import os
 import re
 import shlex
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracestream.errors import Option, SpecError, TraceError, flag_of, require_utf8
-from tracestream.guides import LayerSpec
+from tracestream.guides import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, LayerSpec
+from tracestream.guidetext import GuideRows
 from tracestream.index import IndexOptions, run_index
-from tracestream.jsontext import dumps_pretty
+from tracestream.jsontext import write_pretty
 from tracestream.plan import CompactSpec, Plan, Planner
 from tracestream.progress import Progress
+from tracestream.reports import LayerRows
 from tracestream.rewrite import rewrite
 from tracestream.sink import (
     OutputFile,
@@ -43,15 +46,52 @@ from tracestream.workers import pool_for, release_memory
 class Report:
     """What a rewrite did: the report's content and where output and report went."""
 
-    data: dict
+    data: dict  # the report's content; its `layers` rows are read from the report file
     output: str
     report_path: str | None
     trace: str | None = None  # the source as given (for the next-step commands)
     seconds: float | None = None  # elapsed, from the call to the committed outputs
+    first_guide: dict | None = None  # the first and last `layers` rows, as written
+    last_guide: dict | None = None
 
     def summary(self) -> str:
         return summarize(self.data, self.output, self.report_path, trace=self.trace,
                          seconds=self.seconds)
+
+    def layer_rows(self) -> Iterator[dict]:
+        """The report's `layers` rows, one at a time, read from the report file (a nightly
+        run writes 10^5-10^6 of them: they are never all in memory)."""
+        return iter(self.data.get("layers", ()))
+
+    def json_summary(self) -> dict:
+        """What `--json-summary` prints: the report without its per-guide rows, plus the
+        guide count, the first and last guide, the lanes per device, the paths and the
+        elapsed seconds (the rows are in the report file)."""
+        data = {key: value for key, value in self.data.items() if key != "layers"}
+        if "layers" in self.data:
+            data.update(guide_count=len(self.data["layers"]), first_guide=self.first_guide,
+                        last_guide=self.last_guide)
+        compaction = self.data.get("compaction", self.data if "groups" in self.data else None)
+        if compaction:
+            data["lanes_per_device"] = [
+                {"pid": g["pid"], "device": g["device"], "kind": g["kind"], "lanes": g["lanes"]}
+                for g in compaction["groups"]]
+        data.update(output=self.output, report=self.report_path)
+        if self.seconds is not None:
+            data["elapsed_seconds"] = round(self.seconds, 3)
+        return data
+
+
+def _finished(report: dict, report_path: str, output: str, trace: str,
+              seconds: float) -> Report:
+    """The Report of a run whose report file is written: its `layers` rows (made as they
+    were written) become a reader of that file."""
+    data = dict(report)
+    rows = data.get("layers")
+    if not isinstance(rows, GuideRows):
+        return Report(data, output, report_path, trace, seconds)
+    data["layers"] = LayerRows(report_path, len(rows))
+    return Report(data, output, report_path, trace, seconds, rows.first, rows.last)
 
 
 def default_report_path(output: str, kind: str) -> str:
@@ -148,7 +188,7 @@ def write_report(rep: OutputFile, plan: Plan, source: TraceSource) -> None:
     rewrite pass."""
     plan.report["source_sha256"] = source.sha256()
     plan.report["source_data_sha256"] = source.data_sha256()
-    rep.write(dumps_pretty(plan.report))
+    write_pretty(plan.report, rep.write)  # the `layers` rows as they are made
     rep.close_stream()
 
 
@@ -188,7 +228,7 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
                 commit_together([out, rep])
         finally:
             index.close()
-    return Report(plan.report, output, report_path, trace, time.monotonic() - started)
+    return _finished(plan.report, report_path, output, trace, time.monotonic() - started)
 
 
 def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
@@ -284,12 +324,14 @@ def events_line(data: dict, compaction: dict | None) -> str:
 
 
 def _layers_lines(data: dict) -> list[str]:
-    rows = data["layers"]
-    ids = sorted({r["layer_id"] for r in rows})
-    names = f"L{ids[0]} … L{ids[-1]}" if len(ids) > 1 else f"L{ids[0]}"
-    last = sorted({r["boundary_kind"] for r in rows if r["layer_id"] == ids[-1]})
+    """The guides in words, from the report's header (its rows are not read)."""
+    first, count = data["first_layer"], data["num_layers"]
+    names = f"L{first} … L{first + count - 1}" if count > 1 else f"L{first}"
+    # the last layer ends at the terminal's end when there is one, else at its anchor
+    last = [TERMINAL_KERNEL_END if data.get("end_anchor_regex") is not None
+            else ANCHOR_POINT_ONLY]
     lines = [
-        f"guides: {names} x {data['passes']} pass(es) = {len(rows)} guides on pid "
+        f"guides: {names} x {data['passes']} pass(es) = {count * data['passes']} guides on pid "
         f"{data['pid']} device {data['device']} (track '{data['track_name']}')",
         f"anchors: {data['matching_anchor_count']} matches of {data['anchor_regex']!r}, "
         f"offset {data['anchor_offset']}, stride {data['anchor_stride']}, "

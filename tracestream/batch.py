@@ -35,6 +35,7 @@ from tracestream.api import compile_pattern, default_report_path, name_in_report
 from tracestream.errors import SpecError, TraceError
 from tracestream.guides import ALL_PASSES, LayerSpec
 from tracestream.plan import CompactSpec
+from tracestream.reports import load_report
 from tracestream.sink import compression_for
 
 KINDS = ("compact", "layers")
@@ -392,8 +393,8 @@ def _earlier_attempt(task: dict) -> dict | None:
     if not (os.path.isfile(output) and os.path.isfile(report)):
         return None
     try:
-        data = orjson.loads(Path(report).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        data, _ = load_report(Path(report))  # its `layers` rows are counted, not held
+    except TraceError:
         return None
     options = {}
     if task.get("layers"):

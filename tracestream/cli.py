@@ -100,11 +100,11 @@ def _pid_value(value: str | None):
 
 def _emit_summary(report, json_summary: bool, quiet: bool) -> None:
     """The human summary goes to stderr; stdout carries only the trace or the JSON line
-    (the report's content plus the run's elapsed seconds)."""
+    (the report without its per-guide rows, see Report.json_summary)."""
     from tracestream.jsontext import dumps
 
     if json_summary and report.output != "-":
-        click.echo(dumps({**report.data, "elapsed_seconds": round(report.seconds, 3)}).decode())
+        click.echo(dumps(report.json_summary()).decode())
     if not quiet:
         click.echo(report.summary(), err=True)
 

@@ -256,8 +256,12 @@ class DocumentScanner:
     """
 
     def __init__(self, blocks: Iterable[bytes], *, chunk_bytes: int = CHUNK_BYTES,
-                 speculative: bool = False, peek: FilePeek | None = None):
+                 speculative: bool = False, peek: FilePeek | None = None,
+                 events_key: str = "traceEvents", events_required: bool = True):
         self._buf = _Buffer(blocks)
+        # a report is read the same way: its `layers` rows are the "events"
+        self._events_key = events_key
+        self._events_required = events_required
         self._peek = peek
         self._chunk_bytes = chunk_bytes
         self.layout = Layout()
@@ -308,12 +312,12 @@ class DocumentScanner:
             if buf.data[pos : pos + 1] != b":":
                 raise self._unexpected(pos, "':' after a top-level key")
             pos = buf.skip_ws(pos + 1)
-            if key == "traceEvents":
+            if key == self._events_key:
                 if buf.data[pos : pos + 1] != b"[":
                     buf.ensure(pos, 12)
                     what = _describe(buf.take(pos, pos + 12))
                     raise TraceError(
-                        f"\"traceEvents\" is {what}, not an array of events "
+                        f"\"{key}\" is {what}, not an array of events "
                         f"(byte {buf.base + pos})"
                     )
                 layout.events_key_index = len(layout.values)
@@ -330,7 +334,7 @@ class DocumentScanner:
             elif buf.data[pos : pos + 1] != b"}":
                 raise self._unexpected(pos, "',' or '}' after a top-level value")
         layout.close = buf.base + pos
-        if layout.events_open < 0:
+        if layout.events_open < 0 and self._events_required:
             raise TraceError(
                 "the top-level object has no \"traceEvents\" array; not a Chrome/Kineto trace"
             )

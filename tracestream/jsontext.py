@@ -63,3 +63,30 @@ def _pretty(value: Any, depth: int) -> bytes:
         items = [pad + _pretty(v, depth + 1) for v in value]
         return b"[\n" + b",\n".join(items) + b"\n" + end + b"]"
     return dumps(value)
+
+
+def pretty_item(value: Any, depth: int) -> bytes:
+    """A value as `dumps_pretty` writes it `depth` levels deep (without its indent)."""
+    return _pretty(value, depth)
+
+
+def write_pretty(value: dict, write) -> None:
+    """`dumps_pretty(value)` written in pieces through `write`. A top-level value with
+    `pretty_blocks(depth)` (report rows made as they are written) is a list streamed a
+    block at a time; every other value is written as `dumps_pretty` writes it."""
+    if not value:
+        write(dumps_pretty(value))
+        return
+    write(b"{\n")
+    for n, (key, item) in enumerate(value.items()):
+        write((b",\n" if n else b"") + b"  " + orjson.dumps(str(key)) + b": ")
+        if not hasattr(item, "pretty_blocks"):
+            write(_pretty(item, 1))
+        elif not len(item):
+            write(b"[]")
+        else:
+            write(b"[\n")
+            for k, block in enumerate(item.pretty_blocks(2)):
+                write(b",\n" + block if k else block)
+            write(b"\n  ]")
+    write(b"\n}\n")

@@ -157,6 +157,13 @@ def _concatenate_consuming(parts: list[np.ndarray]) -> np.ndarray:
 _TRIM_BYTES = 8 << 20
 
 
+def _position(values: list, value) -> int:
+    """The index of `value` in `values`, appended when missing."""
+    if value not in values:
+        values.append(value)
+    return values.index(value)
+
+
 class MatchTable(Sequence):
     """All matches of one pattern, in file order (ordinals ascending)."""
 
@@ -248,6 +255,45 @@ class MatchTable(Sequence):
                 texts.append(exact.to_text().encode())
                 ceils[k] = exact.ceil_ns()
         return texts, ceils
+
+    def exact_times(self, which: np.ndarray, *, end: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(floor ns, whole µs rounded half up) of the start (or, with `end`, the exact end)
+        of rows `which`: from the packed ns where the source wrote whole ns (Kineto's
+        forms), else from the exact decimal (rows kept as text, which may hold sub-ns
+        digits)."""
+        rows = take_rows(self.rows, which)
+        floor = rows["start"] + rows["dur"] if end else rows["start"].copy()
+        rounded = (floor + 500) // 1000  # halves up, as Decimal10.round_us
+        for k in np.flatnonzero(rows["form"] == AS_TEXT).tolist():
+            match = self.match(int(which[k]))
+            exact = match.end if end else match.ts
+            floor[k], rounded[k] = exact.floor_ns(), exact.round_us()
+        return floor, rounded
+
+    def whole_ns(self, which: np.ndarray) -> np.ndarray:
+        """Whether each of rows `which` has start and duration in whole ns (exact in the
+        packed columns)."""
+        return take_rows(self.rows, which)["form"] != AS_TEXT
+
+    @classmethod
+    def from_matches(cls, matches: Sequence[Match]) -> MatchTable:
+        """A table of Match objects (tests and small callers), in the given order."""
+        tracks: list = []
+        groups: list = []
+        table = cls(tracks, groups)
+        rows = np.zeros(len(matches), MATCH_DTYPE)
+        texts = {}
+        for k, m in enumerate(matches):
+            start, dur = m.ts.floor_ns(), m.dur.floor_ns()
+            form = number_form(m.ts_text.encode(), m.dur_text.encode(), start, dur)
+            if form == AS_TEXT:
+                texts[k] = (m.ts_text, m.dur_text)
+            rows[k] = (m.ordinal, _position(tracks, (m.pid, m.tid)),
+                       _position(groups, (m.pid, m.device)), start, dur, form,
+                       table.intern_stream(m.stream), table.intern_name(m.name))
+        table.extend(rows, texts)
+        return table
 
     def __getitem__(self, i):
         if isinstance(i, slice):

@@ -20,9 +20,7 @@ from tracestream import __version__
 from tracestream.errors import Option, SpecError, TraceError, require_utf8
 from tracestream.events import KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import (
-    GUIDE_NOTICE,
     NAMES_IN_REPORT,
-    Guide,
     LayerSpec,
     anchor_names,
     build_guides,
@@ -36,6 +34,7 @@ from tracestream.guides import (
     select_gpu,
     with_passes,
 )
+from tracestream.guidetext import GuideEvents, GuideRows
 from tracestream.index import FLOW, META, SCOPES, TraceIndex
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes, Sweep
@@ -73,13 +72,36 @@ class CompactSpec:
         require_utf8(self.pid, "pid")
 
 
+class AppendedEvents:
+    """The events a plan appends: new tracks' metadata, then the guide events, which are
+    written from the guide columns a block at a time (never all held at once)."""
+
+    def __init__(self, metadata: list[bytes], guides: GuideEvents | None = None):
+        self.metadata = metadata
+        self.guides = guides
+
+    def __len__(self) -> int:
+        return len(self.metadata) + (len(self.guides) if self.guides is not None else 0)
+
+    def blocks(self) -> Iterator[list[bytes]]:
+        """The events in order, in non-empty lists."""
+        if self.metadata:
+            yield self.metadata
+        if self.guides is not None:
+            yield from self.guides.blocks()
+
+    def __iter__(self) -> Iterator[bytes]:
+        for block in self.blocks():
+            yield from block
+
+
 @dataclass
 class Plan:
     actions: np.ndarray  # uint16 per span candidate
     targets: dict[int, tuple[bytes, bytes | None]]  # lane code -> (tid json, new pid json)
-    appended: list[bytes]
+    appended: AppendedEvents
     top_level_member: bytes | None
-    report: dict
+    report: dict  # its `layers` rows (GuideRows) are made as the report is written
     summary: dict = field(default_factory=dict)
 
 
@@ -134,7 +156,7 @@ class Planner:
         self.targets: dict[int, tuple[bytes, bytes | None]] = {}
         self.reserved_tids: dict[Any, set] = {}
         self.guide_track: tuple[Any, int, str] | None = None
-        self.guide_events: list[bytes] = []
+        self.guide_events: GuideEvents | None = None
         self.lane_tracks: list[dict] = []  # display pid, tid, name per synthetic lane
         self.new_processes: list[bytes] = []
 
@@ -199,48 +221,7 @@ class Planner:
         (guide_tid,) = self._tids(pid, 1)
         track_name = f"Layer guide ({spec.phase}) — anchor intervals"
         self.guide_track = (pid, guide_tid, track_name)
-        self.guide_events = [self._guide_event(g, pid, guide_tid, spec) for g in guides]
-        return self._layers_report(spec, guides, pid, device, guide_tid, track_name,
-                                   len(anchors), checks)
-
-    def _guide_event(self, guide: Guide, pid, tid, spec: LayerSpec) -> bytes:
-        start = guide.guide_start_us
-        args = {
-            "pass_index": guide.pass_index,
-            "layer_id": guide.layer_id,
-            "anchor_index": guide.anchor_index,
-            "anchor_name": guide.anchor.name,
-            "anchor_tid": guide.anchor.tid,
-            "start_us": RawNumber(guide.anchor.ts_text),
-            "end_us": RawNumber(guide.end_text),
-            "boundary_kind": guide.boundary_kind,
-            "phase": spec.phase,
-            "evidence": spec.evidence,
-            "notice": GUIDE_NOTICE,
-        }
-        return dumps({
-            "ph": "X", "cat": "layer_guide", "name": f"L{guide.layer_id}", "pid": pid, "tid": tid,
-            "ts": start, "dur": guide.guide_end_us - start, "args": args,
-        })
-
-    def _layers_report(self, spec, guides, pid, device, guide_tid, track_name, matching,
-                       checks: dict) -> dict:
-        rows = []
-        for g in guides:
-            rows.append({
-                "pass_index": g.pass_index,
-                "layer_id": g.layer_id,
-                "anchor_index": g.anchor_index,
-                "anchor_name": g.anchor.name,
-                "anchor_tid": g.anchor.tid,
-                "start_us": RawNumber(g.anchor.ts_text),
-                "end_us": RawNumber(g.end_text),
-                "guide_start_us": g.guide_start_us,
-                "guide_end_us": g.guide_end_us,
-                "start_relative_ms": self.relative_ms(g.start.floor_ns()),
-                "end_relative_ms": self.relative_ms(g.end.floor_ns()),
-                "boundary_kind": g.boundary_kind,
-            })
+        self.guide_events = GuideEvents(guides, pid, guide_tid, spec)
         return {
             "phase": spec.phase,
             "evidence": spec.evidence,
@@ -253,12 +234,12 @@ class Planner:
             "anchor_offset": spec.anchor_offset,
             "anchor_stride": spec.anchor_stride,
             "extra_anchors_per_pass": spec.extra_anchors_per_pass,
-            "matching_anchor_count": matching,
+            "matching_anchor_count": len(anchors),
             "num_layers": spec.num_layers,
             "first_layer": spec.first_layer,
             "passes": spec.passes,
             **checks,
-            "layers": rows,
+            "layers": GuideRows(guides, self.origin_ns),
         }
 
     # -- compaction -----------------------------------------------------------
@@ -464,7 +445,7 @@ class Planner:
                                       {"sort_index": clamp_sort_index(gpu_sort + 1)}))
         self.new_processes.extend(events)
 
-    def _appended_events(self) -> list[bytes]:
+    def _appended_events(self) -> AppendedEvents:
         """New tracks first in their process: the guide, then the lanes, in that order."""
         rows: dict[Any, list[tuple[int, str]]] = {}
         if self.guide_track is not None:
@@ -479,7 +460,7 @@ class Planner:
                 events.append(_meta_event("thread_name", pid, tid, {"name": name}))
                 events.append(_meta_event("thread_sort_index", pid, tid,
                                           {"sort_index": clamp_sort_index(first + i)}))
-        return events + self.guide_events
+        return AppendedEvents(events, self.guide_events)
 
     # -- assembling -----------------------------------------------------------
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import msgspec
+import orjson
 
+from tracestream.document import DocumentScanner
 from tracestream.errors import TraceError
 
 REPORT_SUFFIXES = ("layers", "compact")
@@ -47,20 +51,75 @@ class _Wrapped(msgspec.Struct):
     source_tracestream: msgspec.Raw = msgspec.Raw()
 
 
+_READ_BYTES = 1 << 20
+_WRAPPED_KEYS = ("compaction", "retired_track_metadata", "source_tracestream")
+
+
+def _scan(path) -> tuple[DocumentScanner, Iterator]:
+    """A scanner of a report file whose `layers` rows are its "events" (read a chunk of
+    rows at a time, never the whole file), and its chunks."""
+    def blocks() -> Iterator[bytes]:
+        with open(path, "rb") as fh:
+            while block := fh.read(_READ_BYTES):
+                yield block
+
+    scanner = DocumentScanner(blocks(), events_key="layers", events_required=False)
+    return scanner, scanner.chunks()
+
+
+class LayerRows(Sequence):
+    """A report's `layers` rows, read from its file when asked for: a nightly run writes
+    10^5-10^6 of them, so they are counted, never held."""
+
+    def __init__(self, path, count: int):
+        self.path = path
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[dict]:
+        _, chunks = _scan(self.path)
+        for chunk in chunks:
+            for raw in chunk.events:
+                yield msgspec.json.decode(raw)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(itertools.islice(self, *i.indices(self.count)))
+        if i < 0:
+            i += self.count
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return next(itertools.islice(self, i, None))
+
+    def __repr__(self) -> str:
+        return f"<{self.count} layers rows in {self.path}>"
+
+
 def load_report(path: Path) -> tuple[dict, list[tuple[int, bytes]]]:
     """The report as plain data, and the retired metadata events as exact bytes.
 
-    The source's own `tracestream` member, if it had one, is kept as exact bytes
-    in the data under `source_tracestream`.
+    The `layers` rows are counted, not kept: `data["layers"]` reads them from the file
+    (LayerRows). The source's own `tracestream` member, if it had one, is kept as exact
+    bytes in the data under `source_tracestream`.
     """
     try:
-        data = path.read_bytes()
-        report = msgspec.json.decode(data)
-        parts = msgspec.json.decode(data, type=_Wrapped)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        scanner, chunks = _scan(path)
+        count = sum(len(chunk.events) for chunk in chunks)
+        values = {value.key: value.raw for value in scanner.layout.values}
+        report = {key: msgspec.json.decode(raw) for key, raw in values.items()}
+        parts = msgspec.json.decode(b"{" + b",".join(
+            orjson.dumps(key) + b":" + values[key] for key in _WRAPPED_KEYS if key in values
+        ) + b"}", type=_Wrapped)
+    except (OSError, TraceError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise TraceError(f"cannot read report {path}: {exc}") from None
-    if not isinstance(report, dict) or report.get("tool") != "tracestream":
+    if scanner.layout.shape != "object" or report.get("tool") != "tracestream":
         raise TraceError(f"{path} is not a tracestream report")
+    if scanner.layout.events_open >= 0:  # in its place among the keys
+        items = list(report.items())
+        items.insert(scanner.layout.events_key_index, ("layers", LayerRows(path, count)))
+        report = dict(items)
     retired = parts.retired_track_metadata
     if parts.compaction is not None:
         retired = parts.compaction.retired_track_metadata

@@ -444,7 +444,9 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         cursor.copy_to(out, insert_at)
     if plan.appended:
         lead = b"" if (not layout.event_count or ends_dropped) else b",\n"
-        out.write(lead + b",\n".join(plan.appended))
+        for block in plan.appended.blocks():  # guide events: made a block at a time
+            out.write(lead + b",\n".join(block))
+            lead = b",\n"
     elif ends_dropped:
         raise TraceError("internal error: a dropped last event left a dangling separator")
     _record_separators(plan, separators)

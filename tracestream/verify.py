@@ -20,7 +20,7 @@ brings no follow-on failures.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ from tracestream.spill import RecordStore
 from tracestream.workers import pool_for, release_memory
 
 _MAX_LISTED = 5
+_ROWS_HELD = 1 << 16  # check records held as tuples before they go to their store
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
 
 
@@ -62,9 +63,13 @@ class Verdict:
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
-    def add(self, name: str, problems: list[str], passed: str) -> None:
+    def add(self, name: str, problems: list[str], passed: str, *, total: int | None = None
+            ) -> None:
+        """A check: failed with `problems` (the first few of `total`, when given), else
+        passed."""
+        total = len(problems) if total is None else total
         if problems:
-            more = f" (+{len(problems) - _MAX_LISTED} more)" if len(problems) > _MAX_LISTED else ""
+            more = f" (+{total - _MAX_LISTED} more)" if total > _MAX_LISTED else ""
             self.checks.append(Check(name, False, "; ".join(problems[:_MAX_LISTED]) + more))
         else:
             self.checks.append(Check(name, True, passed))
@@ -171,7 +176,7 @@ class _OutputChecks:
         self._tmpdir = tmpdir
         self._rows: dict[str, list] = {v: [] for v in self.depth}
         self._bind_rows: list = []
-        self.guides: list[tuple[int, int, str]] = []
+        self.guides = GuideOrder(report.get("layers"))
         self.kinds = CategoryKinds()
         self.kernels: dict[tuple, int] = {}
         self.streams: dict[tuple, set] = {}
@@ -230,14 +235,14 @@ class _OutputChecks:
             self._rows["round"].append((track, ts_r, ts_r + dur_r))
             self._rows["trunc"].append((track, ts_t, ts_t + dur_t))
             if head.cat == GUIDE_CATEGORY:
-                self.guides.append((ts_r, ts_r + dur_r, head.name))
+                self.guides.observe(ts_r, ts_r + dur_r, head.name)
         if prov is not None and kind in ACTIVITY_KINDS:
             ts = timebase.parse_decimal(ts_text)
             end = (ts + timebase.parse_decimal(dur_text)).ceil_ns()
             orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
             self._bind_rows.append((self._track(orig), self._track((head.pid, head.tid)),
                                     ts.floor_ns(), end, _ACTIVITY, ordinal))
-        if len(self._bind_rows) > 65536:
+        if len(self._bind_rows) > _ROWS_HELD or len(self._rows["exact"]) > _ROWS_HELD:
             self._flush()
 
     def _flush(self) -> None:
@@ -483,7 +488,8 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         verdict.add("flows on their activity's lane", checks.binding_problems(),
                     "every relocated flow binds on its lane to the activity it binds to "
                     "on its original stream (Perfetto's rules)")
-        verdict.add("guides", _guide_problems(checks, data), _guide_text(data))
+        problems, total = _guide_problems(checks.guides, data)
+        verdict.add("guides", problems, _guide_text(data), total=total)
         verdict.add("kernel and stream counts", _count_problems(checks, data),
                     "per-GPU kernel and stream counts equal the report's")
         verdict.add("lanes", _lane_problems(checks, data),
@@ -638,20 +644,72 @@ def _top_level_problems(src_scan, out_scan, plan) -> list[str]:
     return problems
 
 
-def _guide_problems(checks: _OutputChecks, data: dict) -> list[str]:
+class GuideOrder:
+    """The output's guides, checked as they stream by: their count, each one against the
+    one before (in time order, no overlap) and against the report's next `layers` row
+    (read from the report file alongside); only the first few problems are kept."""
+
+    def __init__(self, rows: Iterable[dict] | None = None):
+        self.count = 0
+        self.problems: list[str] = []
+        self.problem_count = 0
+        self.row_problems: list[str] = []
+        self.row_problem_count = 0
+        self._rows = iter(rows) if rows is not None else None
+        self._last: tuple[int, int, str] | None = None
+
+    def observe(self, start: int, end: int, name: str) -> None:
+        self.count += 1
+        last, self._last = self._last, (start, end, name)
+        self._compare_row(start, end, name)
+        if last is None:
+            return
+        if start < last[0]:
+            self._problem(f"guide {name} starts before {last[2]}")
+        elif start < last[1]:
+            self._problem(f"guide {name} overlaps {last[2]}")
+
+    def _problem(self, text: str) -> None:
+        self.problem_count += 1
+        if len(self.problems) <= _MAX_LISTED:
+            self.problems.append(text)
+
+    def _compare_row(self, start: int, end: int, name: str) -> None:
+        """The report's row of this guide must describe it (whole µs, in order)."""
+        row = next(self._rows, None) if self._rows is not None else None
+        if row is None:
+            return
+        said = (row.get("guide_start_us"), row.get("guide_end_us"), f"L{row.get('layer_id')}")
+        if (start, end, name) == (said[0] * 1000 if isinstance(said[0], int) else None,
+                                  said[1] * 1000 if isinstance(said[1], int) else None, said[2]):
+            return
+        self.row_problem_count += 1
+        if len(self.row_problems) <= _MAX_LISTED:
+            self.row_problems.append(
+                f"the report's row {said[2]} (pass {row.get('pass_index')}) says "
+                f"[{said[0]}, {said[1]}] µs, the output's guide {name} is "
+                f"[{start / 1000:g}, {end / 1000:g}] µs")
+
+
+def _guide_problems(guides: GuideOrder, data: dict) -> tuple[list[str], int]:
+    """(the first problems, how many) of the guide check."""
     if "num_layers" not in data:
-        return [] if not checks.guides else [f"{len(checks.guides)} unexpected guide events"]
+        return ([], 0) if not guides.count else (
+            [f"{guides.count} unexpected guide events"], 1)
     expected = data["num_layers"] * data["passes"]
     problems = []
-    if len(checks.guides) != expected:
-        problems.append(f"{len(checks.guides)} guides, expected {data['num_layers']} layers x "
+    if guides.count != expected:
+        problems.append(f"{guides.count} guides, expected {data['num_layers']} layers x "
                         f"{data['passes']} passes = {expected}")
-    for (s0, e0, n0), (s1, _, n1) in zip(checks.guides, checks.guides[1:]):
-        if s1 < s0:
-            problems.append(f"guide {n1} starts before {n0}")
-        elif s1 < e0:
-            problems.append(f"guide {n1} overlaps {n0}")
-    return problems or _guide_rows_problems(checks, data)
+    if problems or guides.problem_count:
+        return problems + guides.problems, len(problems) + guides.problem_count
+    rows = list(guides.row_problems)
+    total = guides.row_problem_count
+    if "layers" in data and len(data["layers"]) != guides.count:
+        rows.append(f"the report has {len(data['layers'])} guide rows, the output "
+                    f"{guides.count} guides")
+        total += 1
+    return rows, total
 
 
 def _lane_problems(checks: _OutputChecks, data: dict) -> list[str]:
@@ -672,23 +730,6 @@ def _lane_problems(checks: _OutputChecks, data: dict) -> list[str]:
                        ("relocated_flows", checks.relocated_flows)):
         if section.get(key) != found:
             problems.append(f"the report's {key} is {section.get(key)}, the output holds {found}")
-    return problems
-
-
-def _guide_rows_problems(checks: _OutputChecks, data: dict) -> list[str]:
-    """The report's guide rows must describe the output's guides (whole µs, in order)."""
-    problems = []
-    for row, (start, end, name) in zip(data.get("layers", []), checks.guides):
-        said = (row.get("guide_start_us"), row.get("guide_end_us"), f"L{row.get('layer_id')}")
-        if (start, end, name) != (said[0] * 1000 if isinstance(said[0], int) else None,
-                                  said[1] * 1000 if isinstance(said[1], int) else None, said[2]):
-            problems.append(
-                f"the report's row {said[2]} (pass {row.get('pass_index')}) says "
-                f"[{said[0]}, {said[1]}] µs, the output's guide {name} is "
-                f"[{start / 1000:g}, {end / 1000:g}] µs")
-    if "layers" in data and len(data["layers"]) != len(checks.guides):
-        problems.append(f"the report has {len(data['layers'])} guide rows, the output "
-                        f"{len(checks.guides)} guides")
     return problems
 
 
