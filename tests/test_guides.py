@@ -1,6 +1,7 @@
 """Anchor selection and guide construction (pure functions over matches)."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -27,11 +28,18 @@ from tracestream.guides import (
     select_gpu,
     with_passes,
 )
+from tracestream.guidetext import GuideRows
 from tracestream.index import Match
 
 
 def match(ts: str, dur: str = "1", *, pid=0, device=0, ordinal=0, name="a") -> Match:
     return Match(ordinal, pid, 7, device, name, ts, dur, 7)
+
+
+def rows(guides) -> list[dict]:
+    """The guides' report rows, as the report file holds them (exact times as text)."""
+    text = b"[" + b",\n".join(GuideRows(guides, 0).pretty_blocks(2)) + b"]"
+    return json.loads(text, parse_float=str)
 
 
 def spec(**kw) -> LayerSpec:
@@ -45,11 +53,11 @@ def test_formula_with_stride_and_extras():
     s = spec(num_layers=2, anchor_stride=2, extra_anchors_per_pass=1, passes=2)
     assert [anchor_index(s, p, layer) for p in range(2) for layer in range(2)] == [0, 2, 5, 7]
     anchors = [match(str(t)) for t in (0, 10, 20, 30, 40, 100, 110, 120, 130, 140)]
-    guides = build_guides(anchors, None, s)
-    assert [g.anchor_index for g in guides] == [0, 2, 5, 7]
-    assert [(g.guide_start_us, g.guide_end_us) for g in guides] == [
+    guides = rows(build_guides(anchors, None, s))
+    assert [g["anchor_index"] for g in guides] == [0, 2, 5, 7]
+    assert [(g["guide_start_us"], g["guide_end_us"]) for g in guides] == [
         (0, 20), (20, 20), (100, 120), (120, 120)]
-    assert [g.boundary_kind for g in guides] == [
+    assert [g["boundary_kind"] for g in guides] == [
         NEXT_LAYER_ANCHOR, ANCHOR_POINT_ONLY, NEXT_LAYER_ANCHOR, ANCHOR_POINT_ONLY]
 
 
@@ -66,8 +74,8 @@ def test_too_few_anchors_is_refused_with_counts():
 
 def test_first_layer_numbers_guides():
     anchors = [match(str(t)) for t in range(4)]
-    guides = build_guides(anchors, None, spec(num_layers=4, first_layer=20))
-    assert [g.layer_id for g in guides] == [20, 21, 22, 23]
+    guides = rows(build_guides(anchors, None, spec(num_layers=4, first_layer=20)))
+    assert [g["layer_id"] for g in guides] == [20, 21, 22, 23]
 
 
 def test_duplicate_anchor_times_are_refused():
@@ -79,20 +87,20 @@ def test_duplicate_anchor_times_are_refused():
 def test_terminal_ends_the_last_layer_and_is_checked_in_every_window():
     anchors = [match("0"), match("10"), match("100")]
     terminals = [match("5", "2"), match("15", "3.5"), match("105", "1")]
-    guides = build_guides(anchors, terminals, spec(num_layers=2, extra_anchors_per_pass=0))
-    assert guides[1].boundary_kind == TERMINAL_KERNEL_END
-    assert guides[1].end_text == "18.5"
-    assert guides[1].guide_end_us == 19  # 18.5 rounds up
+    guides = rows(build_guides(anchors, terminals, spec(num_layers=2, extra_anchors_per_pass=0)))
+    assert guides[1]["boundary_kind"] == TERMINAL_KERNEL_END
+    assert guides[1]["end_us"] == "18.5"
+    assert guides[1]["guide_end_us"] == 19  # 18.5 rounds up
 
 
 def test_stride_two_terminal_after_the_skipped_sub_layer_anchor():
     """With stride 2 a layer's window spans the skipped anchor; its terminal may follow it."""
     anchors = [match(t) for t in ("0", "10", "20", "30")]
     terminals = [match("15", "1"), match("35", "1")]
-    guides = build_guides(anchors, terminals, spec(num_layers=2, anchor_stride=2))
-    assert [g.anchor_index for g in guides] == [0, 2]
-    assert guides[1].boundary_kind == TERMINAL_KERNEL_END
-    assert guides[1].end_text == "36"
+    guides = rows(build_guides(anchors, terminals, spec(num_layers=2, anchor_stride=2)))
+    assert [g["anchor_index"] for g in guides] == [0, 2]
+    assert guides[1]["boundary_kind"] == TERMINAL_KERNEL_END
+    assert guides[1]["end_us"] == 36
 
 
 @pytest.mark.parametrize(

@@ -362,7 +362,7 @@ def on_gpu(matches, pid: Any, device: Any):
 
 # -- guides as columns ------------------------------------------------------------------
 
-GUIDE_BLOCK = 1 << 14
+GUIDE_BLOCK = 1 << 10
 """Guides checked, and later written, at a time: a nightly job labels 10^5-10^6 of them,
 so no step holds more than a block's worth of per-guide values."""
 

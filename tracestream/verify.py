@@ -44,7 +44,7 @@ from tracestream.spill import RecordStore
 from tracestream.workers import pool_for, release_memory
 
 _MAX_LISTED = 5
-_ROWS_HELD = 1 << 16  # check records held as tuples before they go to their store
+_ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
 
 

@@ -1,0 +1,145 @@
+"""Labelling every pass in flat memory: guides are columns, never objects (issue 23).
+
+A nightly job labels every pass of a trace: 10^5-10^6 guides. Each test measures the
+tracemalloc peak of one step (planning the guides, writing their events, writing the
+report's rows, verify's guide checks) over packed matches built by hand, for 1,000
+guides and for many more (200,000 to plan; fewer where tracemalloc makes each guide
+slow): both stay below one bound, which one Python object, dict or bytes per guide kept
+until the end (>= 100 bytes each: 10 MB for 100,000) would break.
+"""
+
+import tracemalloc
+
+import numpy as np
+import orjson
+import pytest
+
+from tracestream import verify
+from tracestream.guides import LayerSpec, build_guides
+from tracestream.guidetext import GuideEvents, GuideRows
+from tracestream.jsontext import write_pretty
+from tracestream.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
+from tracestream.verify import _guide_problems, _OutputChecks
+
+BOUND = 4 << 20
+"""The peak every step stays below, whatever the number of guides (the packed matches
+themselves, ~60 bytes each, are built before the measurement starts; planning copies
+their start times, 8 bytes each)."""
+LAYERS = 8
+EPOCH_NS = 1_764_400_000_005_000_000  # Kineto's epoch timestamps, in ns
+GUIDE_PID, GUIDE_TID = 0, 1_000_000
+
+
+def packed(count: int, start_ns: int, dur_ns: int, name: str) -> MatchTable:
+    """`count` kernels on one GPU stream, 10 µs apart, written with three decimals."""
+    table = MatchTable([(0, 7)], [(0, 0)])
+    rows = np.zeros(count, MATCH_DTYPE)
+    rows["ordinal"] = np.arange(count) * 2
+    rows["start"] = start_ns + np.arange(count, dtype=np.int64) * 10_000
+    rows["dur"] = dur_ns
+    rows["form"] = THREE_DECIMALS
+    rows["stream"] = table.intern_stream(7)
+    rows["name"] = table.intern_name(name)
+    table.extend(rows, {})
+    return table
+
+
+def labelled(guides: int):
+    """(anchors, terminals, spec) of `guides` guides: every pass labelled, a terminal in
+    every layer's window."""
+    anchors = packed(guides, EPOCH_NS, 1_000, "_q_rope_store").on_gpu(0, 0)
+    terminals = packed(guides, EPOCH_NS + 5_000, 2_500, "moe_finalize").on_gpu(0, 0)
+    spec = LayerSpec(anchor_regex="_q_rope_store", num_layers=LAYERS, anchor_offset=0,
+                     phase="decode", evidence="test", passes=guides // LAYERS,
+                     end_anchor_regex="moe_finalize")
+    return anchors, terminals, spec
+
+
+def peak(step) -> tuple[object, int]:
+    """(what `step()` returns, the tracemalloc peak while it ran)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        result = step()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("guides", [1_000, 200_000])
+def test_planning_guides_takes_a_few_bytes_each(guides):
+    anchors, terminals, spec = labelled(guides)
+    table, used = peak(lambda: build_guides(anchors, terminals, spec))
+    assert len(table) == guides
+    assert used < BOUND
+
+
+@pytest.mark.parametrize("guides", [1_000, 100_000])
+def test_guide_events_are_written_a_block_at_a_time(guides):
+    anchors, terminals, spec = labelled(guides)
+    events = GuideEvents(build_guides(anchors, terminals, spec), GUIDE_PID, GUIDE_TID, spec)
+
+    def write() -> tuple[int, bytes]:
+        count, last = 0, b""
+        for block in events.blocks():
+            count += len(block)
+            last = block[-1]
+        return count, last
+
+    (count, last), used = peak(write)
+    assert count == guides
+    assert orjson.loads(last)["args"]["boundary_kind"] == "terminal_kernel_end"
+    assert used < BOUND
+
+
+@pytest.mark.parametrize("guides", [1_000, 100_000])
+def test_report_rows_are_streamed_to_the_report(guides):
+    anchors, terminals, spec = labelled(guides)
+    rows = GuideRows(build_guides(anchors, terminals, spec), EPOCH_NS)
+    written = []
+
+    def write() -> int:
+        size = 0
+
+        def sink(data: bytes) -> None:
+            nonlocal size
+            size += len(data)
+            if len(written) < 2:
+                written.append(data)
+
+        write_pretty({"tool": "tracestream", "layers": rows}, sink)
+        return size
+
+    size, used = peak(write)
+    assert size > guides * 300  # every row written
+    assert rows.last["layer_id"] == LAYERS - 1 and rows.last["pass_index"] == guides // LAYERS - 1
+    assert used < BOUND
+
+
+@pytest.mark.parametrize("guides", [1_000, 30_000])
+def test_verify_checks_guides_as_they_stream_by(guides, tmp_path, monkeypatch):
+    """verify's records of the guide track go to stores that spill past their budget
+    (made small here, so that 30,000 guides spill); its guide check keeps a count and
+    the last guide."""
+    monkeypatch.setattr(verify, "_CHECK_BUDGET", 128 << 10)
+    anchors, terminals, spec = labelled(guides)
+    events = GuideEvents(build_guides(anchors, terminals, spec), GUIDE_PID, GUIDE_TID, spec)
+    report = {"options": {}, "pid": GUIDE_PID, "guide_tid": GUIDE_TID, "num_layers": LAYERS,
+              "passes": spec.passes}
+
+    def check() -> tuple[list, int, list]:
+        checks = _OutputChecks(report, str(tmp_path))
+        try:
+            ordinal = 0
+            for block in events.blocks():
+                for raw in block:
+                    checks.observe(ordinal, raw)
+                    ordinal += 1
+            return _guide_problems(checks.guides, report), checks.guides.count, (
+                checks.depth_problems())
+        finally:
+            checks.close()
+
+    ((problems, total), count, depth), used = peak(check)
+    assert (problems, total, count, depth) == ([], 0, guides, [])
+    assert used < BOUND  # 30,000 guides kept as tuples or dicts: >= 3 MB more
