@@ -304,3 +304,26 @@ def test_no_suggestion_when_the_clusters_show_none():
 def test_one_layer_per_pass_has_no_layer_gaps_to_check():
     evidence = cadence(np.array([0, 10, 1000], np.int64), spec(num_layers=1, passes=3))
     assert evidence["median_layer_gap_us"] is None and evidence["breaks"] == 0
+
+
+def test_terminal_windows_compare_exact_times_below_a_nanosecond():
+    """A terminal 0.1 ns before its anchor is outside the window, though both floor to the
+    same ns (times kept as text are compared as exact decimals)."""
+    anchors = [match("0.0004"), match("10")]
+    terminals = [match("0.0003"), match("5", "2"), match("12", "1")]
+    guides = rows(build_guides(anchors, terminals, spec(num_layers=2)))
+    assert [g["boundary_kind"] for g in guides] == [NEXT_LAYER_ANCHOR, TERMINAL_KERNEL_END]
+    assert guides[1]["end_us"] == 13
+    with pytest.raises(TraceError, match=r"2 terminal kernels in the window of pass 0, layer L0"):
+        build_guides([match("0.0003"), match("10")], terminals, spec(num_layers=2))
+
+
+def test_the_first_failing_guide_is_named_among_many():
+    """Windows are checked a block at a time; the refusal names the first guide (in pass
+    and layer order) that fails, as one guide at a time did."""
+    count = 5000  # guides over several blocks
+    anchors = [match(str(10 * k)) for k in range(count)]
+    terminals = [match(str(10 * k + 5)) for k in range(count) if k not in (3001, 4500)]
+    with pytest.raises(TraceError, match=r"no terminal kernel .* of pass 1500, layer L1: "
+                                         r"\[30010, 30020\) µs$"):
+        build_guides(anchors, terminals, spec(num_layers=2, passes=count // 2))
