@@ -170,7 +170,7 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
         planner = Planner(index, output_name=output_name, report_name=report_name,
                           source_name=source_name)
         layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
-        index.matches.clear()  # the anchors are chosen: compaction never reads matches
+        index.matches.clear()  # chosen: the guides keep the tables they are written from
         compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
         plan = planner.finish(command, layers, compaction,
                               options=spec_options(layer_spec, compact_spec))
