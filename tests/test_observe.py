@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracestream import timebase
+from tracestream import observe, timebase
 from tracestream.events import KERNEL, MEMCPY
 from tracestream.observe import (
     FLOW,
@@ -19,8 +19,11 @@ from tracestream.observe import (
     ChunkError,
     Context,
     Event,
+    SHAPE_INTEGER,
+    SHAPE_OTHER,
+    SHAPE_THREE,
     _Observer,
-    kineto_decimals,
+    kineto_shapes,
     observe_chunk,
 )
 
@@ -31,14 +34,20 @@ _THREE_DECIMALS = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})\.[0-9]{3}")
 _INTEGER = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})")
 
 
-def reference(texts: list[bytes], signed: bool) -> int | None:
-    if not signed and any(t.startswith(b"-") for t in texts):
-        return None
-    if all(_THREE_DECIMALS.fullmatch(t) for t in texts):
-        return 3
-    if all(_INTEGER.fullmatch(t) for t in texts):
-        return 0
-    return None
+def reference(text: bytes, signed: bool) -> int:
+    """The shape of one text, by regular expression."""
+    if not signed and text.startswith(b"-"):
+        return SHAPE_OTHER
+    if _THREE_DECIMALS.fullmatch(text):
+        return SHAPE_THREE
+    if _INTEGER.fullmatch(text):
+        return SHAPE_INTEGER
+    return SHAPE_OTHER
+
+
+def shapes_of(texts: list[bytes], signed: bool) -> list[int]:
+    lengths = np.array([len(t) for t in texts], np.int64)
+    return kineto_shapes(b",".join(texts), lengths, signed=signed).tolist()
 
 
 def json_number(draw_int: int, decimals: int, negative: bool) -> bytes:
@@ -61,9 +70,8 @@ other_json = st.sampled_from([b'"1.000"', b"1e3", b"1.5e3", b"null", b"true", b"
 
 @given(st.lists(st.one_of(numbers, numbers, numbers, other_json), min_size=1, max_size=8),
        st.booleans())
-def test_column_shape_matches_one_value_at_a_time(texts, signed):
-    blob = b",".join(texts)
-    assert kineto_decimals(blob, texts, signed=signed) == reference(texts, signed)
+def test_each_value_shape_matches_one_value_at_a_time(texts, signed):
+    assert shapes_of(texts, signed) == [reference(t, signed) for t in texts]
 
 
 @given(st.lists(st.one_of(numbers, numbers, st.just(b"")), min_size=1, max_size=8),
@@ -103,16 +111,38 @@ def low_enough(text: bytes, key: str) -> bool:
     return low <= float(text) < timebase.MAX_ABS_US
 
 
-def test_kineto_columns():
+def test_kineto_shapes():
     ts = [b"1764400000000000.000", b"1764400000000012.345", b"-5.000"]
-    assert kineto_decimals(b",".join(ts), ts, signed=True) == 3
-    assert kineto_decimals(b",".join(ts), ts, signed=False) is None  # a negative dur
+    assert shapes_of(ts, signed=True) == [SHAPE_THREE] * 3
+    assert shapes_of(ts, signed=False) == [SHAPE_THREE, SHAPE_THREE, SHAPE_OTHER]  # a dur < 0
     ints = [b"17", b"8999999999999999"]
-    assert kineto_decimals(b",".join(ints), ints, signed=False) == 0
+    assert shapes_of(ints, signed=False) == [SHAPE_INTEGER] * 2
     too_big = [b"9000000000000000.000"]  # 9e15 µs: past int64 nanoseconds' safe range
-    assert kineto_decimals(too_big[0], too_big, signed=True) is None
-    mixed = [b"1.000", b"2"]
-    assert kineto_decimals(b",".join(mixed), mixed, signed=True) is None
+    assert shapes_of(too_big, signed=True) == [SHAPE_OTHER]
+    mixed = [b"1.000", b"2", b"[1,2]", b"1.5", b"3"]
+    assert shapes_of(mixed, signed=True) == [SHAPE_THREE, SHAPE_INTEGER, SHAPE_OTHER,
+                                             SHAPE_OTHER, SHAPE_INTEGER]
+
+
+@pytest.mark.parametrize("odd", [b"0", b"12", b"1764400000000001.5", b"null"])
+def test_one_odd_ts_in_a_chunk_is_read_alone(odd, monkeypatch):
+    """`"ts": 0` on metadata among three-decimal epoch values (or integer µs among
+    fractional ones, or an odd value) is read by its own shape: the regular values are
+    parsed as a column, only values of no Kineto shape one by one, and every value is
+    the same as if each had been read alone."""
+    regular = [b"1764400000000%03d.125" % k for k in range(200)]
+    texts = [*regular[:100], odd, *regular[100:]]
+    events = [Event(ts=msgspec.Raw(t)) for t in texts]
+    observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
+    one_by_one = []
+    real = observe._time_value
+    monkeypatch.setattr(observe, "_time_value",
+                        lambda text, key: one_by_one.append(text) or real(text, key))
+    ns, integer, present = observer._column("ts", np.zeros(len(texts), bool))
+    assert one_by_one == ([] if reference(odd, True) != SHAPE_OTHER else [odd])
+    expected = [(timebase.parse_decimal(t).floor_ns(), timebase.is_integer_text(t), True)
+                if t != b"null" else (0, False, False) for t in texts]
+    assert list(zip(ns.tolist(), integer.tolist(), present.tolist())) == expected
 
 
 def test_provenance_is_the_first_event_with_the_key_in_its_args():

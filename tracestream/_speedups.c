@@ -575,16 +575,16 @@ read_field(PyObject *object, Field *field)
 }
 
 PyDoc_STRVAR(decimal_column_doc,
-"decimal_column(events, key, signed) -> (ns, present, decimals) or None\n\n"
+"decimal_column(events, key, signed) -> (ns, shapes)\n\n"
 "The events' `key` field (msgspec.Raw number texts, empty where absent) as a ts or\n"
-"dur column, in Kineto's shapes:\n"
-"every present text an integer (decimals 0) or every one with three decimals\n"
-"(decimals 3), below 9e15 us, and not negative unless `signed`. Gives the values\n"
-"in ns (int64 bytearray, 0 where absent), which are present (a bytearray of 0/1)\n"
-"and the shape (-1 when none is present); None for any other column\n"
-"(observe.kineto_decimals and observe._ints).");
+"dur column, each value by its own shape: 0 absent, 1 an integer, 2 a number with\n"
+"three decimals (Kineto's shapes: below 9e15 us, not negative unless `signed`),\n"
+"3 anything else (read one by one by the caller). Gives the values in ns (int64\n"
+"bytearray, 0 where absent or of shape 3) and the shapes (a bytearray), so one odd\n"
+"value costs its own event, not its chunk (observe.kineto_shapes and observe._ints).");
 
 #define MAX_WHOLE_DIGITS 16 /* integer digits of a value below 9e15 us */
+enum { SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_THREE, SHAPE_OTHER };
 
 static PyObject *
 decimal_column(PyObject *module, PyObject *args)
@@ -597,12 +597,11 @@ decimal_column(PyObject *module, PyObject *args)
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(events);
     PyObject *ns_obj = PyByteArray_FromStringAndSize(NULL, n * 8);
-    PyObject *present_obj = PyByteArray_FromStringAndSize(NULL, n);
-    if (ns_obj == NULL || present_obj == NULL)
+    PyObject *shapes_obj = PyByteArray_FromStringAndSize(NULL, n);
+    if (ns_obj == NULL || shapes_obj == NULL)
         goto fail;
     int64_t *ns = (int64_t *)PyByteArray_AS_STRING(ns_obj);
-    char *present = PyByteArray_AS_STRING(present_obj);
-    int decimals = -1;
+    char *shapes = PyByteArray_AS_STRING(shapes_obj);
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_buffer view;
         PyObject *text = read_field(PyList_GET_ITEM(events, i), &field);
@@ -612,11 +611,11 @@ decimal_column(PyObject *module, PyObject *args)
             goto fail;
         const unsigned char *t = view.buf;
         Py_ssize_t len = view.len, at = 0;
-        int shape = 0, ok = 1, negative = 0;
+        int three = 0, ok = 1, negative = 0;
         int64_t value = 0;
         ns[i] = 0;
-        present[i] = len > 0;
         if (len == 0) {
+            shapes[i] = SHAPE_ABSENT;
             PyBuffer_Release(&view);
             continue;
         }
@@ -626,33 +625,32 @@ decimal_column(PyObject *module, PyObject *args)
             ok = is_signed;
         }
         if (len >= 5 && t[len - 4] == '.')
-            shape = 3;
-        Py_ssize_t whole = len - at - (shape ? 4 : 0);
+            three = 1;
+        Py_ssize_t whole = len - at - (three ? 4 : 0);
         if (whole < 1 || whole > MAX_WHOLE_DIGITS
             || (whole == MAX_WHOLE_DIGITS && t[at] > '8'))
             ok = 0;
         for (Py_ssize_t k = at; ok && k < len; k++) {
             if (t[k] >= '0' && t[k] <= '9')
                 value = 10 * value + (t[k] - '0');
-            else if (!(shape && k == len - 4))
+            else if (!(three && k == len - 4))
                 ok = 0;
         }
         PyBuffer_Release(&view);
-        if (!ok || (decimals >= 0 && decimals != shape)) {
-            Py_DECREF(ns_obj);
-            Py_DECREF(present_obj);
-            Py_RETURN_NONE;
+        if (!ok) {
+            shapes[i] = SHAPE_OTHER;
+            continue;
         }
-        decimals = shape;
-        if (shape == 0)
+        shapes[i] = three ? SHAPE_THREE : SHAPE_INTEGER;
+        if (!three)
             value *= 1000;
         ns[i] = negative ? -value : value;
     }
-    return Py_BuildValue("(NNi)", ns_obj, present_obj, decimals);
+    return Py_BuildValue("(NN)", ns_obj, shapes_obj);
 
 fail:
     Py_XDECREF(ns_obj);
-    Py_XDECREF(present_obj);
+    Py_XDECREF(shapes_obj);
     return NULL;
 }
 

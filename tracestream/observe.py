@@ -490,56 +490,34 @@ class _Observer:
         """Exact values of the `ts` or `dur` column: (floor ns, integer literal?, present?) per
         event.
 
-        Absent values are 0 (their events are never read). Kineto's shapes (three
-        decimals, or integers) are parsed a column at a time (by the C extension
-        where it is built, else in numpy); anything else one by
-        one (and marked in `self.inexact` when it has digits below 1 ns). Non-numbers
-        and values out of range are refused where `strict` (the value is read); elsewhere
-        they count as absent and are noted in `self.odd`.
+        Absent values are 0 (their events are never read). Each value is parsed by
+        its own shape: Kineto's (three decimals, or integers) a shape group at a
+        time (by the C extension where it is built, else in numpy), anything else
+        one by one (and marked in `self.inexact` when it has digits below 1 ns).
+        So `"ts": 0` on metadata among epoch values with three decimals costs its
+        own event, not its chunk. Non-numbers and values out of range are refused
+        where `strict` (the value is read); elsewhere they count as absent and are
+        noted in `self.odd`.
         """
         if speedups.native is not None:
-            column = speedups.native.decimal_column(self.events, key, key != "dur")
-            if column is not None:
-                ns, present, decimals = column
-                has = np.frombuffer(present, bool)
-                integer = has if decimals == 0 else np.zeros_like(has)
-                return np.frombuffer(ns, np.int64), integer, has
-        texts = list(map(attrgetter(key), self.events))
-        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
-        has = lengths > 0
-        present = list(filter(None, texts))
-        whole = len(present) == len(texts)
-        blob = b",".join(present)
-        parsed = None
-        if not present:
-            parsed = np.zeros(0, np.int64), np.zeros(0, bool)
+            ns, shapes = speedups.native.decimal_column(self.events, key, key != "dur")
+            ns, shapes = np.frombuffer(ns, np.int64), np.frombuffer(shapes, np.int8)
         else:
-            decimals = kineto_decimals(blob, present, signed=key != "dur",
-                                       lengths=lengths if whole else lengths[has])
-            if decimals == 3:
-                parsed = _ints(blob.replace(b".", b"")), np.zeros(len(present), bool)
-            elif decimals == 0:
-                parsed = _ints(blob) * 1000, np.ones(len(present), bool)
-        if parsed is None:
-            return self._column_slowly(texts, key, strict)
-        ns, integer = parsed
-        if whole:
-            return ns, integer, has
-        out_ns = np.zeros(len(texts), np.int64)
-        out_int = np.zeros(len(texts), bool)
-        out_ns[has] = ns
-        out_int[has] = integer
-        return out_ns, out_int, has
+            ns, shapes = kineto_column(list(map(attrgetter(key), self.events)),
+                                       signed=key != "dur")
+        integer = shapes == SHAPE_INTEGER
+        has = (shapes == SHAPE_INTEGER) | (shapes == SHAPE_THREE)
+        odd = np.flatnonzero(shapes == SHAPE_OTHER)
+        if len(odd):
+            self._parse_one_by_one(odd.tolist(), key, strict, ns, integer, has)
+        return ns, integer, has
 
-    def _column_slowly(self, texts, key, strict):
-        n = len(texts)
-        ns = np.zeros(n, np.int64)
-        integer = np.zeros(n, bool)
-        has = np.zeros(n, bool)
-        for i, raw in enumerate(texts):
-            if not raw:
-                continue
-            t = bytes(raw)
+    def _parse_one_by_one(self, events: list[int], key: str, strict: np.ndarray,
+                          ns: np.ndarray, integer: np.ndarray, has: np.ndarray) -> None:
+        """Values of `key` of the given events in no Kineto shape, parsed exactly one at a
+        time into the columns (refused where `strict`, else noted as odd)."""
+        for i in events:
+            t = bytes(getattr(self.events[i], key))
             value, problem = _time_value(t, key)
             if problem is not None:
                 if strict[i]:
@@ -552,7 +530,6 @@ class _Observer:
             ns[i] = floor
             integer[i] = timebase.is_integer_text(t)
             has[i] = True
-        return ns, integer, has
 
     def _chunk_origin(self, metas, ts_texts, ts_ns, has_ts) -> tuple[int, str] | None:
         """The smallest ts of the chunk's events (metadata excluded): (floor ns, exact text)."""
@@ -927,7 +904,7 @@ class _Observer:
 
 
 _NUMBER_BYTES = np.zeros(256, bool)
-_NUMBER_BYTES[list(b"0123456789.,-")] = True
+_NUMBER_BYTES[list(b"0123456789.-")] = True
 _MAX_DIGITS = 16  # integer digits of a value below 9e15 µs (the first of 16 at most 8)
 
 
@@ -951,37 +928,64 @@ def _holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
     return np.searchsorted(positions, ends) > np.searchsorted(positions, starts)
 
 
-def kineto_decimals(blob: bytes, texts: list[bytes], *, signed: bool,
-                    lengths: np.ndarray | None = None) -> int | None:
-    """3 when every text (JSON values, joined by commas in `blob`) is a number with three
-    decimals, 0 when every one is an integer, all below 9e15 µs; otherwise None.
+SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_THREE, SHAPE_OTHER = 0, 1, 2, 3
+"""The shape of one ts/dur text, as the C extension's decimal_column codes it."""
 
-    The texts are valid JSON, so with only digits, `.`, `-` and the joining commas
-    in the blob, each is a number without an exponent, with at most one `.` and a
-    `-` only in front; counting and indexing the bytes settles the rest.
+
+def kineto_shapes(blob: bytes, lengths: np.ndarray, *, signed: bool) -> np.ndarray:
+    """Per text (JSON values of `lengths` bytes each, joined by commas in `blob`): its
+    shape, SHAPE_THREE for a number with three decimals, SHAPE_INTEGER for an integer,
+    both below 9e15 µs (and not negative unless `signed`), else SHAPE_OTHER.
+
+    The texts are valid JSON, so a text of only digits, `.` and `-` is a number
+    without an exponent; counting its bytes of each kind and indexing its first
+    and fourth-to-last bytes settles the rest, for every text at once.
     """
     view = np.frombuffer(blob, np.uint8)
-    if not _NUMBER_BYTES[view].all():
-        return None
-    if lengths is None:  # each text's length (the caller may know them already)
-        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
     ends = np.cumsum(lengths + 1) - 1  # each text's comma (or the blob's end)
     starts = ends - lengths
+
+    def per_text(mask: np.ndarray) -> np.ndarray:
+        counts = np.zeros(len(view) + 1, np.int64)
+        np.cumsum(mask, out=counts[1:])
+        return counts[ends] - counts[starts]
+
+    odd_bytes = per_text(~_NUMBER_BYTES[view])
+    dots = per_text(view == 0x2E)
+    minus = per_text(view == 0x2D)
     negative = view[starts] == 0x2D
-    if not signed and negative.any():
-        return None
-    dots = np.count_nonzero(view == 0x2E)
-    if dots == 0:
-        digits = lengths - negative
-    elif dots == len(texts) and (lengths >= 5).all() and (view[ends - 4] == 0x2E).all():
-        digits = lengths - negative - 4
-    else:
-        return None
-    if (digits < 1).any() or (digits > _MAX_DIGITS).any():
-        return None
-    if ((digits == _MAX_DIGITS) & (view[starts + negative] > ord("8"))).any():
-        return None
-    return 3 if dots else 0
+    three = (lengths >= 5) & (view[np.maximum(ends - 4, 0)] == 0x2E) & (dots == 1)
+    digits = lengths - negative - 4 * three
+    first_digit = view[np.minimum(starts + negative, len(view) - 1)]
+    regular = ((odd_bytes == 0) & (minus == negative) & ((dots == 0) | three)
+               & (digits >= 1) & (digits <= _MAX_DIGITS)
+               & ~((digits == _MAX_DIGITS) & (first_digit > ord("8"))))
+    if not signed:
+        regular &= ~negative
+    return np.where(regular, np.where(three, SHAPE_THREE, SHAPE_INTEGER),
+                    SHAPE_OTHER).astype(np.int8)
+
+
+def kineto_column(texts: list, *, signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The numpy twin of the C extension's decimal_column: (ns, shape) per text (empty
+    where absent), the values of each Kineto shape parsed a group at a time."""
+    lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+    shapes = np.zeros(len(texts), np.int8)  # SHAPE_ABSENT
+    ns = np.zeros(len(texts), np.int64)
+    present = np.flatnonzero(lengths)
+    if not len(present):
+        return ns, shapes
+    whole = len(present) == len(texts)
+    chosen = texts if whole else list(map(texts.__getitem__, present.tolist()))
+    blob = b",".join(chosen)
+    shapes[present] = kineto_shapes(blob, lengths[present], signed=signed)
+    for shape, scale in ((SHAPE_THREE, 1), (SHAPE_INTEGER, 1000)):
+        at = np.flatnonzero(shapes == shape)
+        if not len(at):
+            continue
+        group = blob if len(at) == len(chosen) else b",".join(map(texts.__getitem__, at.tolist()))
+        ns[at] = _ints(group.replace(b".", b"") if shape == SHAPE_THREE else group) * scale
+    return ns, shapes
 
 
 def _ints(blob: bytes) -> np.ndarray:
