@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from click.testing import CliRunner
@@ -19,17 +20,18 @@ from conftest import events_of, load_exact
 from kineto import anchor_trace
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
+from tracestream.cadence import cluster_starts
 from tracestream.cli import main
 from tracestream.inspect import (
     after_last_anchor,
-    cluster_matches,
-    cross_check_windows,
     cross_verdict,
     find_anchors,
     format_table,
+    matches_before,
     outside_windows,
     table_lines,
     verdict_text,
+    window_counts,
 )
 from tracestream.jsontext import RawNumber
 
@@ -64,37 +66,41 @@ def decode(tmp_path_factory):
 
 def test_cluster_rule_splits_on_gaps_larger_than_factor_times_median():
     times = [0, 10, 20, 30, 100, 110, 120, 130, 500, 510]
-    clusters, median = cluster_matches(times, factor=3)
+    first, median = cluster_starts(times, factor=3)
     assert median == 10
-    assert clusters == [(0, 4), (4, 4), (8, 2)]
-    assert cluster_matches([5]) == ([(0, 1)], None)
-    assert cluster_matches([]) == ([], None)
+    assert first.tolist() == [0, 4, 8]
+    assert cluster_starts([5])[0].tolist() == [0] and cluster_starts([5])[1] is None
+    assert cluster_starts([])[0].tolist() == []
 
 
 def test_cross_check_counts_only_windows_inside_clusters():
-    anchors = [0, 10, 20, 100, 110]
-    cross = [5, 15, 16, 50, 105]  # 50 sits in the gap between the clusters
-    clusters = [(0, 3), (3, 2)]
-    windows = cross_check_windows(anchors, cross, clusters)
-    assert [(w["from_index"], w["count"]) for w in windows] == [(0, 1), (1, 2), (3, 1)]
-    assert outside_windows(anchors, cross, clusters) == 1
-    assert after_last_anchor(anchors, cross, clusters) == [1, 0]
+    anchors = np.array([0, 10, 20, 100, 110])
+    cross = np.array([5, 15, 16, 50, 105])  # 50 sits in the gap between the clusters
+    first, sizes = np.array([0, 3]), np.array([3, 2])
+    before = matches_before(anchors, cross)
+    windows, counts = window_counts(before, first)
+    assert list(zip(windows.tolist(), counts.tolist())) == [(0, 1), (1, 2), (3, 1)]
+    assert outside_windows(before, first, sizes, len(cross)) == 1
+    assert after_last_anchor(before, first, sizes, len(cross)).tolist() == [1, 0]
 
 
 def test_cross_verdict_reads_the_match_after_the_last_anchor():
-    clusters = [(0, 3), (3, 3)]
-    assert "2 layers + 1 extra" in cross_verdict([1] * 4, [0, 0], clusters)
-    assert "3 layers per pass" in cross_verdict([1] * 4, [1, 1], clusters)
-    assert cross_verdict([1, 0, 1, 1], [0, 0], clusters).startswith("1 window(s)")
+    sizes = np.array([3, 3])
+    assert "2 layers + 1 extra" in cross_verdict(np.ones(4), np.array([0, 0]), sizes)
+    assert "3 layers per pass" in cross_verdict(np.ones(4), np.array([1, 1]), sizes)
+    assert cross_verdict(np.array([1, 0, 1, 1]), np.array([0, 0]), sizes).startswith(
+        "1 window(s)")
 
 
 def test_verdict_states_readings_and_never_an_offset():
-    text = verdict_text(54, [(i * 9, 9) for i in range(6)])
+    text = verdict_text(54, np.arange(6) * 9, np.full(6, 9))
     assert text.startswith("6 clusters of 9: consistent with 9 layers per pass, or 8 layers + 1")
     assert "verify in the model config" in text
     assert "--anchor-offset" not in text
-    uneven = verdict_text(23, [(0, 5), (5, 9), (14, 9)])
+    uneven = verdict_text(23, np.array([0, 5, 14]), np.array([5, 9, 9]))
     assert "unequal size" in uneven and "5 at index 0" in uneven
+    tied = verdict_text(20, np.array([0, 5, 10, 14]), np.array([5, 5, 4, 4]))
+    assert "2 of 5" in tied and "4 at index 10" in tied  # a tie: the size seen first
 
 
 def test_format_table_aligns_columns():

@@ -10,7 +10,6 @@ makes a Python object per match.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
 
 import numpy as np
 
@@ -35,25 +34,21 @@ def is_break(gap_ns, median_ns: float, factor: float = GAP_FACTOR):
 
 def cluster_starts(times: Sequence[int], factor: float = GAP_FACTOR):
     """(first index of every cluster as an array, median gap in ns or None): a new cluster
-    starts after every gap longer than `factor` x the median gap."""
-    between = gaps(times)
+    starts after every gap longer than `factor` x the median gap.
+
+    Passes of a phase show up as clusters because the host/other phases run
+    between them; the rule is deliberately simple so a user can check it by hand.
+    """
+    return starts_of_gaps(gaps(times), len(times), factor)
+
+
+def starts_of_gaps(between: np.ndarray, count: int, factor: float = GAP_FACTOR):
+    """`cluster_starts` of `count` matches from their start-to-start gaps `between`."""
     if not len(between):
-        return np.zeros(min(len(times), 1), np.int64), None
+        return np.zeros(min(count, 1), np.int64), None
     median = float(np.median(between))
     breaks = np.flatnonzero(is_break(between, median, factor)) + 1
     return np.concatenate([np.zeros(1, np.int64), breaks]), median
-
-
-def cluster_matches(times: Sequence[int], factor: float = GAP_FACTOR):
-    """Split time-ordered match times (ns) where a gap exceeds `factor` x the median gap.
-
-    Returns (clusters as (start_index, count), median gap in ns or None). Passes
-    of a phase show up as clusters because the host/other phases run between
-    them; the rule is deliberately simple so a user can check it by hand.
-    """
-    starts, median = cluster_starts(times, factor)
-    bounds = [*starts.tolist(), len(times)] if len(starts) else []
-    return [(a, b - a) for a, b in pairwise(bounds)], median
 
 
 def rule_text(factor: float, median_ns: float | None) -> str:

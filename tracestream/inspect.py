@@ -19,14 +19,14 @@ import orjson
 
 from tracestream import speedups
 from tracestream.api import compile_pattern
-from tracestream.cadence import GAP_FACTOR, cluster_matches, gaps, rule_text
+from tracestream.cadence import GAP_FACTOR, rule_text, starts_of_gaps
 from tracestream.errors import Option, SpecError, TraceError
 from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import on_gpu, select_gpu
-from tracestream.index import SCOPES, IndexOptions, Match, TraceIndex, run_index
+from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
-from tracestream.matches import THREE_DECIMALS, MatchView
+from tracestream.matches import AS_TEXT, THREE_DECIMALS, MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
 from tracestream.spill import take_rows
@@ -41,23 +41,22 @@ NAME_WIDTH = 110  # longest kernel/annotation name in human-readable tables
 # -- small pure helpers --------------------------------------------------------
 
 
-def separation(times: Sequence[int], clusters: Sequence[tuple[int, int]],
-               median_ns: float | None) -> dict:
-    """Largest gap inside clusters and smallest gap between them, in median gaps.
+def separation(between: np.ndarray, first: np.ndarray, median_ns: float | None) -> dict:
+    """Largest gap inside clusters and smallest gap between them, in median gaps
+    (`between`: the start-to-start gaps, `first`: each cluster's first index).
 
     This is the margin of the rule: a clean split has inside ~1 and between >> 1.
     """
     if median_ns is None or median_ns <= 0:
         return {"max_inside_ratio": None, "min_between_ratio": None}
-    between_gaps = gaps(times)
-    first_of_cluster = np.array([start for start, _ in clusters[1:]], np.int64)
-    is_between = np.zeros(len(between_gaps), bool)
-    is_between[first_of_cluster - 1] = True
-    inside = between_gaps[~is_between]
-    between = between_gaps[is_between]
+    is_between = np.zeros(len(between), bool)
+    is_between[first[1:] - 1] = True
+    inside = int(np.max(between, where=~is_between, initial=NO_GAP))
+    low = int(np.min(between, where=is_between, initial=np.iinfo(np.int64).max))
     return {
-        "max_inside_ratio": round(int(inside.max()) / median_ns, 2) if len(inside) else None,
-        "min_between_ratio": round(int(between.min()) / median_ns, 2) if len(between) else None,
+        "max_inside_ratio": round(inside / median_ns, 2) if len(first) < len(between) + 1
+        else None,
+        "min_between_ratio": round(low / median_ns, 2) if len(first) > 1 else None,
     }
 
 
@@ -77,10 +76,11 @@ def readings(size: int) -> str:
     return ", or ".join(options)
 
 
-def verdict_text(count: int, clusters: Sequence[tuple[int, int]],
+def verdict_text(count: int, first: np.ndarray, sizes: np.ndarray,
                  max_inside_ratio: float | None = None) -> str:
-    """One line: what the cluster sizes are consistent with. States facts, picks nothing."""
-    text = _sizes_text(count, clusters)
+    """One line: what the cluster sizes are consistent with (clusters as their first
+    indices and sizes). States facts, picks nothing."""
+    text = _sizes_text(count, first, sizes)
     if max_inside_ratio is not None and max_inside_ratio > INSIDE_VARIATION:
         text += (
             f"; gaps inside clusters reach {max_inside_ratio:g} x the median: a cluster may "
@@ -89,98 +89,93 @@ def verdict_text(count: int, clusters: Sequence[tuple[int, int]],
     return text
 
 
-def _sizes_text(count: int, clusters: Sequence[tuple[int, int]]) -> str:
-    sizes = Counter(n for _, n in clusters)
-    if len(clusters) == 1:
+def _sizes_text(count: int, first: np.ndarray, sizes: np.ndarray) -> str:
+    if len(first) == 1:
         return (
             f"{count} match(es) in 1 cluster: the gaps do not separate passes; "
             f"{count} is consistent with {readings(count)}, or with several passes whose "
             "gaps are not larger — verify in the model config and the timeline"
         )
-    if len(sizes) == 1:
-        size = clusters[0][1]
+    distinct, times = np.unique(sizes, return_counts=True)
+    if len(distinct) == 1:
+        size = int(sizes[0])
         return (
-            f"{len(clusters)} clusters of {size}: consistent with {readings(size)} — "
+            f"{len(first)} clusters of {size}: consistent with {readings(size)} — "
             "verify in the model config"
         )
-    common, times = sizes.most_common(1)[0]
-    odd = [(s, n) for s, n in clusters if n != common]
-    listing = ", ".join(f"{n} at index {s}" for s, n in odd[:6]) + (" …" if len(odd) > 6 else "")
+    # the most common size; ties go to the size seen first, as Counter.most_common does
+    top = np.flatnonzero(times == times.max())
+    first_seen = [int(np.argmax(sizes == distinct[k])) for k in top.tolist()]
+    common = int(distinct[top[int(np.argmin(first_seen))]])
+    odd = np.flatnonzero(sizes != common)
+    listing = ", ".join(f"{int(sizes[c])} at index {int(first[c])}"
+                        for c in odd[:6].tolist()) + (" …" if len(odd) > 6 else "")
     return (
-        f"{len(clusters)} clusters of unequal size: {times} of {common} ({readings(common)}); "
-        f"others: {listing}. A short first or last cluster may be a pass cut by the capture "
-        "window; another size may be another phase — the offset must start a complete pass of "
-        "the verified phase; verify in the model config"
+        f"{len(first)} clusters of unequal size: {int(times.max())} of {common} "
+        f"({readings(common)}); others: {listing}. A short first or last cluster may be a "
+        "pass cut by the capture window; another size may be another phase — the offset "
+        "must start a complete pass of the verified phase; verify in the model config"
     )
 
 
-def exact_key(match: Match) -> tuple:
-    """Sort key in exact time order that compares as plain ints unless the ns floors tie."""
-    return (match.ts.floor_ns(), match.ts)
+def matches_before(anchor_ns: np.ndarray, cross_ns: np.ndarray) -> np.ndarray:
+    """Per anchor: how many cross-check matches start before it (both in time order, as
+    exact ns; ties with digits below 1 ns are the caller's to settle)."""
+    return np.searchsorted(cross_ns, anchor_ns, "left")
 
 
-def cross_check_windows(anchor_ts: Sequence, cross_ts: Sequence,
-                        clusters: Sequence[tuple[int, int]]) -> list[dict]:
-    """Count cross-check matches in [anchor i, anchor i+1) for consecutive anchors of a cluster.
+def window_counts(before: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-check matches in [anchor i, anchor i+1) for consecutive anchors of a cluster:
+    (each window's i, its count), from `matches_before` and each cluster's first index.
 
     Windows that span two clusters are not counted: the gap between passes is
-    not a layer. Both sequences must be sorted; times compare exactly.
+    not a layer.
     """
-    windows = []
-    for start, n in clusters:
-        for i in range(start, start + n - 1):
-            lo = bisect_left(cross_ts, anchor_ts[i])
-            hi = bisect_left(cross_ts, anchor_ts[i + 1])
-            windows.append({"from_index": i, "to_index": i + 1, "count": hi - lo})
-    return windows
+    counts = np.diff(before)
+    inside = np.ones(len(counts), bool)
+    inside[first[1:] - 1] = False
+    return np.flatnonzero(inside), counts[inside]
 
 
-def outside_windows(anchor_ts: Sequence, cross_ts: Sequence,
-                    clusters: Sequence[tuple[int, int]]) -> int:
-    """Cross-check matches that fall in no counted window (before, between or after clusters)."""
-    inside = 0
-    for start, n in clusters:
-        inside += bisect_left(cross_ts, anchor_ts[start + n - 1]) - bisect_left(
-            cross_ts, anchor_ts[start])
-    return len(cross_ts) - inside
+def outside_windows(before: np.ndarray, first: np.ndarray, sizes: np.ndarray,
+                    total: int) -> int:
+    """Cross-check matches that fall in no counted window (before, between or after
+    clusters), of `total`."""
+    if not len(first):
+        return total
+    return total - int((before[first + sizes - 1] - before[first]).sum())
 
 
-def after_last_anchor(anchor_ts: Sequence, cross_ts: Sequence,
-                      clusters: Sequence[tuple[int, int]]) -> list[int]:
-    """Per cluster: cross-check matches from its last anchor up to the next cluster (or the end).
+def after_last_anchor(before: np.ndarray, first: np.ndarray, sizes: np.ndarray,
+                      total: int) -> np.ndarray:
+    """Per cluster: cross-check matches from its last anchor up to the next cluster (or
+    the end, `total`).
 
     A terminal there means the last anchor opens a layer; none means it is
     more likely an extra anchor (an output head) — evidence, not a decision.
     """
-    counts = []
-    for c, (start, n) in enumerate(clusters):
-        lo = bisect_left(cross_ts, anchor_ts[start + n - 1])
-        hi = (bisect_left(cross_ts, anchor_ts[clusters[c + 1][0]]) if c + 1 < len(clusters)
-              else len(cross_ts))
-        counts.append(hi - lo)
-    return counts
+    upto = np.append(before[first[1:]], total)
+    return upto - before[first + sizes - 1]
 
 
-def cross_verdict(window_counts: Sequence[int], tails: Sequence[int],
-                  clusters: Sequence[tuple[int, int]]) -> str:
+def cross_verdict(window_counts: np.ndarray, tails: np.ndarray, sizes: np.ndarray) -> str:
     """What the cross-check counts are consistent with (one sentence, no choice made)."""
-    bad = sum(1 for n in window_counts if n != 1)
+    bad = int(np.count_nonzero(window_counts != 1))
     if bad:
         return (
             f"{bad} window(s) without exactly one match: there the anchor or the cross-check "
             "kernel does not run once per layer (a different phase, a partial pass, or the "
             "wrong landmark)"
         )
-    sizes = {n for _, n in clusters}
-    if not window_counts or len(sizes) != 1:
+    if not len(window_counts) or (sizes != sizes[0]).any():
         return "every counted window holds exactly one match"
-    size = sizes.pop()
-    if all(t == 0 for t in tails):
+    size = int(sizes[0])
+    if (tails == 0).all():
         return (
             f"every cluster has {size - 1} windows with one match each and none after its last "
             f"anchor: consistent with {size - 1} layers + 1 extra anchor per pass"
         )
-    if all(t == 1 for t in tails):
+    if (tails == 1).all():
         return (
             f"every window holds one match and one more follows each cluster's last anchor: "
             f"consistent with {size} layers per pass"
@@ -188,8 +183,9 @@ def cross_verdict(window_counts: Sequence[int], tails: Sequence[int],
     return "every counted window holds exactly one match; the matches after the last anchor vary"
 
 
-def _histogram(values: Iterable[int]) -> dict[str, int]:
-    return {str(k): v for k, v in sorted(Counter(values).items())}
+def _histogram(values: np.ndarray) -> dict[str, int]:
+    distinct, counts = np.unique(values, return_counts=True)
+    return {str(k): v for k, v in zip(distinct.tolist(), counts.tolist())}
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
@@ -501,41 +497,59 @@ def _f3(value: float | None) -> str | None:
 # -- anchors -----------------------------------------------------------------
 
 
-class MatchRows(Sequence):
-    """The anchors report's match rows, made one at a time from the packed matches.
+class StreamedRows(Sequence):
+    """Rows of a report made a batch at a time from packed columns, never held as a whole:
+    `rows(start, stop)` gives rows start..stop as dicts, `json_text` their JSON text."""
 
-    A 10 GB trace holds millions of anchor matches: as dicts they would take GBs,
-    so `anchors` streams them to its output instead of holding them.
-    """
-
-    def __init__(self, anchors: MatchView, times: np.ndarray, clusters, origin_ns: int):
-        self.anchors = anchors
-        self.times = times
-        self.cluster_of = np.repeat(np.arange(len(clusters)), [n for _, n in clusters])
-        self.origin_ns = origin_ns
-
-    def __len__(self) -> int:
-        return len(self.anchors)
+    def rows(self, start: int, stop: int) -> list[dict]:
+        raise NotImplementedError
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
+            start, stop, step = i.indices(len(self))
+            return self.rows(start, stop)[::step] if start < stop else []
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        row = {key: values[0] for key, values in self.columns(i, i + 1).items()}
-        row["ts_us"] = RawNumber(row["ts_us"].decode())
-        row["dur_us"] = RawNumber(row["dur_us"].decode())
-        return row
+        return self.rows(i, i + 1)[0]
 
     def __iter__(self):
-        return (self[i] for i in range(len(self)))
+        for start, stop in self.batches():
+            yield from self.rows(start, stop)
 
     def batches(self, size: int = 4096) -> Iterator[tuple[int, int]]:
         """(start, stop) of consecutive row ranges: output is streamed a batch at a time."""
         for start in range(0, len(self), size):
             yield start, min(start + size, len(self))
+
+    def json_text(self, start: int, stop: int) -> bytes:
+        """Rows start..stop as JSON text, as `dumps` writes them in a list."""
+        return dumps(self.rows(start, stop))[1:-1] if start < stop else b""
+
+
+class MatchRows(StreamedRows):
+    """The anchors report's match rows, made a batch at a time from the packed matches.
+
+    A 10 GB trace holds millions of anchor matches: as dicts they would take GBs,
+    so `anchors` streams them to its output instead of holding them.
+    """
+
+    def __init__(self, anchors: MatchView, first: np.ndarray, origin_ns: int):
+        self.anchors = anchors
+        self.first = first  # each cluster's first index
+        self.origin_ns = origin_ns
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+    def rows(self, start: int, stop: int) -> list[dict]:
+        columns = self.columns(start, stop)
+        rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+        for row in rows:
+            row["ts_us"] = RawNumber(row["ts_us"].decode())
+            row["dur_us"] = RawNumber(row["dur_us"].decode())
+        return rows
 
     def columns(self, start: int, stop: int) -> dict[str, list]:
         """Rows start..stop a column at a time, exact times as bytes: no dict, Match or
@@ -547,21 +561,30 @@ class MatchRows(Sequence):
                 "tid": [table.tid_of(t) for t in rows["track"].tolist()],
                 "cluster": c["cluster"], "event": c["event"]}
 
+    def _times(self, start: int, stop: int) -> np.ndarray:
+        """Floor ns of the starts of rows start..stop."""
+        return self.anchors.table.rows["start"][self.anchors.order[start:stop]]
+
     def _gaps(self, start: int, stop: int) -> np.ndarray:
         """Start-to-start gaps (ns) of rows start..stop; the first match's is NO_GAP."""
-        times = self.times[start:stop]
+        if start:
+            return np.diff(self._times(start - 1, stop))
+        times = self._times(start, stop)
         gaps = np.empty(len(times), np.int64)
         gaps[1:] = np.diff(times)
-        if len(gaps):
-            gaps[0] = times[0] - self.times[start - 1] if start else NO_GAP
+        gaps[:1] = NO_GAP
         return gaps
+
+    def _clusters(self, start: int, stop: int) -> np.ndarray:
+        """The cluster of each of rows start..stop."""
+        return np.searchsorted(self.first, np.arange(start, stop), "right") - 1
 
     def _columns(self, start: int, stop: int) -> tuple[np.ndarray, dict[str, list]]:
         """The packed rows start..stop, and every column but stream and tid."""
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
         ts_texts, dur_texts = table.texts_of(picked)
-        times = self.times[start:stop]
+        times = self._times(start, stop)
         gaps = self._gaps(start, stop)
         first = 0 if start else 1  # the first match has no gap
         rows = take_rows(table.rows, picked)
@@ -572,7 +595,7 @@ class MatchRows(Sequence):
             "rel_ms": list(map(round, ((times - self.origin_ns) / 1e6).tolist(), repeat(6))),
             "gap_us": [None] * first + list(
                 map(round, (gaps[first:] / 1000).tolist(), repeat(3))),
-            "cluster": self.cluster_of[start:stop].tolist(),
+            "cluster": self._clusters(start, stop).tolist(),
             "event": rows["ordinal"].tolist(),
         }
 
@@ -630,11 +653,11 @@ class MatchRows(Sequence):
             ts, dur = (native.TEXTS, ts_texts), (native.TEXTS, dur_texts)
         return (
             (native.INTEGERS, np.arange(start, stop, dtype=np.int64)), ts, dur,
-            (native.SHORTEST, self.times[start:stop] - self.origin_ns, 6),
+            (native.SHORTEST, self._times(start, stop) - self.origin_ns, 6),
             (native.SHORTEST, self._gaps(start, stop), 3),  # NO_GAP is written as null
             _coded(native, rows["stream"], table.streams.__getitem__),
             _coded(native, rows["track"], table.tid_of),
-            (native.INTEGERS, np.ascontiguousarray(self.cluster_of[start:stop], np.int64)),
+            (native.INTEGERS, self._clusters(start, stop).astype(np.int64)),
             (native.INTEGERS, np.ascontiguousarray(rows["ordinal"], np.int64)),
         )
 
@@ -673,53 +696,108 @@ def _distinct_texts(codes: np.ndarray, text_of) -> tuple[np.ndarray, list]:
     return inverse, [text_of(code) for code in distinct.tolist()]
 
 
-def _cluster_rows(anchors: MatchView, clusters, origin_ns: int) -> list[dict]:
-    """One row per cluster: its first match's start and its last match's exact end."""
-    if not clusters:
-        return []
-    first = np.array([start for start, _ in clusters], np.int64)
-    last = first + np.array([n for _, n in clusters], np.int64) - 1
-    table = anchors.table
-    starts_ns = table.rows["start"][anchors.order[first]]  # the floor ns of each ts
-    start_texts, _ = table.texts_of(anchors.order[first])
-    end_texts, ends_ns = table.ends_of(anchors.order[last])
-    start_ms = ((starts_ns - origin_ns) / 1e6).tolist()
-    span_ms = ((ends_ns - starts_ns) / 1e6).tolist()
-    return [
-        {
-            "start_index": start,
-            "count": n,
-            "start_us": RawNumber(start_text.decode()),
-            "end_us": RawNumber(end_text.decode()),
-            "start_ms": round(rel, 6),
-            "span_ms": round(span, 6),
-        }
-        for (start, n), start_text, end_text, rel, span in zip(
-            clusters, start_texts, end_texts, start_ms, span_ms)
-    ]
+class ClusterRows(StreamedRows):
+    """One row per cluster: its first match's start and its last match's exact end (a
+    nightly trace has hundreds of thousands of passes: rows are made a batch at a time)."""
+
+    def __init__(self, anchors: MatchView, first: np.ndarray, sizes: np.ndarray,
+                 origin_ns: int):
+        self.anchors = anchors
+        self.first = first
+        self.sizes = sizes
+        self.origin_ns = origin_ns
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def rows(self, start: int, stop: int) -> list[dict]:
+        first = self.first[start:stop]
+        sizes = self.sizes[start:stop]
+        table = self.anchors.table
+        starts = self.anchors.order[first]
+        starts_ns = table.rows["start"][starts]  # the floor ns of each ts
+        start_texts, _ = table.texts_of(starts)
+        end_texts, ends_ns = table.ends_of(self.anchors.order[first + sizes - 1])
+        start_ms = ((starts_ns - self.origin_ns) / 1e6).tolist()
+        span_ms = ((ends_ns - starts_ns) / 1e6).tolist()
+        return [
+            {
+                "start_index": index,
+                "count": n,
+                "start_us": RawNumber(start_text.decode()),
+                "end_us": RawNumber(end_text.decode()),
+                "start_ms": round(rel, 6),
+                "span_ms": round(span, 6),
+            }
+            for index, n, start_text, end_text, rel, span in zip(
+                first.tolist(), sizes.tolist(), start_texts, end_texts, start_ms, span_ms)
+        ]
 
 
-def _cross_check(index: TraceIndex, regex: str, anchors: list[Match], clusters,
-                 pid, device) -> dict:
-    cross = on_gpu(index.matches.get("cross", []), pid, device)
-    cross_ts = [exact_key(m) for m in cross]
-    anchor_ts = [exact_key(m) for m in anchors]
-    windows = cross_check_windows(anchor_ts, cross_ts, clusters)
-    tails = after_last_anchor(anchor_ts, cross_ts, clusters)
-    flagged = []
-    for w in windows:
-        if w["count"] != 1:
-            a, b = anchors[w["from_index"]], anchors[w["to_index"]]
-            flagged.append({**w, "start_us": RawNumber(a.ts_text), "end_us": RawNumber(b.ts_text)})
+class FlaggedRows(StreamedRows):
+    """The cross-check's windows without exactly one match, one row each (made a batch at
+    a time: with the wrong landmark, every window of millions is flagged)."""
+
+    def __init__(self, anchors: MatchView, windows: np.ndarray, counts: np.ndarray):
+        self.anchors = anchors
+        self.windows = windows  # each flagged window's first anchor
+        self.counts = counts
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def rows(self, start: int, stop: int) -> list[dict]:
+        windows = self.windows[start:stop]
+        table = self.anchors.table
+        from_texts, _ = table.texts_of(self.anchors.order[windows])
+        to_texts, _ = table.texts_of(self.anchors.order[windows + 1])
+        return [
+            {"from_index": i, "to_index": i + 1, "count": n,
+             "start_us": RawNumber(a.decode()), "end_us": RawNumber(b.decode())}
+            for i, n, a, b in zip(windows.tolist(), self.counts[start:stop].tolist(),
+                                  from_texts, to_texts)
+        ]
+
+
+def exact_before(anchors: MatchView, cross: MatchView, anchor_ns: np.ndarray,
+                 cross_ns: np.ndarray) -> np.ndarray:
+    """`matches_before` in exact time: where an anchor and a cross-check match start in the
+    same ns and either is kept as text (it may have digits below 1 ns), their exact
+    values decide. Such ties are rare; only they are compared one by one."""
+    before = matches_before(anchor_ns, cross_ns)
+    tied_upto = np.searchsorted(cross_ns, anchor_ns, "right")
+    tied = np.flatnonzero(tied_upto > before)
+    if not len(tied):
+        return before
+    anchor_text = anchors.table.rows["form"][anchors.order[tied]] == AS_TEXT
+    cross_text = np.zeros(len(cross_ns) + 1, np.int64)
+    np.cumsum(cross.table.rows["form"][cross.order] == AS_TEXT, out=cross_text[1:])
+    some_text = anchor_text | (cross_text[tied_upto[tied]] > cross_text[before[tied]])
+    for i in tied[some_text].tolist():
+        lo, hi = int(before[i]), int(tied_upto[i])
+        exact = anchors[i].ts
+        before[i] = lo + bisect_left([cross[j].ts for j in range(lo, hi)], exact)
+    return before
+
+
+def _cross_check(index: TraceIndex, regex: str, anchors: MatchView, first: np.ndarray,
+                 sizes: np.ndarray, pid, device) -> dict:
+    found = index.matches.get("cross")
+    cross = on_gpu(found, pid, device) if found is not None and len(found) else MatchView(
+        found, np.zeros(0, np.int64))
+    before = exact_before(anchors, cross, anchors.starts, cross.starts)
+    windows, counts = window_counts(before, first)
+    tails = after_last_anchor(before, first, sizes, len(cross))
+    flagged = np.flatnonzero(counts != 1)
     return {
         "regex": regex,
         "matches": len(cross),
         "windows": len(windows),
-        "counts": _histogram(w["count"] for w in windows),
-        "flagged": flagged,
-        "outside_windows": outside_windows(anchor_ts, cross_ts, clusters),
+        "counts": _histogram(counts),
+        "flagged": FlaggedRows(anchors, windows[flagged], counts[flagged]),
+        "outside_windows": outside_windows(before, first, sizes, len(cross)),
         "after_last_anchor": _histogram(tails),
-        "verdict": cross_verdict([w["count"] for w in windows], tails, clusters),
+        "verdict": cross_verdict(counts, tails, sizes),
         "rule": "counts matches in [anchor i, anchor i+1) for consecutive anchors inside a "
                 "cluster only (the gap between clusters is not a layer); flags counts != 1",
     }
@@ -731,6 +809,8 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
     """Every match of the anchor on one GPU in time order, its clusters, and a verdict.
 
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    The report's match, cluster and flagged-window rows are `StreamedRows`: made
+    from the packed matches a batch at a time as they are written.
     """
     if not factor > 1:
         raise SpecError(Option("gap_factor"), f" must be > 1, got {factor}")
@@ -751,58 +831,75 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
             raise SpecError("no kernel matches ", Option("anchor_regex"), f" {anchor_regex!r}")
         pid, device = select_gpu(found, pid, device, "anchor_regex")
         anchors = on_gpu(found, pid, device)
-        times = anchors.starts
-        clusters, median = cluster_matches(times, factor)
+        between = start_gaps(anchors)
+        first, median = starts_of_gaps(between, len(anchors), factor)
+        sizes = np.diff(first, append=len(anchors))
+        spread = separation(between, first, median)
+        del between  # 8 bytes a match: the rows compute their own gaps
         origin_ns = index.origin.floor_ns() if index.origin is not None else 0
-        spread = separation(times, clusters, median)
         report = {
             "anchor_regex": anchor_regex,
             "pid": pid,
             "device": device,
             "count": len(anchors),
             "names": anchors.name_counts(),
-            "matches": MatchRows(anchors, times, clusters, origin_ns),
-            "clusters": _cluster_rows(anchors, clusters, origin_ns),
+            "matches": MatchRows(anchors, first, origin_ns),
+            "clusters": ClusterRows(anchors, first, sizes, origin_ns),
             "median_gap_us": None if median is None else round(median / 1000, 3),
             "gap_factor": factor,
             "rule": rule_text(factor, median),
             "separation": spread,
-            "verdict": verdict_text(len(anchors), clusters, spread["max_inside_ratio"]),
+            "verdict": verdict_text(len(anchors), first, sizes, spread["max_inside_ratio"]),
             "origin_us": RawNumber(index.origin_text) if index.origin_text else None,
         }
         if cross_check is not None:
-            report["cross_check"] = _cross_check(index, cross_check, anchors, clusters,
+            report["cross_check"] = _cross_check(index, cross_check, anchors, first, sizes,
                                                  pid, device)
         return report
     finally:
         index.close()
 
 
-_ROWS_PLACEHOLDER = b'"\x00matches\x00"'
+def start_gaps(anchors: MatchView, block: int = 1 << 16) -> np.ndarray:
+    """Start-to-start gaps (ns) of the matches in view order, computed a block at a time
+    (the whole column of starts in view order is never made)."""
+    starts = anchors.table.rows["start"]
+    order = anchors.order
+    out = np.empty(max(len(order) - 1, 0), np.int64)
+    for lo in range(0, len(out), block):
+        hi = min(lo + block, len(out))
+        times = starts[order[lo : hi + 1]]
+        np.subtract(times[1:], times[:-1], out=out[lo:hi])
+    return out
 
 
-_CLUSTER_ROW = (b'{"start_index": %d, "count": %d, "start_us": %b, "end_us": %b, '
-                b'"start_ms": %b, "span_ms": %b}')
-
-
-def _clusters_json(rows: list[dict]) -> RawJSON:
-    """`dumps(rows)` of the cluster rows, one template per row (there are tens of thousands)."""
-    return RawJSON(b"[" + b", ".join(map(_CLUSTER_ROW.__mod__, zip(
-        [r["start_index"] for r in rows], [r["count"] for r in rows],
-        [r["start_us"].encode() for r in rows], [r["end_us"].encode() for r in rows],
-        _floats([r["start_ms"] for r in rows]), _floats([r["span_ms"] for r in rows])))) + b"]")
+def _placeholder(key: str) -> bytes:
+    return b'"\x00%s\x00"' % key.encode()  # orjson never writes a NUL byte
 
 
 def anchors_json(report: dict) -> Iterator[bytes]:
-    """The anchors report as one JSON object, in pieces: the match rows are streamed."""
-    head, tail = dumps({**report, "matches": RawJSON(_ROWS_PLACEHOLDER),
-                        "clusters": _clusters_json(report["clusters"])}).split(
-        _ROWS_PLACEHOLDER)
-    yield head + b"["
-    rows = report["matches"]
-    for start, stop in rows.batches():
-        yield (b", " if start else b"") + rows.json_text(start, stop)
-    yield b"]" + tail
+    """The anchors report as one JSON object, in pieces: its rows (matches, clusters,
+    flagged windows) are streamed a batch at a time.
+
+    An empty list of flagged windows stays in the head: `dumps` writes an object
+    without exact numbers in orjson's compact form, as it always has.
+    """
+    streamed = {"matches": report["matches"], "clusters": report["clusters"]}
+    head = {**report, **{key: RawJSON(_placeholder(key)) for key in streamed}}
+    cross = report.get("cross_check")
+    if cross is not None and len(cross["flagged"]):
+        streamed["flagged"] = cross["flagged"]
+        head["cross_check"] = {**cross, "flagged": RawJSON(_placeholder("flagged"))}
+    elif cross is not None:
+        head["cross_check"] = {**cross, "flagged": []}
+    text = dumps(head)
+    for key, rows in streamed.items():
+        before, text = text.split(_placeholder(key))
+        yield before + b"["
+        for start, stop in rows.batches():
+            yield (b", " if start else b"") + rows.json_text(start, stop)
+        yield b"]"
+    yield text
 
 
 def anchors_lines(report: dict) -> Iterator[str]:
@@ -831,11 +928,20 @@ def anchors_lines(report: dict) -> Iterator[str]:
         out.append(
             f"  largest gap inside a cluster: {sep['max_inside_ratio']:g} x median; smallest gap "
             "between clusters: " + (f"{between:g} x median" if between is not None else "-"))
-    out.append(format_table(
-        ["cluster", "first index", "count", "start ms", "span ms"],
-        [[c, r["start_index"], r["count"], f"{r['start_ms']:,.3f}", f"{r['span_ms']:,.3f}"]
-         for c, r in enumerate(report["clusters"])],
-        [True] * 5))
+    yield from out
+
+    def cluster_columns():
+        rows = report["clusters"]
+        for start, stop in rows.batches():
+            batch = rows.rows(start, stop)
+            yield [list(map(str, range(start, stop))),
+                   [str(r["start_index"]) for r in batch], [str(r["count"]) for r in batch],
+                   [f"{r['start_ms']:,.3f}" for r in batch],
+                   [f"{r['span_ms']:,.3f}" for r in batch]]
+
+    yield from table_lines(["cluster", "first index", "count", "start ms", "span ms"],
+                           cluster_columns, [True] * 5)
+    out = []
     cross = report.get("cross_check")
     if cross is not None:
         counts = ", ".join(f"{n} window(s) with {k}" for k, n in cross["counts"].items())
@@ -850,12 +956,20 @@ def anchors_lines(report: dict) -> Iterator[str]:
             "counted windows",
             f"  after the last anchor of a cluster (up to the next cluster): {tails}",
         ]
-        if cross["flagged"]:
-            out.append(format_table(
+        yield from out
+        out = []
+        flagged = cross["flagged"]
+        if len(flagged):
+
+            def flagged_columns():
+                for start, stop in flagged.batches():
+                    batch = flagged.rows(start, stop)
+                    yield [cell_texts(r[key] for r in batch) for key in (
+                        "from_index", "to_index", "count", "start_us", "end_us")]
+
+            yield from table_lines(
                 ["from index", "to index", "count", "window start us", "window end us"],
-                [[f["from_index"], f["to_index"], f["count"], f["start_us"], f["end_us"]]
-                 for f in cross["flagged"]],
-                [True] * 5))
+                flagged_columns, [True] * 5)
         out.append(f"  cross-check verdict: {cross['verdict']}")
     out += ["", f"verdict: {report['verdict']}",
             "(no offset or layer count is chosen for you: pass --anchor-offset, --num-layers "
