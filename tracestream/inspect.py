@@ -710,7 +710,9 @@ class ClusterRows(StreamedRows):
     def __len__(self) -> int:
         return len(self.first)
 
-    def rows(self, start: int, stop: int) -> list[dict]:
+    def _columns(self, start: int, stop: int) -> tuple:
+        """(first index, size, start text, end text, start ms, span ms) of clusters
+        start..stop, a column each."""
         first = self.first[start:stop]
         sizes = self.sizes[start:stop]
         table = self.anchors.table
@@ -718,20 +720,34 @@ class ClusterRows(StreamedRows):
         starts_ns = table.rows["start"][starts]  # the floor ns of each ts
         start_texts, _ = table.texts_of(starts)
         end_texts, ends_ns = table.ends_of(self.anchors.order[first + sizes - 1])
-        start_ms = ((starts_ns - self.origin_ns) / 1e6).tolist()
-        span_ms = ((ends_ns - starts_ns) / 1e6).tolist()
+        start_ms = list(map(round, ((starts_ns - self.origin_ns) / 1e6).tolist(), repeat(6)))
+        span_ms = list(map(round, ((ends_ns - starts_ns) / 1e6).tolist(), repeat(6)))
+        return first.tolist(), sizes.tolist(), start_texts, end_texts, start_ms, span_ms
+
+    def rows(self, start: int, stop: int) -> list[dict]:
         return [
-            {
-                "start_index": index,
-                "count": n,
-                "start_us": RawNumber(start_text.decode()),
-                "end_us": RawNumber(end_text.decode()),
-                "start_ms": round(rel, 6),
-                "span_ms": round(span, 6),
-            }
-            for index, n, start_text, end_text, rel, span in zip(
-                first.tolist(), sizes.tolist(), start_texts, end_texts, start_ms, span_ms)
+            {"start_index": index, "count": n, "start_us": RawNumber(start_text.decode()),
+             "end_us": RawNumber(end_text.decode()), "start_ms": rel, "span_ms": span}
+            for index, n, start_text, end_text, rel, span in zip(*self._columns(start, stop))
         ]
+
+    def json_text(self, start: int, stop: int) -> bytes:
+        """Rows start..stop as `dumps` writes them, one template per row."""
+        first, sizes, start_texts, end_texts, start_ms, span_ms = self._columns(start, stop)
+        return b", ".join(map(_CLUSTER_ROW.__mod__, zip(
+            first, sizes, start_texts, end_texts, _floats(start_ms), _floats(span_ms))))
+
+    def table_columns(self, start: int, stop: int) -> list[list[str]]:
+        """Rows start..stop as the text table's cells (cluster, first index, count,
+        start ms, span ms), a column at a time."""
+        first, sizes, _, _, start_ms, span_ms = self._columns(start, stop)
+        return [list(map(str, range(start, stop))), list(map(str, first)),
+                list(map(str, sizes)), [f"{v:,.3f}" for v in start_ms],
+                [f"{v:,.3f}" for v in span_ms]]
+
+
+_CLUSTER_ROW = (b'{"start_index": %d, "count": %d, "start_us": %b, "end_us": %b, '
+                b'"start_ms": %b, "span_ms": %b}')
 
 
 class FlaggedRows(StreamedRows):
@@ -932,12 +948,7 @@ def anchors_lines(report: dict) -> Iterator[str]:
 
     def cluster_columns():
         rows = report["clusters"]
-        for start, stop in rows.batches():
-            batch = rows.rows(start, stop)
-            yield [list(map(str, range(start, stop))),
-                   [str(r["start_index"]) for r in batch], [str(r["count"]) for r in batch],
-                   [f"{r['start_ms']:,.3f}" for r in batch],
-                   [f"{r['span_ms']:,.3f}" for r in batch]]
+        return (rows.table_columns(start, stop) for start, stop in rows.batches())
 
     yield from table_lines(["cluster", "first index", "count", "start ms", "span ms"],
                            cluster_columns, [True] * 5)
