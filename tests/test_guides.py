@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from tracestream.cadence import cluster_starts, is_break, starts_of_gaps
+from tracestream.cadence import cluster_starts, is_break, starts_at_breaks
 from tracestream.errors import Option, SpecError, TraceError, flag_of
 from tracestream.guides import (
     ANCHOR_POINT_ONLY,
@@ -223,7 +223,7 @@ def test_the_rule_is_the_one_of_anchors():
     times = decode_starts(3)
     first, median = cluster_starts(times)
     assert first.tolist() == [0, 9, 18] and median == 62_625
-    assert starts_of_gaps(np.diff(times), len(times))[0].tolist() == [0, 9, 18]
+    assert starts_at_breaks(np.diff(times), 62_625).tolist() == [0, 9, 18]
     assert cluster_starts([])[0].tolist() == [] and cluster_starts([5])[0].tolist() == [0]
     assert is_break(188_000, 62_625) and not is_break(187_875, 62_625)
 

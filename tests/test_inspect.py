@@ -78,8 +78,8 @@ def test_cross_check_counts_only_windows_inside_clusters():
     cross = np.array([5, 15, 16, 50, 105])  # 50 sits in the gap between the clusters
     first, sizes = np.array([0, 3]), np.array([3, 2])
     before = matches_before(anchors, cross)
-    windows, counts = window_counts(before, first)
-    assert list(zip(windows.tolist(), counts.tolist())) == [(0, 1), (1, 2), (3, 1)]
+    counts, inside = window_counts(before, first)
+    assert counts.tolist() == [1, 2, 1, 1] and inside.tolist() == [True, True, False, True]
     assert outside_windows(before, first, sizes, len(cross)) == 1
     assert after_last_anchor(before, first, sizes, len(cross)).tolist() == [1, 0]
 

@@ -39,16 +39,19 @@ def cluster_starts(times: Sequence[int], factor: float = GAP_FACTOR):
     Passes of a phase show up as clusters because the host/other phases run
     between them; the rule is deliberately simple so a user can check it by hand.
     """
-    return starts_of_gaps(gaps(times), len(times), factor)
-
-
-def starts_of_gaps(between: np.ndarray, count: int, factor: float = GAP_FACTOR):
-    """`cluster_starts` of `count` matches from their start-to-start gaps `between`."""
+    between = gaps(times)
     if not len(between):
-        return np.zeros(min(count, 1), np.int64), None
+        return np.zeros(min(len(times), 1), np.int64), None
     median = float(np.median(between))
-    breaks = np.flatnonzero(is_break(between, median, factor)) + 1
-    return np.concatenate([np.zeros(1, np.int64), breaks]), median
+    return starts_at_breaks(between, median, factor), median
+
+
+def starts_at_breaks(between: np.ndarray, median_ns: float,
+                     factor: float = GAP_FACTOR) -> np.ndarray:
+    """First index of every cluster of matches whose start-to-start gaps are `between`
+    (at least one), given their median."""
+    breaks = np.flatnonzero(is_break(between, median_ns, factor)) + 1
+    return np.concatenate([np.zeros(1, np.int64), breaks])
 
 
 def rule_text(factor: float, median_ns: float | None) -> str:

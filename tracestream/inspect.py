@@ -19,14 +19,14 @@ import orjson
 
 from tracestream import speedups
 from tracestream.api import compile_pattern
-from tracestream.cadence import GAP_FACTOR, rule_text, starts_of_gaps
+from tracestream.cadence import GAP_FACTOR, rule_text, starts_at_breaks
 from tracestream.errors import Option, SpecError, TraceError
 from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
-from tracestream.matches import AS_TEXT, THREE_DECIMALS, MatchView
+from tracestream.matches import AS_TEXT, THREE_DECIMALS, MatchView, narrow
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
 from tracestream.spill import take_rows
@@ -125,16 +125,16 @@ def matches_before(anchor_ns: np.ndarray, cross_ns: np.ndarray) -> np.ndarray:
 
 
 def window_counts(before: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cross-check matches in [anchor i, anchor i+1) for consecutive anchors of a cluster:
-    (each window's i, its count), from `matches_before` and each cluster's first index.
+    """Cross-check matches in [anchor i, anchor i+1) for every i, from `matches_before`,
+    and whether that window is counted (both anchors in one cluster; `first`: each
+    cluster's first index).
 
     Windows that span two clusters are not counted: the gap between passes is
     not a layer.
     """
-    counts = np.diff(before)
-    inside = np.ones(len(counts), bool)
+    inside = np.ones(max(len(before) - 1, 0), bool)
     inside[first[1:] - 1] = False
-    return np.flatnonzero(inside), counts[inside]
+    return np.diff(before), inside
 
 
 def outside_windows(before: np.ndarray, first: np.ndarray, sizes: np.ndarray,
@@ -775,45 +775,51 @@ class FlaggedRows(StreamedRows):
         ]
 
 
-def exact_before(anchors: MatchView, cross: MatchView, anchor_ns: np.ndarray,
-                 cross_ns: np.ndarray) -> np.ndarray:
-    """`matches_before` in exact time: where an anchor and a cross-check match start in the
-    same ns and either is kept as text (it may have digits below 1 ns), their exact
-    values decide. Such ties are rare; only they are compared one by one."""
-    before = matches_before(anchor_ns, cross_ns)
-    tied_upto = np.searchsorted(cross_ns, anchor_ns, "right")
-    tied = np.flatnonzero(tied_upto > before)
-    if not len(tied):
-        return before
-    anchor_text = anchors.table.rows["form"][anchors.order[tied]] == AS_TEXT
-    cross_text = np.zeros(len(cross_ns) + 1, np.int64)
+def exact_before(anchors: MatchView, cross: MatchView, block: int = 1 << 16) -> np.ndarray:
+    """`matches_before` in exact time, a block of anchors at a time.
+
+    Where an anchor and a cross-check match start in the same ns and either is
+    kept as text (it may have digits below 1 ns), their exact values decide.
+    Such ties are rare; only they are compared one by one.
+    """
+    cross_ns = cross.starts
+    cross_text = np.zeros(len(cross) + 1, np.int32)
     np.cumsum(cross.table.rows["form"][cross.order] == AS_TEXT, out=cross_text[1:])
-    some_text = anchor_text | (cross_text[tied_upto[tied]] > cross_text[before[tied]])
-    for i in tied[some_text].tolist():
-        lo, hi = int(before[i]), int(tied_upto[i])
-        exact = anchors[i].ts
-        before[i] = lo + bisect_left([cross[j].ts for j in range(lo, hi)], exact)
+    rows = anchors.table.rows
+    before = np.empty(len(anchors), narrow(cross.order).dtype)
+    for lo in range(0, len(anchors), block):
+        picked = anchors.order[lo : lo + block]
+        anchor_ns = rows["start"][picked]
+        found = matches_before(anchor_ns, cross_ns)
+        tied_upto = np.searchsorted(cross_ns, anchor_ns, "right")
+        tied = np.flatnonzero(tied_upto > found)
+        some_text = (rows["form"][picked[tied]] == AS_TEXT) | (
+            cross_text[tied_upto[tied]] > cross_text[found[tied]])
+        for k in tied[some_text].tolist():
+            first, stop = int(found[k]), int(tied_upto[k])
+            found[k] = first + bisect_left([cross[j].ts for j in range(first, stop)],
+                                           anchors[lo + k].ts)
+        before[lo : lo + len(picked)] = found
     return before
 
 
 def _cross_check(index: TraceIndex, regex: str, anchors: MatchView, first: np.ndarray,
                  sizes: np.ndarray, pid, device) -> dict:
-    found = index.matches.get("cross")
-    cross = on_gpu(found, pid, device) if found is not None and len(found) else MatchView(
-        found, np.zeros(0, np.int64))
-    before = exact_before(anchors, cross, anchors.starts, cross.starts)
-    windows, counts = window_counts(before, first)
+    cross = on_gpu(index.matches["cross"], pid, device)
+    before = exact_before(anchors, cross)
+    counts, inside = window_counts(before, first)
+    counted = counts[inside]
+    flagged = np.flatnonzero(inside & (counts != 1))
     tails = after_last_anchor(before, first, sizes, len(cross))
-    flagged = np.flatnonzero(counts != 1)
     return {
         "regex": regex,
         "matches": len(cross),
-        "windows": len(windows),
-        "counts": _histogram(counts),
-        "flagged": FlaggedRows(anchors, windows[flagged], counts[flagged]),
+        "windows": len(counted),
+        "counts": _histogram(counted),
+        "flagged": FlaggedRows(anchors, flagged, counts[flagged]),
         "outside_windows": outside_windows(before, first, sizes, len(cross)),
         "after_last_anchor": _histogram(tails),
-        "verdict": cross_verdict(counts, tails, sizes),
+        "verdict": cross_verdict(counted, tails, sizes),
         "rule": "counts matches in [anchor i, anchor i+1) for consecutive anchors inside a "
                 "cluster only (the gap between clusters is not a layer); flags counts != 1",
     }
@@ -848,7 +854,14 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
         pid, device = select_gpu(found, pid, device, "anchor_regex")
         anchors = on_gpu(found, pid, device)
         between = start_gaps(anchors)
-        first, median = starts_of_gaps(between, len(anchors), factor)
+        if len(between):
+            # in place: the median reorders the gaps (a copy would cost 8 bytes a match),
+            # which are then computed again
+            median = float(np.median(between, overwrite_input=True))
+            start_gaps(anchors, out=between)
+            first = starts_at_breaks(between, median, factor)
+        else:
+            median, first = None, np.zeros(1, np.int64)
         sizes = np.diff(first, append=len(anchors))
         spread = separation(between, first, median)
         del between  # 8 bytes a match: the rows compute their own gaps
@@ -876,12 +889,14 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
         index.close()
 
 
-def start_gaps(anchors: MatchView, block: int = 1 << 16) -> np.ndarray:
-    """Start-to-start gaps (ns) of the matches in view order, computed a block at a time
-    (the whole column of starts in view order is never made)."""
+def start_gaps(anchors: MatchView, block: int = 1 << 16,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """Start-to-start gaps (ns) of the matches in view order (into `out` when given),
+    computed a block at a time (the whole column of starts in view order is never made)."""
     starts = anchors.table.rows["start"]
     order = anchors.order
-    out = np.empty(max(len(order) - 1, 0), np.int64)
+    if out is None:
+        out = np.empty(max(len(order) - 1, 0), np.int64)
     for lo in range(0, len(out), block):
         hi = min(lo + block, len(out))
         times = starts[order[lo : hi + 1]]
