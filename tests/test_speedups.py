@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 
+import msgspec
 import numpy as np
 import orjson
 import pytest
@@ -108,6 +109,29 @@ def test_integer_ends_are_those_numpy_finds(data, begin):
     begin = np.array(begin, np.int64)
     ends = np.frombuffer(C.integer_ends(data, begin), np.int64)
     assert ends.tolist() == _numpy(keyscan.KeyScan(data).integer_ends, begin).tolist()
+
+
+# ts/dur texts of every shape: Kineto's, their near misses, and what is read one by one
+number_texts = st.one_of(
+    _over(b"0123456789", 18, min_size=1).map(lambda t: t.lstrip(b"0") or b"0"),
+    st.builds(lambda w, f, neg: b"-" * neg + (w.lstrip(b"0") or b"0") + b"." + f,
+              _over(b"0123456789", 17, min_size=1), _over(b"0123456789", 5, min_size=1),
+              st.booleans()),
+    st.sampled_from([b"", b"", b"null", b'"1.000"', b"1e3", b"-0", b"-0.000", b"[1,2]",
+                     b"8999999999999999.999", b"9000000000000000", b"1.5"]),
+)
+
+
+@needs_c
+@given(st.lists(number_texts, max_size=10), st.booleans())
+def test_decimal_column_reads_each_value_as_numpy_does(texts, signed):
+    """Each value by its own shape, in C and in numpy: the same ns and the same shape
+    (absent, integer, three decimals, other), however the shapes mix in a chunk."""
+    events = [observe.Event(ts=msgspec.Raw(t)) for t in texts]
+    ns, shapes = C.decimal_column(events, "ts", signed)
+    ns_np, shapes_np = observe.kineto_column([e.ts for e in events], signed=signed)
+    assert np.frombuffer(shapes, np.int8).tolist() == shapes_np.tolist()
+    assert np.frombuffer(ns, np.int64).tolist() == ns_np.tolist()
 
 
 @needs_c
