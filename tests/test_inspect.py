@@ -529,3 +529,34 @@ def test_anchors_memory_does_not_grow_by_an_object_per_match(cross, text, count,
     small = _report_peak(10_000, cross, text)
     large = _report_peak(count, cross, text)
     assert large < small + count * per_match, (small, large)
+
+
+def test_cross_check_counts_in_exact_time_below_a_nanosecond(tmp_path):
+    """Anchors and cross-check matches in the same ns are ordered by their exact digits:
+    5.0004 is before the anchor at 5.0005, 5.0006 after it; a match at exactly an
+    anchor's time opens that anchor's window (counts come from arrays, ties from the
+    exact values)."""
+    anchors = ["5.0005", "10", "15.5", "20", "400", "405.5000001", "410"]
+    cross = ["5.0004", "5.0006", "10.000", "15.4999999", "15.5000001", "405.5", "405.5000001"]
+    trace = anchor_trace(tmp_path / "t.json", anchors, terminals=[(t, "0.5") for t in cross])
+    report = find_anchors(trace, "^a$", cross_check="^t$", workers=0)
+    assert [(c["start_index"], c["count"]) for c in report["clusters"]] == [(0, 4), (4, 3)]
+    exact = [Decimal(t) for t in anchors]
+    expected = [sum(exact[i] <= Decimal(c) < exact[i + 1] for c in cross)
+                for i in (0, 1, 2, 4, 5)]
+    assert expected == [1, 2, 1, 1, 1]
+    check = report["cross_check"]
+    assert check["counts"] == {"1": 4, "2": 1}
+    assert [(f["from_index"], f["count"]) for f in check["flagged"]] == [(1, 2)]
+    assert check["outside_windows"] == 1  # 5.0004, before the first anchor
+    assert check["after_last_anchor"] == {"0": 2}
+
+
+def test_matches_in_one_ns_are_ordered_by_their_exact_digits(tmp_path):
+    """Starts equal in ns but apart below it are put in exact order (file order only
+    breaks exact ties): the packed ns alone would keep the file's order."""
+    times = ["7.0002", "7.0001", "3", "7", "7.000", "12"]
+    trace = anchor_trace(tmp_path / "t.json", times)
+    rows = find_anchors(trace, "^a$", workers=0)["matches"]
+    assert [(str(r["ts_us"]), r["event"]) for r in rows] == [
+        ("3", 2), ("7", 3), ("7.000", 4), ("7.0001", 1), ("7.0002", 0), ("12", 5)]
