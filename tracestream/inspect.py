@@ -26,7 +26,7 @@ from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
-from tracestream.matches import AS_TEXT, THREE_DECIMALS, MatchView, narrow
+from tracestream.matches import AS_TEXT, THREE_DECIMALS, MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
 from tracestream.spill import take_rows
@@ -786,7 +786,7 @@ def exact_before(anchors: MatchView, cross: MatchView, block: int = 1 << 16) -> 
     cross_text = np.zeros(len(cross) + 1, np.int32)
     np.cumsum(cross.table.rows["form"][cross.order] == AS_TEXT, out=cross_text[1:])
     rows = anchors.table.rows
-    before = np.empty(len(anchors), narrow(cross.order).dtype)
+    before = np.empty(len(anchors), np.int32 if len(cross) < 2**31 else np.int64)
     for lo in range(0, len(anchors), block):
         picked = anchors.order[lo : lo + block]
         anchor_ns = rows["start"][picked]
