@@ -26,7 +26,7 @@ from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
-from tracestream.matches import AS_TEXT, THREE_DECIMALS, MatchView
+from tracestream.matches import AS_TEXT, INTEGER, THREE_DECIMALS, MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
 from tracestream.spill import take_rows
@@ -648,6 +648,9 @@ class MatchRows(StreamedRows):
         if (rows["form"] == THREE_DECIMALS).all():
             ts = (native.FIXED, np.ascontiguousarray(rows["start"]), 3)
             dur = (native.FIXED, np.ascontiguousarray(rows["dur"]), 3)
+        elif (rows["form"] == INTEGER).all():  # whole µs: written as integers
+            ts = (native.INTEGERS, rows["start"] // 1000)
+            dur = (native.INTEGERS, rows["dur"] // 1000)
         else:
             ts_texts, dur_texts = table.texts_of(picked)
             ts, dur = (native.TEXTS, ts_texts), (native.TEXTS, dur_texts)

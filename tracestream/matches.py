@@ -115,8 +115,26 @@ def _integer(ns: int) -> bytes:
     return b"%d" % (ns // 1000)
 
 
+def integers(ns: np.ndarray) -> list[bytes]:
+    """`_integer` of a column of whole µs: one formatting call for all values."""
+    if not len(ns):
+        return []
+    return ((b"%d," * len(ns)) % tuple((ns // 1000).tolist()))[:-1].split(b",")
+
+
 _WRITE = {THREE_DECIMALS: _three, INTEGER: _integer}
 """How a (ts, dur) of each form but AS_TEXT is written back from its ns."""
+
+
+def _by_form(forms: np.ndarray, ns: np.ndarray) -> np.ndarray:
+    """The texts of values `ns` written in their forms, a form at a time, as an object
+    array (None where the form is AS_TEXT: the caller fills those in)."""
+    texts = np.empty(len(ns), object)
+    for form, write in ((THREE_DECIMALS, threes), (INTEGER, integers)):
+        at = np.flatnonzero(forms == form)
+        if len(at):
+            texts[at] = write(ns[at])
+    return texts
 
 
 def _intern(values: list, ids: dict, value) -> int:
@@ -220,22 +238,17 @@ class MatchTable(Sequence):
         return self._tracks[track][1]
 
     def texts_of(self, which: np.ndarray) -> tuple[list[bytes], list[bytes]]:
-        """The (ts, dur) texts of rows `which`, as `match(row)` gives them, as bytes."""
+        """The (ts, dur) texts of rows `which`, as `match(row)` gives them, as bytes: each
+        of Kineto's forms written a column at a time, only rows kept as text one by one."""
         rows = take_rows(self.rows, which)
         forms = rows["form"]
         if (forms == THREE_DECIMALS).all():
             return threes(rows["start"]), threes(rows["dur"])
-        ts, dur = [], []
-        for row, form, start, length in zip(which.tolist(), forms.tolist(),
-                                            rows["start"].tolist(), rows["dur"].tolist()):
-            write = _WRITE.get(form)
-            if write is not None:
-                ts.append(write(start))
-                dur.append(write(length))
-            else:
-                ts.append(self.texts[row][0].encode())
-                dur.append(self.texts[row][1].encode())
-        return ts, dur
+        ts, dur = _by_form(forms, rows["start"]), _by_form(forms, rows["dur"])
+        for k in np.flatnonzero(forms == AS_TEXT).tolist():
+            ts_text, dur_text = self.texts[int(which[k])]
+            ts[k], dur[k] = ts_text.encode(), dur_text.encode()
+        return ts.tolist(), dur.tolist()
 
     def ends_of(self, which: np.ndarray) -> tuple[list[bytes], np.ndarray]:
         """The exact end (ts + dur) of rows `which`: its text, as `match(row).end.to_text()`
@@ -245,16 +258,12 @@ class MatchTable(Sequence):
         forms = rows["form"]
         if (forms == THREE_DECIMALS).all():  # exact in ns: the sum is, too
             return threes(ns), ns
-        texts, ceils = [], ns.copy()
-        for k, (row, form, end) in enumerate(zip(which.tolist(), forms.tolist(), ns.tolist())):
-            write = _WRITE.get(form)
-            if write is not None:
-                texts.append(write(end))
-            else:
-                exact = self.match(row).end
-                texts.append(exact.to_text().encode())
-                ceils[k] = exact.ceil_ns()
-        return texts, ceils
+        texts, ceils = _by_form(forms, ns), ns.copy()
+        for k in np.flatnonzero(forms == AS_TEXT).tolist():
+            exact = self.match(int(which[k])).end
+            texts[k] = exact.to_text().encode()
+            ceils[k] = exact.ceil_ns()
+        return texts.tolist(), ceils
 
     def exact_times(self, which: np.ndarray, *, end: bool = False
                     ) -> tuple[np.ndarray, np.ndarray]:
