@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from tracestream import timebase
+from tracestream import matches, timebase
 from tracestream.matches import (
     AS_TEXT,
     INTEGER,
@@ -67,8 +67,9 @@ def test_column_texts_and_ends_equal_each_match():
     mixed = _table([t for t, _ in pairs], [d for _, d in pairs])
     kineto = _table([b"1764400000000003.432", b"0.000", b"12.999", b"7.001"],
                     [b"12.125", b"0.000", b"0.001", b"1000.000"])
-    for table in (mixed, kineto):
-        which = np.arange(len(table))[::-1]  # any order
+    whole = _table([b"1764400000000003", b"0", b"-12", b"7"], [b"12", b"0", b"1", b"1000"])
+    for table in (mixed, kineto, whole):
+        which = np.arange(len(table), dtype=np.int32)[::-1]  # any order, as a view's
         ts_texts, dur_texts = table.texts_of(which)
         end_texts, end_ceils = table.ends_of(which)
         for k, row in enumerate(which.tolist()):
@@ -77,6 +78,25 @@ def test_column_texts_and_ends_equal_each_match():
                                                    match.dur_text.encode())
             assert end_texts[k] == match.end.to_text().encode()
             assert end_ceils[k] == match.end.ceil_ns()
+
+
+def test_texts_of_kineto_forms_are_written_a_column_at_a_time(monkeypatch):
+    """Integer-µs rows among three-decimal ones (or alone, as in real Kineto traces) are
+    not written one row at a time: neither per-value writer runs."""
+    table = _table([b"1764400000000003.432", b"1764400000000004", b"1764400000000005.000"],
+                   [b"12.125", b"3", b"0.500"])
+    assert table.rows["form"].tolist() == [THREE_DECIMALS, INTEGER, THREE_DECIMALS]
+
+    def one_at_a_time(ns):
+        raise AssertionError("a value written one at a time")
+
+    monkeypatch.setitem(matches._WRITE, THREE_DECIMALS, one_at_a_time)
+    monkeypatch.setitem(matches._WRITE, INTEGER, one_at_a_time)
+    assert table.texts_of(np.arange(3)) == (
+        [b"1764400000000003.432", b"1764400000000004", b"1764400000000005.000"],
+        [b"12.125", b"3", b"0.500"])
+    assert table.ends_of(np.arange(3))[0] == [
+        b"1764400000000015.557", b"1764400000000007", b"1764400000000005.500"]
 
 
 def test_threes_writes_each_value_as_three_decimals():
