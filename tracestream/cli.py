@@ -67,6 +67,21 @@ def _check_utf8_arguments(args: list[str]) -> None:
         require_utf8(arg, before if before.startswith("-") else f"argument {i + 1}")
 
 
+class _GuardedCommand(click.Command):
+    """A command that refuses, before it starts, a stderr that is one of its files."""
+
+    def invoke(self, ctx):
+        from tracestream.cli_guard import named_files, silence_and_refuse, stderr_is_one_of
+
+        if stderr_is_one_of(named_files(ctx.params)):
+            silence_and_refuse()
+        return super().invoke(ctx)
+
+
+_Group.command_class = _GuardedCommand
+_Group.group_class = type  # `batch` is a _Group too: its commands are guarded the same way
+
+
 class _Terminated(BaseException):
     """SIGTERM, raised in the main thread so every cleanup handler runs."""
 
@@ -107,6 +122,14 @@ def _emit_summary(report, json_summary: bool, quiet: bool) -> None:
         click.echo(dumps(report.json_summary()).decode())
     if not quiet:
         click.echo(report.summary(), err=True)
+
+
+def _refuse_summary_on_input(trace: str, json_summary: bool) -> None:
+    """`--json-summary 1<> trace.json` would overwrite the source with the summary."""
+    from tracestream.cli_guard import refuse_stdout_on_inputs
+
+    if json_summary:
+        refuse_stdout_on_inputs([trace], "JSON summary")
 
 
 class PassesType(click.ParamType):
@@ -219,6 +242,7 @@ def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, ancho
         CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid))
         if max_gpu_lanes is not None else None
     )
+    _refuse_summary_on_input(trace, json_summary)
     result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                               compress=compress, compress_level=compress_level, quiet=quiet,
                               workers=workers)
@@ -243,6 +267,7 @@ def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level,
     from tracestream.api import compact as compact_trace
     from tracestream.plan import CompactSpec
 
+    _refuse_summary_on_input(trace, json_summary)
     result = compact_trace(trace, output, CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid)),
                            report=report, compress=compress, compress_level=compress_level,
                            quiet=quiet, workers=workers)

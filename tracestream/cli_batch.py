@@ -85,7 +85,12 @@ def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None) -> Non
         run_batch,
         summary_table,
     )
+    from tracestream.cli_guard import refuse_stdout_on_inputs, silence_and_refuse, stderr_is_one_of
 
+    traces = [task["trace"] for task in tasks]  # a manifest's traces are known only now
+    if stderr_is_one_of(traces):
+        silence_and_refuse()
+    refuse_stdout_on_inputs(traces, "result lines")
     tty = sys.stderr.isatty()
 
     def on_result(result, outcome):

@@ -124,6 +124,46 @@ def test_printing_onto_the_trace_read_is_refused(source, tmp_path, cli, kind):
     assert leftovers(tmp_path) == ["o.json", "o.json.compact.json", "src"]
 
 
+@pytest.mark.parametrize("mode", ["r+b", "ab"], ids=["1<>", ">>"])
+@pytest.mark.parametrize("kind", ["compact", "layers"])
+def test_json_summary_onto_the_input_is_refused(source, tmp_path, mode, kind):
+    before = sha256(source)
+    args = _command(kind, source, tmp_path / "o.json", tmp_path / "r.json") + ["--json-summary"]
+    out = run_with_stdout(args, source, mode)
+    _assert_source_kept(out, source, before, "JSON summary (stdout)")
+    assert leftovers(tmp_path) == ["src"]
+
+
+def test_batch_result_lines_onto_an_input_are_refused(source, tmp_path):
+    before = sha256(source)
+    out = run_with_stdout(["batch", "compact", "--output-dir", tmp_path / "out", "--jobs", "1",
+                           source], source, "ab")
+    _assert_source_kept(out, source, before, "result lines (stdout)")
+    assert leftovers(tmp_path) == ["src"]
+
+
+def run_with_stderr(args, stderr_file: Path, mode: str) -> int:
+    """The CLI's exit code with stderr opened on `stderr_file` (`2<>` or `2>>`)."""
+    with open(stderr_file, mode) as err:
+        return subprocess.run([PYTHON, "-m", "tracestream", *map(str, args)], cwd=ROOT,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                              env=ENV, timeout=60).returncode
+
+
+@pytest.mark.parametrize("mode", ["r+b", "ab"], ids=["2<>", "2>>"])
+@pytest.mark.parametrize("kind", ["compact", "layers", "inspect", "batch"])
+def test_stderr_onto_the_input_is_refused_without_a_word(source, tmp_path, mode, kind):
+    """Even the refusal would overwrite the source: exit 2 says it, nothing is written."""
+    before = sha256(source)
+    args = {"inspect": ["inspect", "--trace", source],
+            "batch": ["batch", "compact", "--output-dir", tmp_path / "out", source]}.get(kind)
+    args = args or [a for a in _command(kind, source, tmp_path / "o.json", tmp_path / "r.json")
+                    if a != "--quiet"]
+    assert run_with_stderr(args, source, mode) == 2
+    assert sha256(source) == before
+    assert leftovers(tmp_path) == ["src"]
+
+
 def _spool_descriptor(pid: int, folder: Path) -> bool:
     """Whether process `pid` holds a file in `folder` open (the stdin spool)."""
     try:
