@@ -284,3 +284,12 @@ def test_phases_and_kinds_are_counted_in_order_of_first_appearance():
     many = [event(b'"p%d"' % k, b'"cpu_op"') for k in range(40)]
     facts = observe_chunk(b", ".join(many + events), 0, Context())
     assert len(facts.phase_counts) == 43 and facts.phase_counts["X"] == 2
+
+
+def test_end_out_of_range_is_found_without_overflowing():
+    from tracestream.observe import end_out_of_range
+
+    limit = 9_200_000_000_000_000_000
+    start = np.array([1_700_000_000_000_000_000, -limit + 1, 0, limit - 1, 5], np.int64)
+    dur = np.array([8_000_000_000_000_000_000, limit - 1, limit - 1, 1, 0], np.int64)
+    assert end_out_of_range(start, dur).tolist() == [True, False, False, True, False]

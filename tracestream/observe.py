@@ -512,6 +512,19 @@ class _Observer:
             self._parse_one_by_one(odd.tolist(), key, strict, ns, integer, has)
         return ns, integer, has
 
+    def _refuse_end_out_of_range(self, slices, start, dur, ts_texts, dur_texts) -> None:
+        """ts and dur each fit, their sum may not: an end past Perfetto's int64 nanoseconds
+        would wrap (and pack overlapping slices on one lane)."""
+        past = end_out_of_range(start, dur)
+        if past.any():
+            k = int(np.argmax(past))
+            i = slices[k]
+            e = self.events[i]
+            raise self.fail(i, f"ts {bytes(ts_texts[i]).decode()} + dur "
+                               f"{bytes(dur_texts[i]).decode()} (pid {_quoted(e.pid)} tid "
+                               f"{_quoted(e.tid)}) ends out of range: an end must stay below "
+                               f"{timebase.MAX_ABS_US:.2g} µs (64-bit nanoseconds)")
+
     def _parse_one_by_one(self, events: list[int], key: str, strict: np.ndarray,
                           ns: np.ndarray, integer: np.ndarray, has: np.ndarray) -> None:
         """Values of `key` of the given events in no Kineto shape, parsed exactly one at a
@@ -613,6 +626,7 @@ class _Observer:
             tracks, groups = ids
         start = ts_ns[idx]
         dur = dur_ns[idx]
+        self._refuse_end_out_of_range(slices, start, dur, ts_texts, dur_texts)
         end = start + dur
         inexact = [k for k, i in enumerate(slices) if i in self.inexact] if self.inexact else []
         for k in inexact:  # digits below 1 ns: the exact sum, rounded up
@@ -1076,6 +1090,18 @@ def _time_value(text: bytes, key: str):
         word = "negative" if key == "dur" and float(text) < 0 else "out of range"
         return None, f"{key} {text.decode()} is {word}"
     return value, None
+
+
+def end_out_of_range(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Per slice: whether ts + dur (ns; each already below the limit, dur >= 0) reaches
+    MAX_ABS_US, computed without the int64 overflow the sum itself would hit."""
+    limit = int(timebase.MAX_ABS_US * 1000)
+    return dur >= limit - np.maximum(start, 0)
+
+
+def _quoted(value) -> str:
+    """A pid/tid as a message shows it: a number as is, a string in JSON quotes."""
+    return orjson.dumps(value).decode() if isinstance(value, str) else str(value)
 
 
 def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):

@@ -82,3 +82,24 @@ def test_odd_values_on_events_that_are_read_are_refused(cli, tmp_path, index, ch
     out = cli(*args)
     assert_refused(out, words)
     assert leftovers(tmp_path) == ["src"]
+
+
+@pytest.mark.parametrize("kind", ["compact", "layers", "inspect"])
+def test_a_gpu_end_past_64_bit_nanoseconds_is_refused(cli, tmp_path, kind):
+    """ts and dur each below 9.2e15 µs, their sum not: the end would wrap in int64 ns (and
+    two overlapping kernels would share one lane)."""
+    data, _ = _trace_with(7, {"ts": Raw("1700000000000000"), "dur": Raw("8000000000000000")})
+    folder = tmp_path / "src"
+    folder.mkdir()
+    trace = folder / "t.json"
+    trace.write_bytes(data)
+    before = trace.read_bytes()
+    args = {"compact": ["compact", "--trace", trace, "--output", tmp_path / "o.json",
+                        "--max-gpu-lanes", "1"],
+            "layers": ["layers", "--trace", trace, "--output", tmp_path / "o.json", *LAYERS_ARGS],
+            "inspect": ["inspect", "--trace", trace]}[kind]
+    line = assert_refused(cli(*args), "event 7 (byte", "pid 0 tid 8", "ts 1700000000000000",
+                          "ends out of range")
+    assert "dur 8000000000000000" in line
+    assert leftovers(tmp_path) == ["src"]
+    assert trace.read_bytes() == before
