@@ -133,6 +133,9 @@ def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin
     if output == "-":
         if not report:
             raise TraceError("writing the trace to stdout (-) needs --report PATH")
+        if report == "-":
+            raise TraceError("--output - and --report - would both go to stdout; "
+                             "give one of them a file")
     else:
         out = Path(output)
         if trace != "-" and out.exists():

@@ -124,11 +124,15 @@ def _emit_summary(report, json_summary: bool, quiet: bool) -> None:
         click.echo(report.summary(), err=True)
 
 
-def _refuse_summary_on_input(trace: str, json_summary: bool) -> None:
-    """`--json-summary 1<> trace.json` would overwrite the source with the summary."""
+def _refuse_summary_on_input(trace: str, json_summary: bool, report: str | None) -> None:
+    """`--json-summary 1<> trace.json` would overwrite the source with the summary, and
+    with `--report -` stdout would carry two JSON documents."""
     from tracestream.cli_guard import refuse_stdout_on_inputs
 
     if json_summary:
+        if report == "-":
+            raise TraceError("--report - and --json-summary would both go to stdout; "
+                             "give the report a file or drop --json-summary")
         refuse_stdout_on_inputs([trace], "JSON summary")
 
 
@@ -242,7 +246,7 @@ def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, ancho
         CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid))
         if max_gpu_lanes is not None else None
     )
-    _refuse_summary_on_input(trace, json_summary)
+    _refuse_summary_on_input(trace, json_summary, report)
     result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                               compress=compress, compress_level=compress_level, quiet=quiet,
                               workers=workers)
@@ -267,7 +271,7 @@ def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level,
     from tracestream.api import compact as compact_trace
     from tracestream.plan import CompactSpec
 
-    _refuse_summary_on_input(trace, json_summary)
+    _refuse_summary_on_input(trace, json_summary, report)
     result = compact_trace(trace, output, CompactSpec(max_lanes=max_gpu_lanes, pid=_pid_value(pid)),
                            report=report, compress=compress, compress_level=compress_level,
                            quiet=quiet, workers=workers)

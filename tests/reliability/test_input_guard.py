@@ -142,6 +142,21 @@ def test_batch_result_lines_onto_an_input_are_refused(source, tmp_path):
     assert leftovers(tmp_path) == ["src"]
 
 
+@pytest.mark.parametrize("kind", ["compact", "layers"])
+@pytest.mark.parametrize("streams", [["--output", "-", "--report", "-"],
+                                     ["--report", "-", "--json-summary"]],
+                         ids=["output-and-report", "report-and-summary"])
+def test_two_documents_on_stdout_are_refused(source, tmp_path, cli, kind, streams):
+    """stdout carries one JSON document: the trace, the report or the summary."""
+    args = [kind, "--trace", source, "--quiet", *streams]
+    if "--output" not in streams:
+        args += ["--output", tmp_path / "o.json"]
+    out = cli(*args + (LAYERS_ARGS if kind == "layers" else []))
+    assert out.stdout == b""
+    assert_refused(out, "would both go to stdout", place=False)
+    assert leftovers(tmp_path) == ["src"]
+
+
 def run_with_stderr(args, stderr_file: Path, mode: str) -> int:
     """The CLI's exit code with stderr opened on `stderr_file` (`2<>` or `2>>`)."""
     with open(stderr_file, mode) as err:
