@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 
 from tracestream import timebase
-from tracestream.api import build_plan, specs_from_options
+from tracestream.api import build_plan
 from tracestream.document import DocumentScanner, iter_events
 from tracestream.edit import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.errors import TraceError
@@ -36,6 +36,7 @@ from tracestream.events import ACTIVITY_KINDS, GUIDE_CATEGORY, HEAD, KERNEL, TIM
 from tracestream.index import TraceIndex
 from tracestream.observe import binds_next, duplicate_key
 from tracestream.plan import DELETE, KEEP, Plan
+from tracestream.report_shape import report_specs
 from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import edits
@@ -430,7 +431,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     report_path = find_report(output, report)
     data, retired = load_report(report_path)
     verdict = Verdict()
-    layer_spec, compact_spec = specs_from_options(data.get("options", {}))
+    layer_spec, compact_spec = report_specs(data)
     # workers fork before the reader threads start
     with pool_for(trace, workers) as pool, TraceSource(trace) as source, \
             TraceSource(output) as annotated:
