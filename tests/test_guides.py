@@ -148,6 +148,9 @@ def test_select_gpu_refuses_several_pids_and_devices():
         (dict(passes=0), "^passes must be >= 1"),
         (dict(passes="some"), "^passes must be a count or 'all'"),
         (dict(gap_factor=1.0), "^gap_factor must be > 1"),
+        (dict(gap_factor=float("inf")), "^gap_factor must be > 1 and finite, got inf"),
+        (dict(gap_factor=float("nan")), "^gap_factor must be > 1 and finite, got nan"),
+        (dict(gap_factor="3"), "^gap_factor must be a number"),
     ],
 )
 def test_spec_validation_names_the_spec_field(kw, message):

@@ -9,6 +9,7 @@ makes a Python object per match.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,16 @@ GAP_FACTOR = 3.0
 ~3.6x the layer-to-layer gap (draft passes run in between), so 5x would merge
 every pass into one cluster. The output always shows the measured separation.
 """
+
+
+def gap_factor_problem(factor) -> str | None:
+    """Why `factor` cannot be the rule's threshold (text after the option's name), or None.
+    inf would make no gap a break and record null in the report; nan none either."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        return f" must be a number, got {factor!r}"
+    if not math.isfinite(factor) or not factor > 1:
+        return f" must be > 1 and finite, got {factor}"
+    return None
 
 
 def gaps(times: Sequence[int]) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tracestream.cadence import GAP_FACTOR, cluster_starts, is_break
+from tracestream.cadence import GAP_FACTOR, cluster_starts, gap_factor_problem, is_break
 from tracestream.errors import Option, SpecError, TraceError, require_utf8
 from tracestream.matches import MatchTable, MatchView
 from tracestream.spill import take_rows
@@ -82,8 +82,8 @@ class LayerSpec:
                 raise SpecError(Option(name), f" must be >= {least}, got {value}")
             if value > LARGEST_COUNT:
                 raise SpecError(Option(name), f" must be <= {LARGEST_COUNT}, got {value}")
-        if not self.gap_factor > 1:
-            raise SpecError(Option("gap_factor"), f" must be > 1, got {self.gap_factor}")
+        if (problem := gap_factor_problem(self.gap_factor)) is not None:
+            raise SpecError(Option("gap_factor"), problem)
         for name, text in (("anchor_regex", self.anchor_regex), ("phase", self.phase),
                            ("evidence", self.evidence), ("end_anchor_regex", self.end_anchor_regex),
                            ("pid", self.pid), ("device", self.device)):

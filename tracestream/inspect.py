@@ -19,7 +19,7 @@ import orjson
 
 from tracestream import speedups
 from tracestream.api import compile_pattern
-from tracestream.cadence import GAP_FACTOR, rule_text, starts_at_breaks
+from tracestream.cadence import GAP_FACTOR, gap_factor_problem, rule_text, starts_at_breaks
 from tracestream.errors import Option, SpecError, TraceError
 from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import on_gpu, select_gpu
@@ -837,8 +837,8 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
     The report's match, cluster and flagged-window rows are `StreamedRows`: made
     from the packed matches a batch at a time as they are written.
     """
-    if not factor > 1:
-        raise SpecError(Option("gap_factor"), f" must be > 1, got {factor}")
+    if (problem := gap_factor_problem(factor)) is not None:
+        raise SpecError(Option("gap_factor"), problem)
     patterns = {"anchor": compile_pattern(anchor_regex, "anchor_regex")}
     if cross_check is not None:
         patterns["cross"] = compile_pattern(cross_check, "cross_check")

@@ -248,3 +248,25 @@ def test_an_event_longer_than_the_limit_is_refused(cli, tmp_path):
         assert leftovers(tmp_path) == ["src"]
     out = cli(*compact_args(trace, tmp_path / "o.json"))  # the default limit: 64 MiB
     assert out.rc == 0, out.describe()
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400", "1"])
+@pytest.mark.parametrize("kind", ["layers", "anchors", "batch layers"])
+def test_a_gap_factor_that_is_not_finite_is_refused(cli, tmp_path, kind, value):
+    """inf made no gap a break and recorded null in the report (verify then failed)."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    trace = folder / "t.json"
+    trace.write_bytes(document(base_events()))
+    manifest = folder / "m.jsonl"
+    manifest.write_text(json.dumps({"trace": "t.json"}) + "\n")
+    args = {"layers": ["layers", "--trace", trace, "--output", tmp_path / "o.json",
+                       *LAYERS_ARGS],
+            "anchors": ["anchors", "--trace", trace, "--anchor-regex", "^a$"],
+            "batch layers": ["batch", "layers", "--manifest", manifest, "--output-dir",
+                             tmp_path / "out", *LAYERS_ARGS]}[kind]
+    out = cli(*args, "--gap-factor", value)
+    assert out.stdout == b""
+    assert_refused(out, "gap-factor must be > 1" if kind != "batch layers" else
+                   "gap_factor must be > 1", place=False)
+    assert leftovers(tmp_path) == ["src"]
