@@ -53,7 +53,8 @@ def test_require_utf8_names_the_option():
 
 
 @pytest.mark.parametrize("setting, expected", [
-    (None, 64 << 20), ("1", 1 << 20), ("0.5", 1 << 19), ("not a number", 64 << 20), ("0", 1),
+    (None, 64 << 20), ("", 64 << 20), ("1", 1 << 20), ("0.5", 1 << 19), ("1e-9", 1),
+    ("1e308", 1 << 60),
 ])
 def test_max_event_bytes(monkeypatch, setting, expected):
     if setting is None:
@@ -61,6 +62,13 @@ def test_max_event_bytes(monkeypatch, setting, expected):
     else:
         monkeypatch.setenv("TRACESTREAM_MAX_EVENT_MB", setting)
     assert document.max_event_bytes() == expected
+
+
+@pytest.mark.parametrize("setting", ["not a number", "0", "-1", "inf", "nan", "-inf", "1e400"])
+def test_max_event_bytes_refuses_what_is_not_a_positive_number(monkeypatch, setting):
+    monkeypatch.setenv("TRACESTREAM_MAX_EVENT_MB", setting)
+    with pytest.raises(TraceError, match="TRACESTREAM_MAX_EVENT_MB=.* takes a positive number"):
+        document.max_event_bytes()
 
 
 @pytest.mark.parametrize("target, ok", [

@@ -19,6 +19,7 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             _check_utf8_arguments(ctx._protected_args + ctx.args)
+            _check_environment()
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
@@ -65,6 +66,13 @@ def _check_utf8_arguments(args: list[str]) -> None:
     for i, arg in enumerate(args):
         before = str(args[i - 1]) if i else ""
         require_utf8(arg, before if before.startswith("-") else f"argument {i + 1}")
+
+
+def _check_environment() -> None:
+    """A bad TRACESTREAM_MAX_EVENT_MB is refused before any command reads a byte."""
+    from tracestream.document import max_event_bytes
+
+    max_event_bytes()
 
 
 class _GuardedCommand(click.Command):

@@ -11,6 +11,7 @@ index.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import deque
@@ -676,11 +677,16 @@ def _first_non_object(data: bytes, pos: int) -> int | None:
 def max_event_bytes() -> int:
     """The longest single event read, in bytes (MAX_EVENT_MB, or TRACESTREAM_MAX_EVENT_MB)."""
     text = os.environ.get("TRACESTREAM_MAX_EVENT_MB")
+    if not text:
+        return MAX_EVENT_MB << 20
     try:
-        mb = float(text) if text else MAX_EVENT_MB
+        mb = float(text)
     except ValueError:
-        mb = MAX_EVENT_MB
-    return max(1, int(mb * (1 << 20)))
+        mb = math.nan
+    if not math.isfinite(mb) or mb <= 0:
+        raise TraceError(f"TRACESTREAM_MAX_EVENT_MB={text[:40]!r} is not a limit: it takes a "
+                         f"positive number of MiB (default {MAX_EVENT_MB})")
+    return max(1, int(min(mb, 1 << 40) * (1 << 20)))  # 1 EiB: no limit, and no overflow
 
 
 def _event_too_long(offset: int) -> TraceError:

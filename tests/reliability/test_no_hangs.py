@@ -270,3 +270,21 @@ def test_a_gap_factor_that_is_not_finite_is_refused(cli, tmp_path, kind, value):
     assert_refused(out, "gap-factor must be > 1" if kind != "batch layers" else
                    "gap_factor must be > 1", place=False)
     assert leftovers(tmp_path) == ["src"]
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1", "lots"])
+@pytest.mark.parametrize("kind", ["compact", "inspect", "verify"])
+def test_a_max_event_setting_that_is_not_a_positive_number_is_refused(cli, tmp_path, kind,
+                                                                      value):
+    """inf and nan crashed every command (exit 70); 0 and -1 became a 1-byte limit."""
+    trace = tmp_path / "src" / "t.json"
+    trace.parent.mkdir()
+    trace.write_bytes(document(base_events()))
+    args = {"compact": compact_args(trace, tmp_path / "o.json"),
+            "inspect": ["inspect", "--trace", trace],
+            "verify": ["verify", "--trace", trace, "--output", trace]}[kind]
+    out = cli(*args, env={"TRACESTREAM_MAX_EVENT_MB": value})
+    assert out.stdout == b""
+    assert_refused(out, f"TRACESTREAM_MAX_EVENT_MB='{value}'", "takes a positive number",
+                   place=False)
+    assert leftovers(tmp_path) == ["src"]
