@@ -56,7 +56,12 @@ class _Group(click.Group):
         # test runner), a signal after the outputs are committed is ignored until exit
         from tracestream import sink
 
-        sink.IGNORE_SIGNALS_AFTER_COMMIT = (args[0] if args else kwargs.get("args")) is None
+        as_program = (args[0] if args else kwargs.get("args")) is None
+        sink.IGNORE_SIGNALS_AFTER_COMMIT = as_program
+        if as_program:
+            from tracestream.cli_guard import reopen_closed_streams
+
+            reopen_closed_streams()
         return super().main(*args, **kwargs)
 
 
@@ -79,11 +84,26 @@ class _GuardedCommand(click.Command):
     """A command that refuses, before it starts, a stderr that is one of its files."""
 
     def invoke(self, ctx):
-        from tracestream.cli_guard import named_files, silence_and_refuse, stderr_is_one_of
+        from tracestream.cli_guard import (
+            named_files,
+            refuse_closed_streams,
+            silence_and_refuse,
+            stderr_is_one_of,
+        )
 
         if stderr_is_one_of(named_files(ctx.params)):
             silence_and_refuse()
+        refuse_closed_streams(_command_name(ctx), ctx.params)
         return super().invoke(ctx)
+
+
+def _command_name(ctx) -> str:
+    """`inspect`, `batch compact`: the command as typed after the program's name."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(reversed(names))
 
 
 _Group.command_class = _GuardedCommand

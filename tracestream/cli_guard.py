@@ -51,3 +51,56 @@ def refuse_stdout_on_inputs(traces, what: str) -> None:
     of the traces read, with the message of an output on the input."""
     for trace in traces:
         refuse_writing_input(input_identity(trace), "-", what, trace)
+
+
+CLOSED: set[str] = set()
+"""The standard streams the program was started without (`<&-`, `>&-`, `2>&-`)."""
+
+_STREAMS = (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w"))
+_STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+_SILENT_COMMANDS = {"layers", "compact", "restore"}
+"""Commands that print nothing on stdout unless a file is `-` or --json-summary is given."""
+
+
+def reopen_closed_streams() -> None:
+    """Put /dev/null on every standard descriptor the program was started without.
+
+    Otherwise the next pipe or file opened lands on it (a worker's pipe on fd 0 makes
+    `--trace /dev/stdin` read the program's own pipe and wait forever). A closed stderr
+    then takes the messages silently and the run goes on; stdin and stdout stay None in
+    Python, so the commands that need them are refused by `refuse_closed_streams`.
+    """
+    for name, fd, mode in _STREAMS:
+        if getattr(sys, name) is not None:
+            continue
+        CLOSED.add(name)
+        try:
+            os.fstat(fd)
+            continue  # already taken by something else: left alone
+        except OSError:
+            pass
+        devnull = os.open(os.devnull, os.O_RDWR)
+        if devnull != fd:
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        if name == "stderr":
+            sys.stderr = open(fd, mode, closefd=False)  # noqa: SIM115 (lives as long as the program)
+
+
+def refuse_closed_streams(command: str, params: dict) -> None:
+    """A command that reads stdin or prints on stdout, started with that stream closed."""
+    from tracestream.errors import TraceError
+
+    if "stdin" in CLOSED:
+        reads = [params.get("trace")] + ([params.get("output")] if command == "verify" else [])
+        named = next((n for n in reads if n in _STDIN_NAMES), None)
+        if named is not None:
+            raise TraceError(f"stdin is closed (<&-): {named} has nothing to read; "
+                             "nothing was read or written")
+    if "stdout" in CLOSED:
+        prints = (command.split()[0] not in _SILENT_COMMANDS or params.get("json_summary")
+                  or (command != "restore" and params.get("report") == "-")
+                  or (command != "verify" and params.get("output") == "-"))
+        if prints:
+            raise TraceError(f"stdout is closed (>&-): `{command}` writes there; "
+                             "nothing was read or written")

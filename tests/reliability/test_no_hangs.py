@@ -288,3 +288,60 @@ def test_a_max_event_setting_that_is_not_a_positive_number_is_refused(cli, tmp_p
     assert_refused(out, f"TRACESTREAM_MAX_EVENT_MB='{value}'", "takes a positive number",
                    place=False)
     assert leftovers(tmp_path) == ["src"]
+
+
+def run_with_closed(args, closed: str, *, timeout: float = 60) -> Outcome:
+    """The CLI started with a standard stream closed, as `<&-`, `>&-` or `2>&-` do."""
+    started = time.monotonic()
+    proc = subprocess.run(["sh", "-c", f'exec "$0" -m tracestream "$@" {closed}', PYTHON,
+                           *map(str, args)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                          capture_output=True, env=ENV, timeout=timeout)
+    return Outcome(proc.returncode, proc.stdout, proc.stderr.decode(errors="replace"),
+                   time.monotonic() - started, "exec")
+
+
+@pytest.fixture
+def small_trace(tmp_path) -> Path:
+    trace = tmp_path / "src" / "t.json"
+    trace.parent.mkdir()
+    trace.write_bytes(document(base_events()))
+    return trace
+
+
+@pytest.mark.parametrize("trace", ["-", "/dev/stdin"])
+@pytest.mark.parametrize("kind", ["inspect", "compact", "layers"])
+def test_reading_a_closed_stdin_is_refused(small_trace, tmp_path, kind, trace):
+    """/dev/stdin with fd 0 closed used to open the program's own pipe and wait forever."""
+    args = {"inspect": ["inspect", "--trace", trace],
+            "compact": ["compact", "--trace", trace, "--output", tmp_path / "o.json"],
+            "layers": ["layers", "--trace", trace, "--output", tmp_path / "o.json",
+                       *LAYERS_ARGS]}[kind]
+    out = run_with_closed(args, "<&-", timeout=30)
+    assert_refused(out, f"stdin is closed (<&-): {trace} has nothing to read", place=False)
+    assert leftovers(tmp_path) == ["src"]
+
+
+@pytest.mark.parametrize("args", [
+    ["inspect"], ["compact", "--output", "-", "--report", "{tmp}/r.json"],
+    ["compact", "--output", "{tmp}/o.json", "--json-summary"],
+    ["restore", "--output", "-"], ["batch", "compact", "--output-dir", "{tmp}/out"],
+], ids=["inspect", "output-", "json-summary", "restore-", "batch"])
+def test_printing_on_a_closed_stdout_is_refused(small_trace, tmp_path, args):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if args[0] == "batch":
+        args.append(small_trace)
+    else:
+        args[1:1] = ["--trace", small_trace]
+    out = run_with_closed(args, ">&-")
+    assert_refused(out, "stdout is closed (>&-)", place=False)
+    assert leftovers(tmp_path) == ["src"]
+
+
+@pytest.mark.parametrize("kind", ["compact", "layers"])
+def test_a_closed_stdout_or_stderr_does_not_lose_a_good_run(small_trace, tmp_path, kind):
+    for closed, name in ((">&-", "a"), ("2>&-", "b")):
+        output = tmp_path / f"{name}.json"
+        args = [kind, "--trace", small_trace, "--output", output]
+        out = run_with_closed(args + (LAYERS_ARGS if kind == "layers" else []), closed)
+        assert out.rc == 0, out.describe()
+        assert output.exists() and Path(f"{output}.{kind}.json").exists()
