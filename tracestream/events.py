@@ -96,6 +96,50 @@ class Timing(msgspec.Struct):
 
 
 HEAD = msgspec.json.Decoder(Head)
+
+
+class _RawArgs(msgspec.Struct):
+    device: msgspec.Raw = msgspec.Raw()
+    stream: msgspec.Raw = msgspec.Raw()
+
+
+class _RawHead(msgspec.Struct):
+    ph: str | None = None
+    cat: msgspec.Raw = msgspec.Raw()
+    name: msgspec.Raw = msgspec.Raw()
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
+    id: msgspec.Raw = msgspec.Raw()
+    bp: msgspec.Raw = msgspec.Raw()
+    args: _RawArgs | None = None
+
+
+_RAW_HEAD = msgspec.json.Decoder(_RawHead)
+
+
+def decode_head(raw: bytes) -> Head:
+    """The event's Head. A number no double holds (`"ts": 1e400` on an event nothing moves,
+    which the index pass lets through) is kept as its JSON text instead of failing."""
+    try:
+        return HEAD.decode(raw)
+    except msgspec.ValidationError:
+        loose = _RAW_HEAD.decode(raw)  # anything else wrong fails here as before
+    args = None if loose.args is None else HeadArgs(
+        _loose_value(loose.args.device), _loose_value(loose.args.stream))
+    return Head(loose.ph, _loose_value(loose.cat), _loose_value(loose.name), loose.pid,
+                loose.tid, _loose_value(loose.ts), _loose_value(loose.dur),
+                _loose_value(loose.id), _loose_value(loose.bp), args)
+
+
+def _loose_value(raw: msgspec.Raw):
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.ValidationError:  # a number out of a double's range, somewhere in it
+        return bytes(raw).decode()
 TIMING = msgspec.json.Decoder(Timing)
 
 def describe_validation_error(exc: msgspec.ValidationError) -> str:

@@ -32,7 +32,14 @@ from tracestream.api import build_plan
 from tracestream.document import DocumentScanner, iter_events
 from tracestream.edit import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.errors import TraceError
-from tracestream.events import ACTIVITY_KINDS, GUIDE_CATEGORY, HEAD, KERNEL, TIMING, CategoryKinds
+from tracestream.events import (
+    ACTIVITY_KINDS,
+    GUIDE_CATEGORY,
+    KERNEL,
+    TIMING,
+    CategoryKinds,
+    decode_head,
+)
 from tracestream.index import TraceIndex
 from tracestream.observe import binds_next, duplicate_key
 from tracestream.plan import DELETE, KEEP, Plan
@@ -146,7 +153,7 @@ def _events(source: TraceSource, stats: ReadStats) -> tuple[DocumentScanner, Ite
 
 def _short(raw: bytes) -> str:
     try:
-        head = HEAD.decode(raw)
+        head = decode_head(raw)
         return f"{head.ph} {head.name!r} pid {head.pid} tid {head.tid} ts {head.ts}"
     except msgspec.MsgspecError:
         return raw[:60].decode(errors="replace")
@@ -193,7 +200,7 @@ class _OutputChecks:
         return tid
 
     def observe(self, ordinal: int, raw: bytes) -> None:
-        head = HEAD.decode(raw)
+        head = decode_head(raw)
         prov = provenance_of(raw) if b"_compact_gpu_track" in raw else None
         if prov is not None:
             self.relocated_events += 1
@@ -613,7 +620,7 @@ def _restore_problems(source: TraceSource, annotated: TraceSource, data: dict,
 
 
 def _where(raw: bytes) -> str:
-    head = HEAD.decode(raw)
+    head = decode_head(raw)
     return f"pid {head.pid} tid {head.tid}"
 
 

@@ -25,7 +25,9 @@ from .support import (
 CPU_OP = 4  # index of the CPU op in base_events()
 ODD = {"dur_negative": {"dur": Raw("-3")}, "dur_word": {"dur": Raw('"long"')},
        "ts_word": {"ts": Raw('"soon"')}, "ts_object": {"ts": Raw('{"us": 190}')},
-       "ts_far_out": {"ts": Raw("-1e300")}}
+       "ts_far_out": {"ts": Raw("-1e300")}, "ts_beyond_a_double": {"ts": Raw("1e400")},
+       "dur_beyond_a_double": {"dur": Raw("-1e999")},
+       "instant_beyond_a_double": {"ph": "i", "s": "t", "ts": Raw("-1e999")}}
 
 
 def _trace_with(index: int, change: dict) -> tuple[bytes, bytes]:
