@@ -288,6 +288,15 @@ def test_name_in_report(path, report, expected):
     assert name_in_report(path, report) == expected
 
 
+def test_name_in_report_follows_a_symlinked_folder_before_dot_dot(tmp_path, monkeypatch):
+    """`lk/../o.json` with lk -> real/a/b is real/a/o.json: the report must say so."""
+    (tmp_path / "real" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "lk").symlink_to(tmp_path / "real" / "a" / "b")
+    monkeypatch.chdir(tmp_path)
+    assert name_in_report("lk/../o.json", "r.json") == "real/a/o.json"
+    assert name_in_report("r.json", "lk/../o.json.layers.json") == "../../r.json"
+
+
 # -- the library API and batch rows apply the same checks --------------------------------
 
 

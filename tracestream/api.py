@@ -105,8 +105,9 @@ def name_in_report(path: str, report_path: str) -> str:
     absolute private paths they would spell out stay home). `-` and `<stdin>` as they are."""
     if path in ("-", "<stdin>"):
         return path
-    file = os.path.abspath(path)
-    folder = os.path.dirname(os.path.abspath(report_path))
+    # real paths: `link/../o.json` is beside the link's target, not beside the link
+    file = os.path.realpath(path)
+    folder = os.path.dirname(os.path.realpath(report_path))
     try:
         common = os.path.commonpath([file, folder])
     except ValueError:  # different drives
