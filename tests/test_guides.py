@@ -330,3 +330,16 @@ def test_the_first_failing_guide_is_named_among_many():
     with pytest.raises(TraceError, match=r"no terminal kernel .* of pass 1500, layer L1: "
                                          r"\[30010, 30020\) µs$"):
         build_guides(anchors, terminals, spec(num_layers=2, passes=count // 2))
+
+
+def test_pass_boundary_breaks_finds_passes_inside_an_iteration():
+    """3 iterations of 8 anchors (10 µs apart, 210 µs between) read as 6 passes of 4."""
+    from tracestream.guides import pass_boundary_breaks
+
+    starts = np.array([it * 280_000 + 10_000 * i for it in range(3) for i in range(8)], np.int64)
+    before, breaks, median = pass_boundary_breaks(starts, spec(num_layers=4, passes=6))
+    assert median == 10_000
+    assert before.tolist() == [10_000, 210_000, 10_000, 210_000, 10_000]
+    assert breaks.tolist() == [False, True, False, True, False]
+    before, breaks, _ = pass_boundary_breaks(starts, spec(num_layers=8, passes=3))
+    assert breaks.tolist() == [True, True]

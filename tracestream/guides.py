@@ -249,7 +249,10 @@ def check_cadence(anchors, starts: np.ndarray, spec: LayerSpec, evidence: dict) 
     """Refuse a selected pass that crosses a cadence break (wrong offset, a missing
     extra anchor per pass, a wrong layer count), naming the two anchors and the gap."""
     found = evidence["first_break"]
-    if found is None or spec.allow_gaps:
+    if spec.allow_gaps:
+        return
+    if found is None:
+        _check_passes_on_clusters(anchors, starts, spec)
         return
     before, after = anchors[found["from_index"]], anchors[found["to_index"]]
     more = evidence["breaks"] - 1
@@ -265,6 +268,48 @@ def check_cadence(anchors, starts: np.ndarray, spec: LayerSpec, evidence: dict) 
         *_aligned(starts, spec),
         "; `tracestream anchors` shows the clusters, ", Option("allow_gaps", True),
         " labels it anyway",
+    )
+
+
+def pass_boundary_breaks(starts: np.ndarray, spec: LayerSpec) -> tuple[np.ndarray, np.ndarray,
+                                                                         float | None]:
+    """(gaps in ns just before each selected pass after the first, whether each is a break,
+    the median layer gap) by the rule of `cadence`. Passes on the clusters of `anchors` are
+    all separated by breaks, or (one stream of back-to-back passes) none are."""
+    first = pass_points(spec)[1:, 0]
+    layers = layer_gaps(starts, spec)
+    if not len(first) or not layers.size:
+        return np.zeros(0, np.int64), np.zeros(0, bool), None
+    median = float(np.median(layers))
+    before = starts[first] - starts[first - 1]
+    return before, is_break(before, median, spec.gap_factor), median
+
+
+def _check_passes_on_clusters(anchors, starts: np.ndarray, spec: LayerSpec) -> None:
+    """Refuse passes that do not line up with the clusters: some start after a break, others
+    in the middle of an iteration (3 iterations of 8 anchors read as 6 passes of 4)."""
+    before, breaks, median = pass_boundary_breaks(starts, spec)
+    if median is None or median <= 0 or breaks.all() or not breaks.any():
+        return
+    first = pass_points(spec)[1:, 0]
+
+    def passes(where: np.ndarray) -> str:
+        shown = [f"{k + 1}" for k in where[:5].tolist()]
+        return ", ".join(shown) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+
+    inside, after = np.flatnonzero(~breaks), np.flatnonzero(breaks)
+    k = int(inside[0])
+    at = anchors[int(first[k])]
+    raise SpecError(
+        f"the passes do not line up with the cadence clusters: pass(es) {passes(after)} "
+        f"follow a break (up to {before[after].max() / 1000:,.3f} µs) but pass(es) "
+        f"{passes(inside)} do not ({before[inside].min() / 1000:,.3f} µs and more; median layer "
+        f"gap {median / 1000:,.3f} µs, a break is > {spec.gap_factor:g} x): pass {k + 1} starts "
+        f"at match {int(first[k])} (ts {at.ts_text} µs) inside an iteration (check ",
+        Option("anchor_offset"), ", ", Option("extra_anchors_per_pass"), " and ",
+        Option("num_layers"), ")", *_aligned(starts, spec),
+        "; `tracestream anchors` shows the clusters, ", Option("allow_gaps", True),
+        " labels them anyway",
     )
 
 
