@@ -65,12 +65,14 @@ Perfetto suggests ``trace_processor --httpd``
 from __future__ import annotations
 
 import html
+import io
 import ipaddress
 import json
 import os
 import secrets
 import sys
 import threading
+import time
 import webbrowser
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,7 +92,10 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _POLL_SECONDS = 0.2  # how quickly serve_forever notices shutdown()
 HEADER_TIMEOUT = 10.0
-"""Seconds a client may take to send its request line and headers (then it is dropped)."""
+"""Seconds a client may take to send its request line and headers, all of them together
+(then it is dropped): one byte every few seconds does not keep a connection open."""
+MAX_CONNECTIONS = 32
+"""Connections served at once (a thread each); one more is closed at once."""
 
 
 @dataclass(frozen=True)
@@ -343,12 +348,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
-        self.connection.settimeout(HEADER_TIMEOUT)
+        self.rfile.close()  # the socket's own reader, replaced by one with a deadline
+        self._reader = _DeadlineReader(self.connection, time.monotonic() + HEADER_TIMEOUT)
+        self.rfile = io.BufferedReader(self._reader)
 
     def parse_request(self) -> bool:
         """The headers are in: the body may take as long as the browser needs."""
         parsed = super().parse_request()
-        self.connection.settimeout(None)
+        self._reader.deadline = None
         return parsed
 
     def version_string(self) -> str:
@@ -472,6 +479,29 @@ class _Handler(BaseHTTPRequestHandler):
             out.finish()
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The connection's bytes, each read given only the time left until `deadline`
+    (monotonic seconds; None: no limit) so that the deadline holds for the whole request,
+    not for each read."""
+
+    def __init__(self, sock, deadline: float | None):
+        self._sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.deadline is None:
+            self._sock.settimeout(None)
+        else:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request headers took too long")
+            self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
 class _ChunkedWriter:
     """HTTP/1.1 chunked transfer coding over a stream: `finish()` writes the last chunk."""
 
@@ -519,7 +549,21 @@ class _LoopbackServer(ThreadingHTTPServer):
         self.ui_url = ui_url
         self.token = token
         self.report = report  # one line for the terminal about a request that failed
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__((LOOPBACK, port), _Handler)
+
+    def process_request(self, request, client_address):
+        """One thread per connection, at most MAX_CONNECTIONS of them."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def server_bind(self):
         """HTTPServer.server_bind would call getfqdn(), a DNS lookup that can hang offline."""

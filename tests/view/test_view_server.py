@@ -602,3 +602,60 @@ def test_a_broken_zstd_file_with_a_non_ascii_name_is_still_one_line(tmp_path, re
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
     assert body.decode().startswith("层 — trace.json.zst: corrupt zstd data near compressed byte")
     assert len(reported) == 1 and "\n" not in reported[0]
+
+
+def test_a_client_trickling_its_headers_is_dropped_on_time(trace, monkeypatch):
+    """The header timeout holds for the whole request: a byte every 0.2 s, each read well
+    inside the limit, still ends at the limit."""
+    monkeypatch.setattr(view, "HEADER_TIMEOUT", 1.0)
+    with serving(trace) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            started = time.monotonic()
+            closed = False
+            for byte in b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100:
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                time.sleep(0.2)
+                if time.monotonic() - started > 3:
+                    break
+            if not closed:
+                sock.settimeout(5)
+                try:
+                    closed = sock.recv(65536) == b""
+                except ConnectionResetError:
+                    closed = True
+            assert closed
+            assert time.monotonic() - started < 3
+        assert get(server, "/")[0] == 200
+
+
+def test_connections_beyond_the_limit_are_closed(trace, monkeypatch):
+    monkeypatch.setattr(view, "MAX_CONNECTIONS", 2)
+    with serving(trace) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                for _ in range(2)]
+        try:
+            time.sleep(0.3)  # both are being served (waiting for their headers)
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as extra:
+                extra.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                try:
+                    assert extra.recv(65536) == b""
+                except ConnectionResetError:
+                    pass
+        finally:
+            for sock in idle:
+                sock.close()
+        deadline = time.monotonic() + 10  # their threads end and free the slots
+        while _status_or_none(server) != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert get(server, "/")[0] == 200
+
+
+def _status_or_none(server):
+    try:
+        return get(server, "/")[0]
+    except OSError:
+        return None
