@@ -343,3 +343,13 @@ def test_pass_boundary_breaks_finds_passes_inside_an_iteration():
     assert breaks.tolist() == [False, True, False, True, False]
     before, breaks, _ = pass_boundary_breaks(starts, spec(num_layers=8, passes=3))
     assert breaks.tolist() == [True, True]
+
+
+@pytest.mark.parametrize("typed, value", [
+    ("0", 0), ('"0"', "0"), ("GPU 0", "GPU 0"), ('"', '"'), ('"a\\"b"', 'a"b'), ('""', ""),
+    ("-3", -3), (None, None),
+])
+def test_id_from_text(typed, value):
+    from tracestream.guides import id_from_text
+
+    assert id_from_text(typed) == value and type(id_from_text(typed)) is type(value)

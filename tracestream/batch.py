@@ -33,7 +33,7 @@ import orjson
 
 from tracestream.api import compile_pattern, default_report_path, name_in_report
 from tracestream.errors import SpecError, TraceError
-from tracestream.guides import ALL_PASSES, LayerSpec
+from tracestream.guides import ALL_PASSES, LayerSpec, id_from_text
 from tracestream.plan import CompactSpec
 from tracestream.reports import load_report
 from tracestream.sink import compression_for
@@ -113,13 +113,9 @@ LAYER_OPTIONS = tuple(_LAYER_FIELDS) + ("max_gpu_lanes",)
 
 
 def pid_value(value: Any) -> Any:
-    """A pid/device as the command line takes it: an integer when it looks like one."""
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return value
-    return value
+    """A pid/device as the command line takes it: an integer when it looks like one
+    (`'"0"'`: the string "0"; see guides.id_from_text)."""
+    return id_from_text(value)
 
 
 @dataclass

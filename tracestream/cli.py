@@ -132,13 +132,11 @@ def main():
 
 
 def _pid_value(value: str | None):
-    """--pid/--device as given: an integer when it looks like one, else the string."""
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return value
+    """--pid/--device as given: an integer when it looks like one, else the string
+    (`'"0"'`: the string "0"; see guides.id_from_text)."""
+    from tracestream.guides import id_from_text
+
+    return id_from_text(value)
 
 
 def _emit_summary(report, json_summary: bool, quiet: bool) -> None:

@@ -8,6 +8,7 @@ the stride and the extras per pass; anything that does not fit is refused.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -357,31 +358,34 @@ def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
     gpus = matches.gpus() if isinstance(matches, MatchTable) else Counter(
         (m.pid, m.device) for m in matches)
     if pid is not None:
-        gpus = Counter({key: n for key, n in gpus.items() if _same(key[0], pid)})
+        gpus = Counter({key: gpus[key] for key in same_id_filter(gpus, pid, lambda k: k[0])})
         if not gpus:
-            raise SpecError("no kernel matches ", Option(what), f" in pid {pid}")
+            raise SpecError("no kernel matches ", Option(what), f" in pid {id_text(pid)}")
     pids: Counter = Counter()
     for (p, _), n in gpus.items():
         pids[p] += n
     if len(pids) > 1:
-        listing = ", ".join(f"pid {p}: {n}" for p, n in sorted(pids.items(), key=_order))
+        listing = ", ".join(f"pid {id_text(p)}: {n}"
+                            for p, n in sorted(pids.items(), key=_order))
         raise SpecError(
             Option(what), f" matches kernels in several processes ({listing}); pick one with ",
             Option("pid"),
         )
     chosen_pid = next(iter(pids))
     if device is not None:
-        gpus = Counter({key: n for key, n in gpus.items() if _same(key[1], device)})
+        gpus = Counter({key: gpus[key] for key in same_id_filter(gpus, device, lambda k: k[1])})
         if not gpus:
             raise SpecError("no kernel matches ", Option(what),
-                            f" on device {device} of pid {chosen_pid}")
+                            f" on device {id_text(device)} of pid {id_text(chosen_pid)}")
     devices: Counter = Counter()
     for (_, d), n in gpus.items():
         devices[d] += n
     if len(devices) > 1:
-        listing = ", ".join(f"device {d}: {n}" for d, n in sorted(devices.items(), key=_order))
+        listing = ", ".join(f"device {id_text(d)}: {n}"
+                            for d, n in sorted(devices.items(), key=_order))
         raise SpecError(
-            Option(what), f" matches kernels on several devices of pid {chosen_pid} ({listing}); "
+            Option(what), f" matches kernels on several devices of pid {id_text(chosen_pid)} "
+            f"({listing}); "
             "pick one with ", Option("device"),
         )
     return chosen_pid, next(iter(devices))
@@ -389,6 +393,36 @@ def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
 
 def _same(value: Any, wanted: Any) -> bool:
     return value == wanted or str(value) == str(wanted)
+
+
+def same_id_filter(keys, wanted: Any, at=lambda key: key) -> list:
+    """The keys whose id (`at(key)`) is `wanted`: exactly (0 is not "0") where one is, else
+    as text (`--pid 7` also finds a trace's "7")."""
+    exact = [k for k in keys if type(at(k)) is type(wanted) and at(k) == wanted]
+    return exact or [k for k in keys if _same(at(k), wanted)]
+
+
+def id_from_text(value: Any) -> Any:
+    """--pid/--device as typed: an integer when it reads as one, else the text; in JSON
+    quotes (`--pid '"0"'`) the string inside, for a trace whose pid "0" is a string."""
+    if not isinstance(value, str):
+        return value
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            inner = None
+        if isinstance(inner, str):
+            return inner
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def id_text(value: Any) -> str:
+    """A pid/device in a message: a string in JSON quotes, so pid "0" is not pid 0."""
+    return json.dumps(value) if isinstance(value, str) else str(value)
 
 
 def _order(item):

@@ -457,7 +457,7 @@ def format_inspect(report: dict) -> str:
     for s in report["gpu_scopes"]:
         out.append(f"  GPU user scopes of pid {s['pid']}: {s['count']:,} on {s['streams']} row(s)")
     for g in gpus:
-        out += ["", f"top kernels of pid {g['pid']} device {g['device']} "
+        out += ["", f"top kernels of pid {pid_text(g['pid'])} device {g['device']} "
                     f"({g['distinct_kernels']:,} distinct):"]
         out.append(format_table(["count", "name"],
                                 [[k["count"], short(k["name"])] for k in g["top_kernels"]],

@@ -31,6 +31,7 @@ from tracestream.guides import (
     match_starts,
     on_gpu,
     required_matches,
+    same_id_filter,
     select_gpu,
     with_passes,
 )
@@ -258,7 +259,8 @@ class Planner:
                 "cuda_sync events): nothing to compact"
             )
         if spec.pid is not None:
-            activity_groups = [g for g in activity_groups if _same(index.groups[g][0], spec.pid)]
+            activity_groups = same_id_filter(activity_groups, spec.pid,
+                                             lambda g: index.groups[g][0])
             if not activity_groups:
                 pids = sorted({str(index.groups[g][0]) for g in range(len(index.groups))})
                 raise TraceError(
@@ -531,10 +533,6 @@ def gpu_summary(index: TraceIndex) -> list[dict]:
             "kernel_streams": len(stats.kernel_tracks),
         })
     return rows
-
-
-def _same(value: Any, wanted: Any) -> bool:
-    return value == wanted or str(value) == str(wanted)
 
 
 def _span_row(index: TraceIndex, cand: int):
