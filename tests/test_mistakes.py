@@ -283,6 +283,8 @@ def test_the_report_names_files_relative_to_itself(decode_trace, tmp_path):
     ("/scratch/t.json", "/home/me/out/r.json", "t.json"),  # only the root in common
     ("-", "/home/me/r.json", "-"),
     ("<stdin>", "/home/me/r.json", "<stdin>"),
+    ("/dev/fd/63", "/home/me/r.json", "/dev/fd/63"),  # `<(…)`: not `63`
+    ("/proc/self/fd/99", "/home/me/r.json", "/proc/self/fd/99"),
 ])
 def test_name_in_report(path, report, expected):
     assert name_in_report(path, report) == expected

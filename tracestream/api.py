@@ -107,6 +107,8 @@ def name_in_report(path: str, report_path: str) -> str:
         return path
     # real paths: `link/../o.json` is beside the link's target, not beside the link
     file = os.path.realpath(path)
+    if file.startswith(("/proc/", "/dev/")):  # a descriptor (`<(…)`, a piped /dev/stdin)
+        return path  # or a device: its name as given says more than `63` or `pipe:[…]`
     folder = os.path.dirname(os.path.realpath(report_path))
     try:
         common = os.path.commonpath([file, folder])

@@ -21,6 +21,8 @@ class _Group(click.Group):
             _check_utf8_arguments(ctx._protected_args + ctx.args)
             _check_environment()
             return super().invoke(ctx)
+        except click.exceptions.UsageError as exc:
+            _usage_error(exc)
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
         except SpecError as exc:
@@ -50,6 +52,12 @@ class _Group(click.Group):
             )
             sys.exit(70)
 
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.UsageError as exc:
+            _usage_error(exc)
+
     def main(self, *args, **kwargs):
         _install_signal_handlers()
         # as a program (arguments from sys.argv, not an in-process call such as click's
@@ -63,6 +71,15 @@ class _Group(click.Group):
 
             reopen_closed_streams()
         return super().main(*args, **kwargs)
+
+
+def _usage_error(exc: click.exceptions.UsageError):
+    """A mistyped command line is one line too, naming where the help is (click prints
+    Usage, Try and Error on three)."""
+    text = " ".join(exc.format_message().splitlines())
+    where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+    click.echo(f"tracestream: error: {text}{where}", err=True)
+    sys.exit(exc.exit_code)
 
 
 def _check_utf8_arguments(args: list[str]) -> None:

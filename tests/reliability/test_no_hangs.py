@@ -345,3 +345,16 @@ def test_a_closed_stdout_or_stderr_does_not_lose_a_good_run(small_trace, tmp_pat
         out = run_with_closed(args + (LAYERS_ARGS if kind == "layers" else []), closed)
         assert out.rc == 0, out.describe()
         assert output.exists() and Path(f"{output}.{kind}.json").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["layers", "--bogus"], "No such option '--bogus'"),
+    (["nosuch"], "No such command 'nosuch'"),
+    (["--bogus"], "No such option '--bogus'"),
+    (["compact", "--trace", "t.json"], "Missing option '--output'"),
+    (["batch", "compact", "--max-gpu-lanes", "x", "t.json"], "'x' is not a valid integer"),
+])
+def test_a_mistyped_command_line_is_one_line(cli, args, words):
+    """click prints Usage, Try and Error on three lines; unattended jobs grep for one."""
+    line = assert_refused(cli(*args), words, place=False)
+    assert "--help" in line
