@@ -40,7 +40,6 @@ class _Guides(msgspec.Struct):
     guide_tid: Any
     num_layers: int
     passes: int
-    layers: list[dict] = []
 
 
 class _Report(msgspec.Struct):
@@ -64,8 +63,9 @@ def report_specs(data: dict):
     from tracestream.api import specs_from_options
 
     try:
-        report = msgspec.convert(data, _Report)
-        guides = msgspec.convert(data, _Guides) if report.options.get("layers") else None
+        members = {k: v for k, v in data.items() if k != "layers"}  # rows: see LayerRows
+        report = msgspec.convert(members, _Report)
+        guides = msgspec.convert(members, _Guides) if report.options.get("layers") else None
         specs = specs_from_options(report.options)
         for name, spec in zip(("layers", "compact"), specs):
             if spec is not None:

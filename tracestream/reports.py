@@ -82,7 +82,12 @@ class LayerRows(Sequence):
         _, chunks = _scan(self.path)
         for chunk in chunks:
             for raw in chunk.events:
-                yield msgspec.json.decode(raw)
+                row = msgspec.json.decode(raw)
+                if not isinstance(row, dict):  # an edited report: refused as restore does
+                    raise TraceError(f"the report is incomplete or malformed (a `layers` row "
+                                     f"is {bytes(raw)[:40].decode(errors='replace')}, not an "
+                                     "object)")
+                yield row
 
     def __getitem__(self, i):
         if isinstance(i, slice):

@@ -2,7 +2,8 @@
 
 Every member verify reads must have the type tracestream writes: a missing pid, a
 num_layers given as text, options that are not an object... are one line, exit 2,
-"the report is incomplete or malformed (where)", never an internal error (exit 70).
+"the report is incomplete or malformed (where)" (rows that are not objects: "cannot read
+report"), never an internal error (exit 70).
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ EDITS = {
                                "num_layers"),
     "max_lanes as text": (lambda r: r["options"]["compact"].update(max_lanes="2"),
                           "$.options.compact.max_lanes"),
-    "layers rows a number": (lambda r: r.update(layers=0), "$.layers"),
-    "a guide row a number": (lambda r: r["layers"].__setitem__(0, 0), "$.layers[0]"),
+    "layers rows a number": (lambda r: r.update(layers=0), '"layers" is a number'),
+    "a guide row a number": (lambda r: r["layers"].__setitem__(0, 0),
+                             "a `layers` row is 0, not an object"),
+    "every guide row a number": (lambda r: r.update(layers=[0] * len(r["layers"])),
+                                 "every element of the event array must be a JSON object"),
     "a lane tid an object": (
         lambda r: r["compaction"]["groups"][0]["lane_tids"].__setitem__(0, {}), "lane_tids"),
 }
@@ -57,6 +61,8 @@ def test_verify_refuses_a_malformed_report_in_one_line(cli, annotated, tmp_path,
     before = sha256(trace), sha256(output), sha256(edited)
     out = cli("verify", "--trace", trace, "--output", output, "--report", edited)
     assert out.stdout == b""
-    assert_refused(out, "the report is incomplete or malformed (", where, place=False)
+    what = ("cannot read report" if edit.startswith(("layers rows", "every guide row"))
+            else "the report is incomplete or malformed (")
+    assert_refused(out, what, where, place=False)
     assert (sha256(trace), sha256(output), sha256(edited)) == before
     assert leftovers(tmp_path) == ["r.json"]
