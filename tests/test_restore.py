@@ -171,22 +171,30 @@ def test_a_whitespace_edit_of_the_output_is_refused_by_the_hash(tmp_path):
     _refused_restore(tmp_path, edited, report, "the restored bytes differ from the source")
 
 
-def test_a_report_with_another_hash_is_refused(tmp_path):
+def _with_hash_zeroed(data):
+    data["source_data_sha256"] = "0" * 64
+
+
+def _without_hash(data):
+    del data["source_data_sha256"]
+
+
+def _without_counts(data):
+    del data["original_event_count"]
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (_with_hash_zeroed, "the restored bytes differ from the source"),
+    (_without_hash, "written by an older tracestream"),
+    (_without_counts, "the report is incomplete or malformed"),
+], ids=["another hash", "no hash", "no counts"])
+def test_an_edited_report_is_refused(tmp_path, edit, fragment):
     _, output = _annotated(tmp_path)
     data = json.loads(Path(f"{output}.layers.json").read_text())
-    data["source_data_sha256"] = "0" * 64
+    edit(data)
     report = tmp_path / "edited.layers.json"
     report.write_text(json.dumps(data))
-    _refused_restore(tmp_path, output, report, "the restored bytes differ from the source")
-
-
-def test_a_report_without_the_hash_is_refused(tmp_path):
-    _, output = _annotated(tmp_path)
-    data = json.loads(Path(f"{output}.layers.json").read_text())
-    del data["source_data_sha256"]
-    report = tmp_path / "old.layers.json"
-    report.write_text(json.dumps(data))
-    _refused_restore(tmp_path, output, report, "written by an older tracestream")
+    _refused_restore(tmp_path, output, report, fragment)
 
 
 _LOOKALIKE = {"pid": 0, "tid": 7, "source_event_index": 5, "had_args": True}
@@ -249,15 +257,6 @@ def test_read_bytes_is_the_decompressed_source(tmp_path):
     assert read_bytes(write(tmp_path / "s.json.gz", text)) == text
     with pytest.raises(AssertionError, match="differs from the source"):
         assert_same_bytes(write(tmp_path / "r.json", text + b" "), tmp_path / "s.json.gz")
-
-
-def test_a_report_missing_its_counts_is_refused(tmp_path):
-    _, output = _annotated(tmp_path)
-    data = json.loads(Path(f"{output}.layers.json").read_text())
-    del data["original_event_count"]
-    report = tmp_path / "cut.layers.json"
-    report.write_text(json.dumps(data))
-    _refused_restore(tmp_path, output, report, "the report is incomplete or malformed")
 
 
 def test_an_added_member_moved_first_is_refused(tmp_path):
