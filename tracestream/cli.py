@@ -330,11 +330,10 @@ def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level,
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and each check as JSON.")
 def verify(trace, output, report, workers, as_json):
     """Prove an annotated trace is its source plus tracestream's additions (exit 0/1/2)."""
-    from tracestream.cli_inspect import refuse_stdout_is_input
+    from tracestream.cli_guard import refuse_stdout_on_inputs
     from tracestream.verify import verify as verify_trace
 
-    refuse_stdout_is_input(trace)
-    refuse_stdout_is_input(output)
+    refuse_stdout_on_inputs([trace, output], "output")
     verdict = verify_trace(trace, output, report, workers=workers)
     if as_json:
         click.echo(orjson_dumps(verdict.to_json()))

@@ -12,13 +12,6 @@ _json_option = click.option("--json", "as_json", is_flag=True,
                             help="Print one JSON object instead of tables.")
 
 
-def refuse_stdout_is_input(trace: str) -> None:
-    """`inspect --trace t.json >> t.json` would append to a trace being read: refused."""
-    from tracestream.sink import input_identity, refuse_writing_input
-
-    refuse_writing_input(input_identity(trace), "-", "output", trace)
-
-
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
     from tracestream.cli import _workers_option  # defined before the commands register
@@ -33,11 +26,12 @@ def register(main) -> None:
     @_workers_option
     def inspect_command(trace, as_json, top, workers):
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
+        from tracestream.cli_guard import refuse_stdout_on_inputs
         from tracestream.inspect import format_inspect, inspect_trace
         from tracestream.jsontext import dumps
         from tracestream.workers import collector_paused
 
-        refuse_stdout_is_input(trace)
+        refuse_stdout_on_inputs([trace], "output")
 
         with collector_paused():
             report = inspect_trace(trace, top=top, quiet=as_json, workers=workers)
@@ -64,6 +58,7 @@ def register(main) -> None:
         """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
         for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
         from tracestream.cli import _pid_value
+        from tracestream.cli_guard import refuse_stdout_on_inputs
         from tracestream.inspect import (
             GAP_FACTOR,
             anchors_json,
@@ -72,7 +67,7 @@ def register(main) -> None:
         )
         from tracestream.workers import collector_paused
 
-        refuse_stdout_is_input(trace)
+        refuse_stdout_on_inputs([trace], "output")
         with collector_paused():  # thousands of match rows: full collections would walk them all
             report = find_anchors(
                 trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),

@@ -84,3 +84,8 @@ class SpecError(TraceError):
     def render(self, name_of=None) -> str:
         text = "".join(p.text(name_of) if isinstance(p, Option) else str(p) for p in self.parts)
         return " ".join(text.splitlines())
+
+
+def malformed_report(why: str) -> TraceError:
+    """The one refusal of a report that was edited or damaged (restore, verify, its rows)."""
+    return TraceError(f"the report is incomplete or malformed ({why})")

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from tracestream.errors import SpecError, TraceError
+from tracestream.errors import SpecError, malformed_report
 
 
 class _Group(msgspec.Struct):
@@ -53,10 +53,6 @@ class _Report(msgspec.Struct):
     source_file: str | None = None
 
 
-def malformed(why: str) -> TraceError:
-    return TraceError(f"the report is incomplete or malformed ({why})")
-
-
 def report_specs(data: dict):
     """(LayerSpec | None, CompactSpec | None) the report records, once every member verify
     reads has the type tracestream writes; else the one-line refusal."""
@@ -72,14 +68,14 @@ def report_specs(data: dict):
                 try:  # each field's type, as the option's annotation says it
                     msgspec.convert(dataclasses.asdict(spec), type(spec))
                 except msgspec.ValidationError as exc:
-                    raise malformed(str(exc).replace("`$.", f"`$.options.{name}.")) from None
+                    raise malformed_report(str(exc).replace("`$.", f"`$.options.{name}.")) from None
                 spec.validate()
     except msgspec.ValidationError as exc:
-        raise malformed(str(exc)) from None
+        raise malformed_report(str(exc)) from None
     except SpecError as exc:
-        raise malformed(f"options: {exc.render(lambda field: field)}") from None
+        raise malformed_report(f"options: {exc.render(lambda field: field)}") from None
     except (TypeError, ValueError, AttributeError) as exc:  # unknown option names
-        raise malformed(f"options: {exc}") from None
+        raise malformed_report(f"options: {exc}") from None
     _require_hashable(report, guides)
     return specs
 
@@ -94,4 +90,4 @@ def _require_hashable(report: _Report, guides: _Guides | None) -> None:
     values += [("groups[].lane_tids[]", tid) for g in groups for tid in g.lane_tids]
     for where, value in values:
         if isinstance(value, (dict, list)):
-            raise malformed(f"{where} must be a number or a string")
+            raise malformed_report(f"{where} must be a number or a string")

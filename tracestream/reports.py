@@ -10,7 +10,7 @@ import msgspec
 import orjson
 
 from tracestream.document import DocumentScanner
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, malformed_report
 
 REPORT_SUFFIXES = ("layers", "compact")
 
@@ -84,9 +84,9 @@ class LayerRows(Sequence):
             for raw in chunk.events:
                 row = msgspec.json.decode(raw)
                 if not isinstance(row, dict):  # an edited report: refused as restore does
-                    raise TraceError(f"the report is incomplete or malformed (a `layers` row "
-                                     f"is {bytes(raw)[:40].decode(errors='replace')}, not an "
-                                     "object)")
+                    raise malformed_report(f"a `layers` row is "
+                                           f"{bytes(raw)[:40].decode(errors='replace')}, "
+                                           "not an object")
                 yield row
 
     def __getitem__(self, i):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from tracestream.document import CHUNK_BYTES, DocumentScanner, Layout
 from tracestream.edit import undo_relocation
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, malformed_report
 from tracestream.reports import find_report, load_report
 from tracestream.rewrite import StreamCursor
 from tracestream.sink import (
@@ -74,8 +74,7 @@ class Undo:
                 name=name,
             )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise TraceError(f"the report is incomplete or malformed ({type(exc).__name__}: "
-                             f"{exc})") from None
+            raise malformed_report(f"{type(exc).__name__}: {exc}") from None
 
 
 class HashingWriter:
