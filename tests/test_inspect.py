@@ -492,7 +492,7 @@ def _index_of(count: int, cross: bool) -> SimpleNamespace:
         rows["start"] = 1764400000000000000 + k * 62625 + (k // 9) * 400000 + offset
         rows["dur"] = 3125
         packed.extend(rows, {})
-        assert len(packed.rows) == count  # joined before memory is measured, as the index is
+        assert len(packed.starts) == count  # joined before memory is measured, as the index is
         return packed
 
     matches = {"anchor": table(0)}

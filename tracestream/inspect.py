@@ -26,10 +26,9 @@ from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
-from tracestream.matches import AS_TEXT, INTEGER, THREE_DECIMALS, MatchView
+from tracestream.matches import INTEGER, THREE_DECIMALS, MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
-from tracestream.spill import take_rows
 from tracestream.workers import collector_paused, pool_for
 
 INSIDE_VARIATION = 1.1
@@ -563,7 +562,7 @@ class MatchRows(StreamedRows):
 
     def _times(self, start: int, stop: int) -> np.ndarray:
         """Floor ns of the starts of rows start..stop."""
-        return self.anchors.table.rows["start"][self.anchors.order[start:stop]]
+        return self.anchors.table.starts[self.anchors.order[start:stop]]
 
     def _gaps(self, start: int, stop: int) -> np.ndarray:
         """Start-to-start gaps (ns) of rows start..stop; the first match's is NO_GAP."""
@@ -583,11 +582,11 @@ class MatchRows(StreamedRows):
         """The packed rows start..stop, and every column but stream and tid."""
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
-        ts_texts, dur_texts = table.texts_of(picked)
+        rows = table.take(picked)
+        ts_texts, dur_texts = table.texts_of(picked, rows)
         times = self._times(start, stop)
         gaps = self._gaps(start, stop)
         first = 0 if start else 1  # the first match has no gap
-        rows = take_rows(table.rows, picked)
         return rows, {
             "index": list(range(start, stop)),
             "ts_us": ts_texts,
@@ -644,7 +643,7 @@ class MatchRows(StreamedRows):
         native = speedups.native
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
-        rows = take_rows(table.rows, picked)
+        rows = table.take(picked)
         if (rows["form"] == THREE_DECIMALS).all():
             ts = (native.FIXED, np.ascontiguousarray(rows["start"]), 3)
             dur = (native.FIXED, np.ascontiguousarray(rows["dur"]), 3)
@@ -652,7 +651,7 @@ class MatchRows(StreamedRows):
             ts = (native.INTEGERS, rows["start"] // 1000)
             dur = (native.INTEGERS, rows["dur"] // 1000)
         else:
-            ts_texts, dur_texts = table.texts_of(picked)
+            ts_texts, dur_texts = table.texts_of(picked, rows)
             ts, dur = (native.TEXTS, ts_texts), (native.TEXTS, dur_texts)
         return (
             (native.INTEGERS, np.arange(start, stop, dtype=np.int64)), ts, dur,
@@ -720,7 +719,7 @@ class ClusterRows(StreamedRows):
         sizes = self.sizes[start:stop]
         table = self.anchors.table
         starts = self.anchors.order[first]
-        starts_ns = table.rows["start"][starts]  # the floor ns of each ts
+        starts_ns = table.starts[starts]  # the floor ns of each ts
         start_texts, _ = table.texts_of(starts)
         end_texts, ends_ns = table.ends_of(self.anchors.order[first + sizes - 1])
         start_ms = list(map(round, ((starts_ns - self.origin_ns) / 1e6).tolist(), repeat(6)))
@@ -787,16 +786,16 @@ def exact_before(anchors: MatchView, cross: MatchView, block: int = 1 << 16) -> 
     """
     cross_ns = cross.starts
     cross_text = np.zeros(len(cross) + 1, np.int32)
-    np.cumsum(cross.table.rows["form"][cross.order] == AS_TEXT, out=cross_text[1:])
-    rows = anchors.table.rows
+    np.cumsum(cross.table.as_text(cross.order), out=cross_text[1:])
+    table = anchors.table
     before = np.empty(len(anchors), np.int32 if len(cross) < 2**31 else np.int64)
     for lo in range(0, len(anchors), block):
         picked = anchors.order[lo : lo + block]
-        anchor_ns = rows["start"][picked]
+        anchor_ns = table.starts[picked]
         found = matches_before(anchor_ns, cross_ns)
         tied_upto = np.searchsorted(cross_ns, anchor_ns, "right")
         tied = np.flatnonzero(tied_upto > found)
-        some_text = (rows["form"][picked[tied]] == AS_TEXT) | (
+        some_text = table.as_text(picked[tied]) | (
             cross_text[tied_upto[tied]] > cross_text[found[tied]])
         for k in tied[some_text].tolist():
             first, stop = int(found[k]), int(tied_upto[k])
@@ -896,7 +895,7 @@ def start_gaps(anchors: MatchView, block: int = 1 << 16,
                out: np.ndarray | None = None) -> np.ndarray:
     """Start-to-start gaps (ns) of the matches in view order (into `out` when given),
     computed a block at a time (the whole column of starts in view order is never made)."""
-    starts = anchors.table.rows["start"]
+    starts = anchors.table.starts
     order = anchors.order
     if out is None:
         out = np.empty(max(len(order) - 1, 0), np.int64)
