@@ -47,6 +47,26 @@ def test_kineto_columns_take_the_fast_answer():
     assert number_forms(ts, dur, _ns(ts), _ns(dur)).tolist() == [AS_TEXT]
 
 
+def test_one_differently_written_value_is_the_only_one_read_apart(monkeypatch):
+    """One value written otherwise (`"ts": 0` next to three-decimal epoch values, an integer
+    µs next to fractional ones) does not send its chunk's matches through the per-match
+    reading: forms are decided a column at a time."""
+    ts = [b"1764400000000003.432", b"0", b"-12.000", b"1e3", b"1764400000000004"]
+    dur = [b"12.125", b"0", b"0.500", b"1.000", b"3"]
+    start, length = _ns(ts), _ns(dur)
+    expected = [number_form(t, d, s, n) for t, d, s, n in
+                zip(ts, dur, start.tolist(), length.tolist())]
+
+    def one_at_a_time(*_):
+        raise AssertionError("a match's form decided one at a time")
+
+    monkeypatch.setattr(matches, "number_form", one_at_a_time)
+    monkeypatch.setattr(matches, "_three", one_at_a_time)
+    monkeypatch.setattr(matches, "_integer", one_at_a_time)
+    assert number_forms(ts, dur, start, length).tolist() == expected == [
+        THREE_DECIMALS, INTEGER, THREE_DECIMALS, AS_TEXT, INTEGER]
+
+
 def _table(ts: list[bytes], dur: list[bytes]) -> MatchTable:
     """A table of one match per (ts, dur), each in the form the index pass would give it."""
     table = MatchTable([(0, 7)], [(0, 0)])

@@ -11,6 +11,7 @@ It reads like a sequence of `Match` objects.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -71,15 +72,28 @@ def number_form(ts_text: bytes, dur_text: bytes, start_ns: int, dur_ns: int) -> 
 def number_forms(ts_texts: list[bytes], dur_texts: list[bytes], start_ns: np.ndarray,
                  dur_ns: np.ndarray) -> np.ndarray:
     """`number_form` of many matches: one regex over all texts decides the common cases
-    (every value canonical with three decimals, or every value a canonical integer)."""
+    (every value canonical with three decimals, or every value a canonical integer);
+    otherwise each value is compared with its writing in each form, written a column at
+    a time, so a chunk with one differently written value is not read one match at a
+    time."""
     if not ts_texts:
         return np.zeros(0, np.int8)
     blob = b",".join(ts_texts) + b"," + b",".join(dur_texts)
     for form, canonical in _CANONICAL_FORMS:
         if canonical.fullmatch(blob):
             return np.full(len(ts_texts), form, np.int8)
-    return np.array([number_form(t, d, s, n) for t, d, s, n in zip(
-        ts_texts, dur_texts, start_ns.tolist(), dur_ns.tolist())], np.int8)
+    forms = np.full(len(ts_texts), AS_TEXT, np.int8)
+    whole = (start_ns % 1000 == 0) & (dur_ns % 1000 == 0)  # what _integer writes at all
+    forms[whole & _equal(ts_texts, integers(start_ns)) & _equal(dur_texts, integers(dur_ns))] = (
+        INTEGER)
+    forms[_equal(ts_texts, threes(start_ns)) & _equal(dur_texts, threes(dur_ns))] = (
+        THREE_DECIMALS)
+    return forms
+
+
+def _equal(texts: list[bytes], written: list[bytes]) -> np.ndarray:
+    """Whether each text is the written one, compared a column at a time."""
+    return np.fromiter(map(operator.eq, texts, written), bool, len(texts))
 
 
 def _canonical_column(number: bytes) -> re.Pattern:
@@ -102,12 +116,16 @@ def _three(ns: int) -> bytes:
 
 
 def threes(ns: np.ndarray) -> list[bytes]:
-    """`_three` of a column: one formatting call for all non-negative values."""
-    if not len(ns) or ns.min() < 0:
-        return list(map(_three, ns.tolist()))
+    """`_three` of a column: one formatting call for all values (their magnitudes), a sign
+    put before each negative one."""
+    if not len(ns):
+        return []
     pairs = np.empty(2 * len(ns), np.int64)
-    pairs[0::2], pairs[1::2] = np.divmod(ns, 1000)
-    return ((b"%d.%03d," * len(ns)) % tuple(pairs.tolist()))[:-1].split(b",")
+    pairs[0::2], pairs[1::2] = np.divmod(np.abs(ns), 1000)
+    texts = ((b"%d.%03d," * len(ns)) % tuple(pairs.tolist()))[:-1].split(b",")
+    for k in np.flatnonzero(ns < 0).tolist():
+        texts[k] = b"-" + texts[k]
+    return texts
 
 
 def _integer(ns: int) -> bytes:
