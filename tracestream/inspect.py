@@ -26,7 +26,7 @@ from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.lanes import GroupLanes
-from tracestream.matches import INTEGER, THREE_DECIMALS, MatchView
+from tracestream.matches import AS_TEXT, INTEGER, THREE_DECIMALS, MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
 from tracestream.workers import collector_paused, pool_for
@@ -206,13 +206,15 @@ def cell_texts(values: Iterable[Any]) -> list[str]:
 
 
 def table_lines(headers: Sequence[str], make_batches, right: Sequence[bool] | None = None,
-                indent: str = "  ") -> Iterator[str]:
+                indent: str = "  ", widest=None) -> Iterator[str]:
     """Lines of an aligned table. `make_batches()` yields the cells a batch of rows at a
     time, as columns of texts; it is called twice (widths, then lines), so a table of
-    millions of rows never exists as a whole."""
+    millions of rows never exists as a whole. `widest()`, when given, replaces the widths
+    pass: it yields (in the same shape) only cells that include the widest of each column,
+    so the rows are not all formatted twice."""
     right = right or [False] * len(headers)
     widths = [len(h) for h in headers]
-    for columns in make_batches():
+    for columns in (widest or make_batches)():
         widths = [max(w, max(map(len, column), default=0))
                   for w, column in zip(widths, columns, strict=True)]
     template = indent.replace("{", "{{").replace("}", "}}") + "  ".join(
@@ -609,6 +611,32 @@ class MatchRows(StreamedRows):
                 ["-" if v is None else f"{v:,.3f}" for v in c["gap_us"]],
                 list(map(str, c["cluster"]))]
 
+    def widest_rows(self, start: int, stop: int) -> np.ndarray:
+        """Of rows start..stop, a few that hold the widest text-table cell of each column.
+
+        A number's cell grows with its magnitude on each side of zero, so the widest
+        are at the smallest and largest start (t ms), gap and duration (each number
+        form apart); the last row has the largest index and cluster; one row per
+        stream, and every row kept as text, make up the rest.
+        """
+        rows = self.anchors.table.take(self.anchors.order[start:stop])
+        times, gaps = self._times(start, stop), self._gaps(start, stop)
+        found = [len(rows) - 1, times.argmin(), times.argmax(), gaps.argmin(), gaps.argmax(),
+                 *np.flatnonzero(rows["form"] == AS_TEXT).tolist(),
+                 *np.unique(rows["stream"], return_index=True)[1].tolist()]
+        for form in (THREE_DECIMALS, INTEGER):
+            at = np.flatnonzero(rows["form"] == form)
+            if len(at):
+                durs = rows["dur"][at]
+                found += [at[durs.argmin()], at[durs.argmax()]]
+        return start + np.unique(np.array(found, np.int64))
+
+    def widest_columns(self) -> Iterator[list[list[str]]]:
+        """`table_columns` of only the `widest_rows` of each batch (the widths pass)."""
+        for start, stop in self.batches():
+            for row in self.widest_rows(start, stop).tolist():
+                yield self.table_columns(row, row + 1)
+
     def json_rows(self, start: int, stop: int) -> list[bytes]:
         """Rows start..stop as JSON objects (`self[i]` with its exact numbers spliced in as
         their text)."""
@@ -950,7 +978,7 @@ def anchors_lines(report: dict) -> Iterator[str]:
         return (rows.table_columns(start, stop) for start, stop in rows.batches())
 
     yield from table_lines(["index", "t ms", "stream", "dur us", "gap us", "cluster"],
-                           match_columns, [True] * 6)
+                           match_columns, [True] * 6, widest=report["matches"].widest_columns)
     out = [
         "",
         f"clusters: {report['rule']}",
