@@ -813,8 +813,10 @@ def exact_before(anchors: MatchView, cross: MatchView, block: int = 1 << 16) -> 
     Such ties are rare; only they are compared one by one.
     """
     cross_ns = cross.starts
-    cross_text = np.zeros(len(cross) + 1, np.int32)
-    np.cumsum(cross.table.as_text(cross.order), out=cross_text[1:])
+    cross_text = None  # cross-check matches kept as text before each position, if any
+    if cross.table.texts:
+        cross_text = np.zeros(len(cross) + 1, np.int32)
+        np.cumsum(cross.table.as_text(cross.order), out=cross_text[1:])
     table = anchors.table
     before = np.empty(len(anchors), np.int32 if len(cross) < 2**31 else np.int64)
     for lo in range(0, len(anchors), block):
@@ -823,8 +825,9 @@ def exact_before(anchors: MatchView, cross: MatchView, block: int = 1 << 16) -> 
         found = matches_before(anchor_ns, cross_ns)
         tied_upto = np.searchsorted(cross_ns, anchor_ns, "right")
         tied = np.flatnonzero(tied_upto > found)
-        some_text = table.as_text(picked[tied]) | (
-            cross_text[tied_upto[tied]] > cross_text[found[tied]])
+        some_text = table.as_text(picked[tied])
+        if cross_text is not None:
+            some_text |= cross_text[tied_upto[tied]] > cross_text[found[tied]]
         for k in tied[some_text].tolist():
             first, stop = int(found[k]), int(tied_upto[k])
             found[k] = first + bisect_left([cross[j].ts for j in range(first, stop)],

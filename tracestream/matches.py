@@ -384,10 +384,9 @@ class MatchTable(Sequence):
         starts = self.starts
         if sum(self._group_counts[g] for g in wanted) == len(self):  # no selection to make
             # rows are in file order: already sorted, or a stable sort breaks ties by ordinal
-            if not len(starts) or bool((starts[1:] >= starts[:-1]).all()):
-                order = np.arange(len(starts), dtype=np.int64)
-            else:
-                order = np.argsort(starts, kind="stable")
+            if not self.texts and bool((starts[1:] >= starts[:-1]).all()):
+                return MatchView(self, row_numbers(len(starts)), in_file_order=True)
+            order = np.argsort(starts, kind="stable")
         else:
             picked = np.flatnonzero(np.concatenate(
                 [np.isin(groups, wanted) for groups in self.column_batches("group")]))
@@ -419,17 +418,24 @@ def narrow(order: np.ndarray) -> np.ndarray:
     return order.astype(np.int32) if len(order) < 2**31 else order
 
 
+def row_numbers(count: int) -> np.ndarray:
+    """0..count-1, narrow from the start (no int64 copy first)."""
+    return np.arange(count, dtype=np.int32 if count < 2**31 else np.int64)
+
+
 class MatchView(Sequence):
     """Some rows of a MatchTable in a chosen order (what `on_gpu` returns)."""
 
-    def __init__(self, table: MatchTable, order: np.ndarray):
+    def __init__(self, table: MatchTable, order: np.ndarray, *, in_file_order: bool = False):
         self.table = table
         self.order = order
+        self.in_file_order = in_file_order  # order is every row in file order
 
     @property
     def starts(self) -> np.ndarray:
-        """Floor ns of each match's start, in this view's order."""
-        return self.table.starts[self.order]
+        """Floor ns of each match's start, in this view's order (read only: in file order,
+        the table's own column, not a copy of 8 bytes a match)."""
+        return self.table.starts if self.in_file_order else self.table.starts[self.order]
 
     def __len__(self) -> int:
         return len(self.order)
