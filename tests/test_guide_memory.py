@@ -150,8 +150,9 @@ def test_verify_checks_guides_as_they_stream_by(guides, tmp_path, monkeypatch):
 MATCH_BUDGET = 256 << 10
 """The match tables' spill budget here (8 MB in use): small, so that 400,000 matches spill."""
 RESIDENT_PER_MATCH = 16
-"""Bytes a match may keep in memory: its start ns (8) and its place in the time order (4),
-with room to spare; its packed row (41 bytes) may not stay."""
+"""Bytes a match may keep in memory: its start ns (8) and, when the matches did not come in
+time order, its place in that order (4), with room to spare; its packed row (41 bytes) may
+not stay."""
 
 
 def arriving(count: int, start_ns: int, dur_ns: int, name: str, tmpdir) -> MatchTable:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from tracestream import matches, timebase
 from tracestream.matches import (
@@ -12,6 +13,7 @@ from tracestream.matches import (
     INTEGER,
     MATCH_DTYPE,
     THREE_DECIMALS,
+    FileOrder,
     MatchTable,
     _three,
     number_form,
@@ -65,6 +67,26 @@ def test_one_differently_written_value_is_the_only_one_read_apart(monkeypatch):
     monkeypatch.setattr(matches, "_integer", one_at_a_time)
     assert number_forms(ts, dur, start, length).tolist() == expected == [
         THREE_DECIMALS, INTEGER, THREE_DECIMALS, AS_TEXT, INTEGER]
+
+
+def test_matches_in_file_order_are_viewed_without_an_order_array():
+    """Matches that came in time order need no stored order: `FileOrder` answers every
+    index the row-number array would, and refuses the same positions."""
+    table = _table([b"1.000", b"2.000", b"2.000", b"7.000"], [b"0.500"] * 4)
+    view = table.on_gpu(0, 0)
+    assert isinstance(view.order, FileOrder)
+    rows = np.arange(4)
+    for at in (0, 3, -1, slice(1, 3), slice(None, None, 2), np.array([3, 0, 2]),
+               np.array([-1]), np.array([], np.int64)):
+        assert np.array_equal(view.order[at], rows[at]), at
+    for outside in (4, -5, np.array([4]), np.array([-5])):
+        with pytest.raises(IndexError):
+            rows[outside]
+        with pytest.raises(IndexError):
+            view.order[outside]
+    assert view.order.tolist() == rows.tolist()
+    assert [m.ts_text for m in view] == ["1.000", "2.000", "2.000", "7.000"]
+    assert view.starts is table.starts  # the column itself, not a copy
 
 
 def _table(ts: list[bytes], dur: list[bytes]) -> MatchTable:
