@@ -22,9 +22,8 @@ from tracestream.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
 from tracestream.verify import _guide_problems, _OutputChecks
 
 BOUND = 4 << 20
-"""The peak every step stays below, whatever the number of guides (the packed matches
-themselves, ~60 bytes each, are built before the measurement starts; planning copies
-their start times, 8 bytes each)."""
+"""The peak every step stays below, whatever the number of guides (the matches are built
+before the measurement starts)."""
 LAYERS = 8
 EPOCH_NS = 1_764_400_000_005_000_000  # Kineto's epoch timestamps, in ns
 GUIDE_PID, GUIDE_TID = 0, 1_000_000
