@@ -22,9 +22,8 @@ from tracestream.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
 from tracestream.verify import _guide_problems, _OutputChecks
 
 BOUND = 4 << 20
-"""The peak every step stays below, whatever the number of guides (the packed matches
-themselves, ~60 bytes each, are built before the measurement starts; planning copies
-their start times, 8 bytes each)."""
+"""The peak every step stays below, whatever the number of guides (the matches are built
+before the measurement starts)."""
 LAYERS = 8
 EPOCH_NS = 1_764_400_000_005_000_000  # Kineto's epoch timestamps, in ns
 GUIDE_PID, GUIDE_TID = 0, 1_000_000
@@ -143,3 +142,53 @@ def test_verify_checks_guides_as_they_stream_by(guides, tmp_path, monkeypatch):
     ((problems, total), count, depth), used = peak(check)
     assert (problems, total, count, depth) == ([], 0, guides, [])
     assert used < BOUND  # 30,000 guides kept as tuples or dicts: >= 3 MB more
+
+
+# -- matches: a few bytes each in memory, the rest spilled past a budget ------------
+
+MATCH_BUDGET = 256 << 10
+"""The match tables' spill budget here (8 MB in use): small, so that 400,000 matches spill."""
+RESIDENT_PER_MATCH = 16
+"""Bytes a match may keep in memory: its start ns (8) and, when the matches did not come in
+time order, its place in that order (4), with room to spare; its packed row (41 bytes) may
+not stay."""
+
+
+def arriving(count: int, start_ns: int, dur_ns: int, name: str, tmpdir) -> MatchTable:
+    """`packed` as the index pass builds it: a chunk's matches at a time, spilled past
+    MATCH_BUDGET."""
+    table = MatchTable([(0, 7)], [(0, 0)], tmpdir=str(tmpdir), budget=MATCH_BUDGET)
+    stream, kernel = table.intern_stream(7), table.intern_name(name)
+    for first in range(0, count, 1_000):
+        k = np.arange(first, min(first + 1_000, count), dtype=np.int64)
+        rows = np.zeros(len(k), MATCH_DTYPE)
+        rows["ordinal"] = k * 2
+        rows["start"] = start_ns + k * 10_000
+        rows["dur"] = dur_ns
+        rows["form"] = THREE_DECIMALS
+        rows["stream"], rows["name"] = stream, kernel
+        table.extend(rows, {})
+    return table
+
+
+@pytest.mark.parametrize("matches", [2_000, 400_000])
+def test_matches_keep_a_few_bytes_each_through_index_plan_and_rewrite(matches, tmp_path):
+    """Anchor and terminal matches from the index pass to the last guide event written:
+    400,000 of them (what a 10 GB nightly trace holds: 4 million) stay below the bound
+    2,000 also meet, plus RESIDENT_PER_MATCH bytes each."""
+    spec = LayerSpec(anchor_regex="_q_rope_store", num_layers=LAYERS, anchor_offset=0,
+                     phase="decode", evidence="test", passes=matches // LAYERS,
+                     end_anchor_regex="moe_finalize")
+
+    def index_plan_and_write() -> bytes:
+        anchors = arriving(matches, EPOCH_NS, 1_000, "_q_rope_store", tmp_path)
+        terminals = arriving(matches, EPOCH_NS + 5_000, 2_500, "moe_finalize", tmp_path)
+        guides = build_guides(anchors.on_gpu(0, 0), terminals.on_gpu(0, 0), spec)
+        last = b""
+        for block in GuideEvents(guides, GUIDE_PID, GUIDE_TID, spec).blocks():
+            last = block[-1]
+        return last
+
+    last, used = peak(index_plan_and_write)
+    assert orjson.loads(last)["ts"] == (EPOCH_NS + (matches - 1) * 10_000) // 1000
+    assert used < BOUND + 2 * RESIDENT_PER_MATCH * matches

@@ -19,7 +19,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from conftest import events_of, load_exact
-from kineto import anchor_trace
+from kineto import anchor_trace, kernel, write_trace
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
 from tracestream.cadence import cluster_starts
@@ -492,7 +492,7 @@ def _index_of(count: int, cross: bool) -> SimpleNamespace:
         rows["start"] = 1764400000000000000 + k * 62625 + (k // 9) * 400000 + offset
         rows["dur"] = 3125
         packed.extend(rows, {})
-        assert len(packed.rows) == count  # joined before memory is measured, as the index is
+        assert len(packed.starts) == count  # joined before memory is measured, as the index is
         return packed
 
     matches = {"anchor": table(0)}
@@ -529,6 +529,53 @@ def test_anchors_memory_does_not_grow_by_an_object_per_match(cross, text, count,
     small = _report_peak(10_000, cross, text)
     large = _report_peak(count, cross, text)
     assert large < small + count * per_match, (small, large)
+
+
+@pytest.mark.parametrize("widest_duration", ["kept as text", "three decimals"])
+def test_anchors_table_widths_come_from_its_widest_rows_alone(widest_duration, tmp_path,
+                                                              monkeypatch):
+    """The text table's widths pass formats only the few rows that can be widest (the
+    extremes of each number column, per number form; one row per stream; rows kept as
+    text), and the table is what formatting every row twice gave. Each column's widest
+    cell sits in the middle of a batch (50 rows) and at no other extreme: a stream
+    name (row 70), a gap (40), and a duration kept as text (90) or one with three
+    decimals smaller than an integer one of the same batch (110, 112)."""
+    from tracestream import inspect
+
+    events = []
+    for k in range(120):
+        ns = k * 62_625 + (10**9 if k >= 40 else 0)
+        ts, dur, stream = f"{1764400000000000 + ns // 1000}.{ns % 1000:03d}", "3.125", 7
+        if k == 70:
+            stream = "a long stream name"
+        if k == 90 and widest_duration == "kept as text":
+            dur = "3.1250000"
+        if k == 110 and widest_duration == "three decimals":
+            dur = "999.125"
+        if k == 112:
+            ts, dur = ts[:-4], "50000"  # whole µs
+        events.append(kernel("a", ts, dur, stream=stream))
+    trace = write_trace(tmp_path / "t.json", events)
+    report = find_anchors(trace, "^a$", workers=0)
+    monkeypatch.setattr(inspect.StreamedRows, "batches",
+                        lambda self, size=50: _ranges(len(self), size))
+    formatted = []
+    table_columns = inspect.MatchRows.table_columns
+
+    def counted(self, start, stop):
+        formatted.append(stop - start)
+        return table_columns(self, start, stop)
+
+    monkeypatch.setattr(inspect.MatchRows, "table_columns", counted)
+    lines = list(anchors_lines(report))
+    assert sum(formatted) - 120 < 120 // 3  # the widths pass: a few rows a batch, not all
+    monkeypatch.setattr(inspect.MatchRows, "widest_columns", lambda self: (
+        table_columns(self, start, stop) for start, stop in self.batches()))
+    assert lines == list(anchors_lines(report))
+
+
+def _ranges(count: int, size: int):
+    return ((start, min(start + size, count)) for start in range(0, count, size))
 
 
 def test_cross_check_counts_in_exact_time_below_a_nanosecond(tmp_path):

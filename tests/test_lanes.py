@@ -266,6 +266,30 @@ def test_record_store_keeps_file_order():
     store.close()
 
 
+@pytest.mark.parametrize("budget", [1 << 30, 480])
+def test_record_store_takes_records_by_position(budget, monkeypatch):
+    """Spilled (read a span at a time; 480 bytes: every third batch, the last one kept)
+    or not, `take` gives the records asked for, in the order asked, repeats included."""
+    from tracestream import spill
+
+    monkeypatch.setattr(spill, "TAKE_SPAN", 50)  # several spans per take
+    dtype = np.dtype([("x", "<i8"), ("y", "<i4")])
+    store = RecordStore(dtype, budget=budget)
+    for start in range(0, 1000, 10):
+        batch = np.zeros(10, dtype)
+        batch["x"] = np.arange(start, start + 10)
+        batch["y"] = -batch["x"]
+        store.append(batch)
+    assert store.spilled == (budget == 480)
+    which = np.random.default_rng(4).integers(0, 1000, 300)
+    which[:3] = [999, 0, 999]
+    taken = store.take(which)
+    assert taken["x"].tolist() == which.tolist() and taken["y"].tolist() == (-which).tolist()
+    with pytest.raises(IndexError):
+        store.take(np.array([1000]))
+    store.close()
+
+
 def _sweep_rows(kernels, flows):
     """SWEEP_DTYPE rows in sweep order: kernels (track, start, end) of group 0, then flows
     (track, ts) with bp "e"; cand k is the k-th given."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from tracestream import matches, timebase
 from tracestream.matches import (
@@ -12,6 +13,7 @@ from tracestream.matches import (
     INTEGER,
     MATCH_DTYPE,
     THREE_DECIMALS,
+    FileOrder,
     MatchTable,
     _three,
     number_form,
@@ -45,6 +47,46 @@ def test_kineto_columns_take_the_fast_answer():
     assert number_forms(ts, dur, _ns(ts), _ns(dur)).tolist() == [INTEGER] * 2
     ts, dur = [b"-0.000"], [b"1.000"]
     assert number_forms(ts, dur, _ns(ts), _ns(dur)).tolist() == [AS_TEXT]
+
+
+def test_one_differently_written_value_is_the_only_one_read_apart(monkeypatch):
+    """One value written otherwise (`"ts": 0` next to three-decimal epoch values, an integer
+    µs next to fractional ones) does not send its chunk's matches through the per-match
+    reading: forms are decided a column at a time."""
+    ts = [b"1764400000000003.432", b"0", b"-12.000", b"1e3", b"1764400000000004"]
+    dur = [b"12.125", b"0", b"0.500", b"1.000", b"3"]
+    start, length = _ns(ts), _ns(dur)
+    expected = [number_form(t, d, s, n) for t, d, s, n in
+                zip(ts, dur, start.tolist(), length.tolist())]
+
+    def one_at_a_time(*_):
+        raise AssertionError("a match's form decided one at a time")
+
+    monkeypatch.setattr(matches, "number_form", one_at_a_time)
+    monkeypatch.setattr(matches, "_three", one_at_a_time)
+    monkeypatch.setattr(matches, "_integer", one_at_a_time)
+    assert number_forms(ts, dur, start, length).tolist() == expected == [
+        THREE_DECIMALS, INTEGER, THREE_DECIMALS, AS_TEXT, INTEGER]
+
+
+def test_matches_in_file_order_are_viewed_without_an_order_array():
+    """Matches that came in time order need no stored order: `FileOrder` answers every
+    index the row-number array would, and refuses the same positions."""
+    table = _table([b"1.000", b"2.000", b"2.000", b"7.000"], [b"0.500"] * 4)
+    view = table.on_gpu(0, 0)
+    assert isinstance(view.order, FileOrder)
+    rows = np.arange(4)
+    for at in (0, 3, -1, slice(1, 3), slice(None, None, 2), np.array([3, 0, 2]),
+               np.array([-1]), np.array([], np.int64)):
+        assert np.array_equal(view.order[at], rows[at]), at
+    for outside in (4, -5, np.array([4]), np.array([-5])):
+        with pytest.raises(IndexError):
+            rows[outside]
+        with pytest.raises(IndexError):
+            view.order[outside]
+    assert view.order.tolist() == rows.tolist()
+    assert [m.ts_text for m in view] == ["1.000", "2.000", "2.000", "7.000"]
+    assert view.starts is table.starts  # the column itself, not a copy
 
 
 def _table(ts: list[bytes], dur: list[bytes]) -> MatchTable:
@@ -85,7 +127,7 @@ def test_texts_of_kineto_forms_are_written_a_column_at_a_time(monkeypatch):
     not written one row at a time: neither per-value writer runs."""
     table = _table([b"1764400000000003.432", b"1764400000000004", b"1764400000000005.000"],
                    [b"12.125", b"3", b"0.500"])
-    assert table.rows["form"].tolist() == [THREE_DECIMALS, INTEGER, THREE_DECIMALS]
+    assert table.take(np.arange(3))["form"].tolist() == [THREE_DECIMALS, INTEGER, THREE_DECIMALS]
 
     def one_at_a_time(ns):
         raise AssertionError("a value written one at a time")

@@ -20,7 +20,6 @@ import numpy as np
 from tracestream.cadence import GAP_FACTOR, cluster_starts, gap_factor_problem, is_break
 from tracestream.errors import Option, SpecError, TraceError, require_utf8
 from tracestream.matches import MatchTable, MatchView
-from tracestream.spill import take_rows
 
 GUIDE_NOTICE = (
     "Navigation aid: the interval from this layer's verified anchor kernel to the next "
@@ -457,7 +456,7 @@ def as_view(matches, *, in_time_order: bool) -> MatchView:
     table = MatchTable.from_matches(list(matches))
     order = np.arange(len(table), dtype=np.int64)
     if in_time_order:
-        order = np.argsort(table.rows["start"], kind="stable")
+        order = np.argsort(table.starts, kind="stable")
         if table.texts:
             order = table._exact_ties(order)
     return MatchView(table, order)
@@ -471,6 +470,8 @@ class GuideBlock:
     layer_id: np.ndarray
     anchor_index: np.ndarray
     anchor_rows: np.ndarray  # rows of the anchors' MatchTable
+    anchor_name: np.ndarray  # the anchors' name ids (MatchTable.names)
+    anchor_track: np.ndarray  # and tracks (MatchTable.tid_of)
     start_text: list[bytes]  # the anchor's ts as the source wrote it
     end_text: list[bytes]
     start_floor_ns: np.ndarray
@@ -500,17 +501,19 @@ class GuideTable:
             p, layer, index = _guide_positions(spec, first, min(first + size, len(self)))
             last = layer == spec.num_layers - 1
             rows = view.order[index]
-            start_text = table.texts_of(rows)[0]
-            start_floor, start_us = table.exact_times(rows)
+            packed = table.take(rows)
+            start_text = table.texts_of(rows, packed)[0]
+            start_floor, start_us = table.exact_times(rows, rows=packed)
             end_text = list(start_text)
             end_floor, end_us = start_floor.copy(), start_us.copy()
             kind = np.full(len(index), _NEXT, np.int8)
             inside = np.flatnonzero(~last)
             if len(inside):
                 upper = view.order[index[inside] + spec.anchor_stride]
-                for k, text in zip(inside.tolist(), table.texts_of(upper)[0]):
+                packed_upper = table.take(upper)
+                for k, text in zip(inside.tolist(), table.texts_of(upper, packed_upper)[0]):
                     end_text[k] = text
-                end_floor[inside], end_us[inside] = table.exact_times(upper)
+                end_floor[inside], end_us[inside] = table.exact_times(upper, rows=packed_upper)
             ends = np.flatnonzero(last)
             if self.terminals is None:
                 kind[ends] = _POINT
@@ -518,11 +521,14 @@ class GuideTable:
                 kind[ends] = _TERMINAL
                 terminal = self.terminals.order[self.terminal_at[p[ends]]]
                 found = self.terminals.table
-                for k, text in zip(ends.tolist(), found.ends_of(terminal)[0]):
+                packed_terminal = found.take(terminal)
+                for k, text in zip(ends.tolist(), found.ends_of(terminal, packed_terminal)[0]):
                     end_text[k] = text
-                end_floor[ends], end_us[ends] = found.exact_times(terminal, end=True)
-            yield GuideBlock(p, layer + spec.first_layer, index, rows, start_text, end_text,
-                             start_floor, end_floor, start_us, end_us, kind)
+                end_floor[ends], end_us[ends] = found.exact_times(terminal, end=True,
+                                                                  rows=packed_terminal)
+            yield GuideBlock(p, layer + spec.first_layer, index, rows, packed["name"],
+                             packed["track"], start_text, end_text, start_floor, end_floor,
+                             start_us, end_us, kind)
 
 
 def _guide_positions(spec: LayerSpec, first: int, stop: int):
@@ -626,7 +632,7 @@ def _starts_before(view: MatchView, left: np.ndarray, right: np.ndarray) -> np.n
     by the packed ns, and by the exact decimal where a row kept as text is within 1 ns."""
     table = view.table
     a_rows, b_rows = view.order[left], view.order[right]
-    a, b = table.rows["start"][a_rows], table.rows["start"][b_rows]
+    a, b = table.starts[a_rows], table.starts[b_rows]
     before = a < b
     if table.texts:
         near = np.flatnonzero(np.abs(a - b) <= 1)
@@ -640,7 +646,7 @@ def _first_not_before(terminals: MatchView, starts: np.ndarray, anchors: MatchVi
                       which: np.ndarray) -> np.ndarray:
     """Per anchor position `which`, the first terminal position whose start is not before
     the anchor's (a bisect on the packed ns; exact near a row kept as text)."""
-    floor = anchors.table.rows["start"][anchors.order[which]]
+    floor = anchors.table.starts[anchors.order[which]]
     found = np.searchsorted(starts, floor, "left")
     if not (anchors.table.texts or terminals.table.texts):
         return found
@@ -659,8 +665,8 @@ def _ends_after(terminals: MatchView, at: np.ndarray, anchors: MatchView,
                 upper: np.ndarray) -> np.ndarray:
     """Whether terminal `at[k]` ends after anchor `upper[k]` starts (exact)."""
     t_rows, u_rows = terminals.order[at], anchors.order[upper]
-    t = take_rows(terminals.table.rows, t_rows)
-    ends, starts = t["start"] + t["dur"], anchors.table.rows["start"][u_rows]
+    t = terminals.table.take(t_rows)
+    ends, starts = t["start"] + t["dur"], anchors.table.starts[u_rows]
     after = starts < ends
     inexact = ~(terminals.table.whole_ns(t_rows) & anchors.table.whole_ns(u_rows))
     for k in np.flatnonzero(inexact).tolist():

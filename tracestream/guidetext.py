@@ -55,12 +55,12 @@ class _Labels:
         self._tids: dict[int, bytes] = {}
 
     def names(self, block: GuideBlock) -> list[bytes]:
-        ids = self.table.rows["name"][block.anchor_rows].tolist()
+        ids = block.anchor_name.tolist()
         return [self._names.get(i) or self._names.setdefault(
             i, orjson.dumps(self.table.names[i])) for i in ids]
 
     def tids(self, block: GuideBlock) -> list[bytes]:
-        tracks = self.table.rows["track"][block.anchor_rows].tolist()
+        tracks = block.anchor_track.tolist()
         return [self._tids.get(t) or self._tids.setdefault(
             t, orjson.dumps(self.table.tid_of(t))) for t in tracks]
 

@@ -220,7 +220,8 @@ class IndexBuilder:
         self.other_on_track: dict[int, OtherOnTrack] = {}
         self.duplicate_flows: dict[int, DuplicateInFlow] = {}
         self.matches: dict[str, MatchTable] = {
-            name: MatchTable(self._track_list, self._group_list) for name in options.patterns}
+            name: MatchTable(self._track_list, self._group_list, tmpdir=options.tmpdir)
+            for name in options.patterns}
         self.guides: list[GuideEvent] = []
         self.provenance_ordinal: int | None = None
         self.kernel_names: dict[int, Counter] = {}

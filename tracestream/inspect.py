@@ -29,7 +29,6 @@ from tracestream.lanes import GroupLanes
 from tracestream.matches import AS_TEXT, INTEGER, THREE_DECIMALS, MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
-from tracestream.spill import take_rows
 from tracestream.workers import collector_paused, pool_for
 
 INSIDE_VARIATION = 1.1
@@ -207,13 +206,15 @@ def cell_texts(values: Iterable[Any]) -> list[str]:
 
 
 def table_lines(headers: Sequence[str], make_batches, right: Sequence[bool] | None = None,
-                indent: str = "  ") -> Iterator[str]:
+                indent: str = "  ", widest=None) -> Iterator[str]:
     """Lines of an aligned table. `make_batches()` yields the cells a batch of rows at a
     time, as columns of texts; it is called twice (widths, then lines), so a table of
-    millions of rows never exists as a whole."""
+    millions of rows never exists as a whole. `widest()`, when given, replaces the widths
+    pass: it yields (in the same shape) only cells that include the widest of each column,
+    so the rows are not all formatted twice."""
     right = right or [False] * len(headers)
     widths = [len(h) for h in headers]
-    for columns in make_batches():
+    for columns in (widest or make_batches)():
         widths = [max(w, max(map(len, column), default=0))
                   for w, column in zip(widths, columns, strict=True)]
     template = indent.replace("{", "{{").replace("}", "}}") + "  ".join(
@@ -563,7 +564,7 @@ class MatchRows(StreamedRows):
 
     def _times(self, start: int, stop: int) -> np.ndarray:
         """Floor ns of the starts of rows start..stop."""
-        return self.anchors.table.rows["start"][self.anchors.order[start:stop]]
+        return self.anchors.table.starts[self.anchors.order[start:stop]]
 
     def _gaps(self, start: int, stop: int) -> np.ndarray:
         """Start-to-start gaps (ns) of rows start..stop; the first match's is NO_GAP."""
@@ -583,11 +584,11 @@ class MatchRows(StreamedRows):
         """The packed rows start..stop, and every column but stream and tid."""
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
-        ts_texts, dur_texts = table.texts_of(picked)
+        rows = table.take(picked)
+        ts_texts, dur_texts = table.texts_of(picked, rows)
         times = self._times(start, stop)
         gaps = self._gaps(start, stop)
         first = 0 if start else 1  # the first match has no gap
-        rows = take_rows(table.rows, picked)
         return rows, {
             "index": list(range(start, stop)),
             "ts_us": ts_texts,
@@ -609,6 +610,32 @@ class MatchRows(StreamedRows):
                 [t.decode() for t in c["dur_us"]],
                 ["-" if v is None else f"{v:,.3f}" for v in c["gap_us"]],
                 list(map(str, c["cluster"]))]
+
+    def widest_rows(self, start: int, stop: int) -> np.ndarray:
+        """Of rows start..stop, a few that hold the widest text-table cell of each column.
+
+        A number's cell grows with its magnitude on each side of zero, so the widest
+        are at the smallest and largest start (t ms), gap and duration (each number
+        form apart); the last row has the largest index and cluster; one row per
+        stream, and every row kept as text, make up the rest.
+        """
+        rows = self.anchors.table.take(self.anchors.order[start:stop])
+        times, gaps = self._times(start, stop), self._gaps(start, stop)
+        found = [len(rows) - 1, times.argmin(), times.argmax(), gaps.argmin(), gaps.argmax(),
+                 *np.flatnonzero(rows["form"] == AS_TEXT).tolist(),
+                 *np.unique(rows["stream"], return_index=True)[1].tolist()]
+        for form in (THREE_DECIMALS, INTEGER):
+            at = np.flatnonzero(rows["form"] == form)
+            if len(at):
+                durs = rows["dur"][at]
+                found += [at[durs.argmin()], at[durs.argmax()]]
+        return start + np.unique(np.array(found, np.int64))
+
+    def widest_columns(self) -> Iterator[list[list[str]]]:
+        """`table_columns` of only the `widest_rows` of each batch (the widths pass)."""
+        for start, stop in self.batches():
+            for row in self.widest_rows(start, stop).tolist():
+                yield self.table_columns(row, row + 1)
 
     def json_rows(self, start: int, stop: int) -> list[bytes]:
         """Rows start..stop as JSON objects (`self[i]` with its exact numbers spliced in as
@@ -644,7 +671,7 @@ class MatchRows(StreamedRows):
         native = speedups.native
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
-        rows = take_rows(table.rows, picked)
+        rows = table.take(picked)
         if (rows["form"] == THREE_DECIMALS).all():
             ts = (native.FIXED, np.ascontiguousarray(rows["start"]), 3)
             dur = (native.FIXED, np.ascontiguousarray(rows["dur"]), 3)
@@ -652,7 +679,7 @@ class MatchRows(StreamedRows):
             ts = (native.INTEGERS, rows["start"] // 1000)
             dur = (native.INTEGERS, rows["dur"] // 1000)
         else:
-            ts_texts, dur_texts = table.texts_of(picked)
+            ts_texts, dur_texts = table.texts_of(picked, rows)
             ts, dur = (native.TEXTS, ts_texts), (native.TEXTS, dur_texts)
         return (
             (native.INTEGERS, np.arange(start, stop, dtype=np.int64)), ts, dur,
@@ -720,7 +747,7 @@ class ClusterRows(StreamedRows):
         sizes = self.sizes[start:stop]
         table = self.anchors.table
         starts = self.anchors.order[first]
-        starts_ns = table.rows["start"][starts]  # the floor ns of each ts
+        starts_ns = table.starts[starts]  # the floor ns of each ts
         start_texts, _ = table.texts_of(starts)
         end_texts, ends_ns = table.ends_of(self.anchors.order[first + sizes - 1])
         start_ms = list(map(round, ((starts_ns - self.origin_ns) / 1e6).tolist(), repeat(6)))
@@ -786,18 +813,21 @@ def exact_before(anchors: MatchView, cross: MatchView, block: int = 1 << 16) -> 
     Such ties are rare; only they are compared one by one.
     """
     cross_ns = cross.starts
-    cross_text = np.zeros(len(cross) + 1, np.int32)
-    np.cumsum(cross.table.rows["form"][cross.order] == AS_TEXT, out=cross_text[1:])
-    rows = anchors.table.rows
+    cross_text = None  # cross-check matches kept as text before each position, if any
+    if cross.table.texts:
+        cross_text = np.zeros(len(cross) + 1, np.int32)
+        np.cumsum(cross.table.as_text(cross.order), out=cross_text[1:])
+    table = anchors.table
     before = np.empty(len(anchors), np.int32 if len(cross) < 2**31 else np.int64)
     for lo in range(0, len(anchors), block):
         picked = anchors.order[lo : lo + block]
-        anchor_ns = rows["start"][picked]
+        anchor_ns = table.starts[picked]
         found = matches_before(anchor_ns, cross_ns)
         tied_upto = np.searchsorted(cross_ns, anchor_ns, "right")
         tied = np.flatnonzero(tied_upto > found)
-        some_text = (rows["form"][picked[tied]] == AS_TEXT) | (
-            cross_text[tied_upto[tied]] > cross_text[found[tied]])
+        some_text = table.as_text(picked[tied])
+        if cross_text is not None:
+            some_text |= cross_text[tied_upto[tied]] > cross_text[found[tied]]
         for k in tied[some_text].tolist():
             first, stop = int(found[k]), int(tied_upto[k])
             found[k] = first + bisect_left([cross[j].ts for j in range(first, stop)],
@@ -896,7 +926,7 @@ def start_gaps(anchors: MatchView, block: int = 1 << 16,
                out: np.ndarray | None = None) -> np.ndarray:
     """Start-to-start gaps (ns) of the matches in view order (into `out` when given),
     computed a block at a time (the whole column of starts in view order is never made)."""
-    starts = anchors.table.rows["start"]
+    starts = anchors.table.starts
     order = anchors.order
     if out is None:
         out = np.empty(max(len(order) - 1, 0), np.int64)
@@ -951,7 +981,7 @@ def anchors_lines(report: dict) -> Iterator[str]:
         return (rows.table_columns(start, stop) for start, stop in rows.batches())
 
     yield from table_lines(["index", "t ms", "stream", "dur us", "gap us", "cluster"],
-                           match_columns, [True] * 6)
+                           match_columns, [True] * 6, widest=report["matches"].widest_columns)
     out = [
         "",
         f"clusters: {report['rule']}",

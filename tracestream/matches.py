@@ -1,15 +1,17 @@
 """Kernels that matched a user's pattern, kept as packed columns.
 
 A large trace can hold millions of anchor matches (one per layer per pass); as
-Python objects they would dominate memory. `MatchTable` keeps ~50 bytes each:
+Python objects they would dominate memory. `MatchTable` packs each in 41 bytes:
 ordinal, track, group, exact start and duration in ns, stream and name ids, and
 how the source wrote the numbers, so their exact text is regenerated on
 demand (Kineto's three-decimal and integer forms; other forms are kept as text).
+The packed rows spill to disk past a budget; only the start ns stay in memory.
 It reads like a sequence of `Match` objects.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tracestream import timebase
-from tracestream.spill import take_rows
+from tracestream.spill import DEFAULT_BUDGET, RecordStore
 from tracestream.workers import release_memory
 
 MATCH_DTYPE = np.dtype([
@@ -70,15 +72,28 @@ def number_form(ts_text: bytes, dur_text: bytes, start_ns: int, dur_ns: int) -> 
 def number_forms(ts_texts: list[bytes], dur_texts: list[bytes], start_ns: np.ndarray,
                  dur_ns: np.ndarray) -> np.ndarray:
     """`number_form` of many matches: one regex over all texts decides the common cases
-    (every value canonical with three decimals, or every value a canonical integer)."""
+    (every value canonical with three decimals, or every value a canonical integer);
+    otherwise each value is compared with its writing in each form, written a column at
+    a time, so a chunk with one differently written value is not read one match at a
+    time."""
     if not ts_texts:
         return np.zeros(0, np.int8)
     blob = b",".join(ts_texts) + b"," + b",".join(dur_texts)
     for form, canonical in _CANONICAL_FORMS:
         if canonical.fullmatch(blob):
             return np.full(len(ts_texts), form, np.int8)
-    return np.array([number_form(t, d, s, n) for t, d, s, n in zip(
-        ts_texts, dur_texts, start_ns.tolist(), dur_ns.tolist())], np.int8)
+    forms = np.full(len(ts_texts), AS_TEXT, np.int8)
+    whole = (start_ns % 1000 == 0) & (dur_ns % 1000 == 0)  # what _integer writes at all
+    forms[whole & _equal(ts_texts, integers(start_ns)) & _equal(dur_texts, integers(dur_ns))] = (
+        INTEGER)
+    forms[_equal(ts_texts, threes(start_ns)) & _equal(dur_texts, threes(dur_ns))] = (
+        THREE_DECIMALS)
+    return forms
+
+
+def _equal(texts: list[bytes], written: list[bytes]) -> np.ndarray:
+    """Whether each text is the written one, compared a column at a time."""
+    return np.fromiter(map(operator.eq, texts, written), bool, len(texts))
 
 
 def _canonical_column(number: bytes) -> re.Pattern:
@@ -101,12 +116,16 @@ def _three(ns: int) -> bytes:
 
 
 def threes(ns: np.ndarray) -> list[bytes]:
-    """`_three` of a column: one formatting call for all non-negative values."""
-    if not len(ns) or ns.min() < 0:
-        return list(map(_three, ns.tolist()))
+    """`_three` of a column: one formatting call for all values (their magnitudes), a sign
+    put before each negative one."""
+    if not len(ns):
+        return []
     pairs = np.empty(2 * len(ns), np.int64)
-    pairs[0::2], pairs[1::2] = np.divmod(ns, 1000)
-    return ((b"%d.%03d," * len(ns)) % tuple(pairs.tolist()))[:-1].split(b",")
+    pairs[0::2], pairs[1::2] = np.divmod(np.abs(ns), 1000)
+    texts = ((b"%d.%03d," * len(ns)) % tuple(pairs.tolist()))[:-1].split(b",")
+    for k in np.flatnonzero(ns < 0).tolist():
+        texts[k] = b"-" + texts[k]
+    return texts
 
 
 def _integer(ns: int) -> bytes:
@@ -155,13 +174,13 @@ def _concatenate_consuming(parts: list[np.ndarray]) -> np.ndarray:
     allocations, so freeing them returns nothing to the system by itself; the
     heap is trimmed after every few MB copied.
     """
-    rows = np.empty(sum(len(p) for p in parts), MATCH_DTYPE)
+    joined = np.empty(sum(len(p) for p in parts), parts[0].dtype if parts else np.int64)
     pos = 0
     copied = 0
     parts.reverse()
     while parts:
         part = parts.pop()
-        rows[pos : pos + len(part)] = part
+        joined[pos : pos + len(part)] = part
         pos += len(part)
         copied += part.nbytes
         del part
@@ -169,7 +188,7 @@ def _concatenate_consuming(parts: list[np.ndarray]) -> np.ndarray:
             release_memory()
             copied = 0
     release_memory()
-    return rows
+    return joined
 
 
 _TRIM_BYTES = 8 << 20
@@ -183,18 +202,29 @@ def _position(values: list, value) -> int:
 
 
 class MatchTable(Sequence):
-    """All matches of one pattern, in file order (ordinals ascending)."""
+    """All matches of one pattern, in file order (ordinals ascending).
 
-    def __init__(self, tracks: list, groups: list):
+    A 10 GB nightly trace holds millions of matches. Only their start ns (8 bytes
+    each, what sorting and the vectorised checks compare) stay in memory; the
+    packed rows go to a `RecordStore` that spills to a temporary file past its
+    budget, and are read back (`take`) a few at a time: a block of guides, a
+    batch of report rows.
+    """
+
+    def __init__(self, tracks: list, groups: list, *, tmpdir: str | None = None,
+                 budget: int = DEFAULT_BUDGET):
         self._tracks = tracks  # the index's (pid, tid) table, shared
         self._groups = groups  # the index's (pid, device) table, shared
-        self._parts: list[np.ndarray] = []
-        self._rows: np.ndarray | None = np.zeros(0, MATCH_DTYPE)
+        self._store = RecordStore(MATCH_DTYPE, budget=budget, tmpdir=tmpdir)
+        self._start_parts: list[np.ndarray] = []
+        self._starts: np.ndarray | None = np.zeros(0, np.int64)
+        self._group_counts: Counter = Counter()  # group id -> matches
         self.names: list = []
         self._name_ids: dict = {}
         self.streams: list = []
         self._stream_ids: dict = {}
         self.texts: dict[int, tuple[str, str]] = {}  # row -> (ts, dur) text, form AS_TEXT
+        self._text_rows: np.ndarray | None = np.zeros(0, np.int64)
 
     def intern_name(self, name) -> int:
         return _intern(self.names, self._name_ids, name)
@@ -207,23 +237,39 @@ class MatchTable(Sequence):
         base = len(self)
         for k, pair in texts.items():
             self.texts[base + k] = pair
-        self._parts.append(rows)
-        self._rows = None
+        if texts:
+            self._text_rows = None
+        self._store.append(rows)
+        self._start_parts.append(rows["start"].copy())  # not a view: the rows may spill
+        self._starts = None
+        groups, counts = np.unique(rows["group"], return_counts=True)
+        self._group_counts.update(dict(zip(groups.tolist(), counts.tolist())))
 
     @property
-    def rows(self) -> np.ndarray:
-        if self._rows is None:
-            self._rows = _concatenate_consuming(self._parts)
-            self._parts = [self._rows]
-        return self._rows
+    def starts(self) -> np.ndarray:
+        """Floor ns of each match's start, in file order: the one column kept in memory."""
+        if self._starts is None:
+            self._starts = _concatenate_consuming(self._start_parts)
+            self._start_parts = [self._starts]
+        return self._starts
+
+    def take(self, which: np.ndarray) -> np.ndarray:
+        """The packed rows `which` (MATCH_DTYPE), read back from the store."""
+        return self._store.take(which)
+
+    def as_text(self, which: np.ndarray) -> np.ndarray:
+        """Whether each of rows `which` keeps its (ts, dur) as text (form AS_TEXT)."""
+        if not self.texts:
+            return np.zeros(len(which), bool)
+        if self._text_rows is None:
+            self._text_rows = np.array(sorted(self.texts), np.int64)
+        return np.isin(which, self._text_rows)
 
     def __len__(self) -> int:
-        if self._rows is not None:
-            return len(self._rows)
-        return sum(len(p) for p in self._parts)
+        return len(self._store)
 
     def match(self, row: int) -> Match:
-        r = self.rows[row]
+        r = self.take(np.array([row]))[0]
         pid, tid = self._tracks[int(r["track"])]
         device = self._groups[int(r["group"])][1]
         write = _WRITE.get(int(r["form"]))
@@ -237,10 +283,12 @@ class MatchTable(Sequence):
     def tid_of(self, track: int):
         return self._tracks[track][1]
 
-    def texts_of(self, which: np.ndarray) -> tuple[list[bytes], list[bytes]]:
+    def texts_of(self, which: np.ndarray, rows: np.ndarray | None = None
+                 ) -> tuple[list[bytes], list[bytes]]:
         """The (ts, dur) texts of rows `which`, as `match(row)` gives them, as bytes: each
-        of Kineto's forms written a column at a time, only rows kept as text one by one."""
-        rows = take_rows(self.rows, which)
+        of Kineto's forms written a column at a time, only rows kept as text one by one
+        (`rows`: `take(which)`, when the caller has read them already)."""
+        rows = self.take(which) if rows is None else rows
         forms = rows["form"]
         if (forms == THREE_DECIMALS).all():
             return threes(rows["start"]), threes(rows["dur"])
@@ -250,10 +298,11 @@ class MatchTable(Sequence):
             ts[k], dur[k] = ts_text.encode(), dur_text.encode()
         return ts.tolist(), dur.tolist()
 
-    def ends_of(self, which: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+    def ends_of(self, which: np.ndarray, rows: np.ndarray | None = None
+                ) -> tuple[list[bytes], np.ndarray]:
         """The exact end (ts + dur) of rows `which`: its text, as `match(row).end.to_text()`
         gives it, and its ceiling in ns."""
-        rows = take_rows(self.rows, which)
+        rows = self.take(which) if rows is None else rows
         ns = rows["start"] + rows["dur"]
         forms = rows["form"]
         if (forms == THREE_DECIMALS).all():  # exact in ns: the sum is, too
@@ -265,13 +314,13 @@ class MatchTable(Sequence):
             ceils[k] = exact.ceil_ns()
         return texts.tolist(), ceils
 
-    def exact_times(self, which: np.ndarray, *, end: bool = False
-                    ) -> tuple[np.ndarray, np.ndarray]:
+    def exact_times(self, which: np.ndarray, *, end: bool = False,
+                    rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(floor ns, whole µs rounded half up) of the start (or, with `end`, the exact end)
         of rows `which`: from the packed ns where the source wrote whole ns (Kineto's
         forms), else from the exact decimal (rows kept as text, which may hold sub-ns
         digits)."""
-        rows = take_rows(self.rows, which)
+        rows = self.take(which) if rows is None else rows
         floor = rows["start"] + rows["dur"] if end else rows["start"].copy()
         rounded = (floor + 500) // 1000  # halves up, as Decimal10.round_us
         for k in np.flatnonzero(rows["form"] == AS_TEXT).tolist():
@@ -283,7 +332,12 @@ class MatchTable(Sequence):
     def whole_ns(self, which: np.ndarray) -> np.ndarray:
         """Whether each of rows `which` has start and duration in whole ns (exact in the
         packed columns)."""
-        return take_rows(self.rows, which)["form"] != AS_TEXT
+        return ~self.as_text(which)
+
+    def column_batches(self, field: str) -> Iterator[np.ndarray]:
+        """One packed column of every row in file order, a block of rows at a time."""
+        for batch in self._store.batches():
+            yield batch[field]
 
     @classmethod
     def from_matches(cls, matches: Sequence[Match]) -> MatchTable:
@@ -319,19 +373,24 @@ class MatchTable(Sequence):
 
     def gpus(self) -> Counter:
         """Matches per (pid, device)."""
-        groups, counts = np.unique(self.rows["group"], return_counts=True)
-        return Counter({self._groups[int(g)]: int(c) for g, c in zip(groups, counts)})
+        found: Counter = Counter()
+        for group, count in sorted(self._group_counts.items()):
+            found[self._groups[group]] += count
+        return found
 
     def on_gpu(self, pid, device) -> MatchView:
         """This GPU's matches sorted by exact start (ties in file order)."""
         wanted = [g for g, key in enumerate(self._groups) if key == (pid, device)]
-        rows = self.rows
-        # rows are in file order, so a stable sort by start breaks ties by ordinal
-        if len(wanted) == 1 and (rows["group"] == wanted[0]).all():
-            order = np.argsort(rows["start"], kind="stable")  # one GPU: no selection to copy
+        starts = self.starts
+        if sum(self._group_counts[g] for g in wanted) == len(self):  # no selection to make
+            # rows are in file order: already sorted, or a stable sort breaks ties by ordinal
+            if not self.texts and bool((starts[1:] >= starts[:-1]).all()):
+                return MatchView(self, FileOrder(len(starts)))
+            order = np.argsort(starts, kind="stable")
         else:
-            picked = np.flatnonzero(np.isin(rows["group"], wanted))
-            order = picked[np.argsort(rows["start"][picked], kind="stable")]
+            picked = np.flatnonzero(np.concatenate(
+                [np.isin(groups, wanted) for groups in self.column_batches("group")]))
+            order = picked[np.argsort(starts[picked], kind="stable")]
         if self.texts:
             order = self._exact_ties(order)
         return MatchView(self, narrow(order))
@@ -339,7 +398,7 @@ class MatchTable(Sequence):
     def _exact_ties(self, order: np.ndarray) -> np.ndarray:
         """Re-sort runs of equal ns that hold a value kept as text (it may have digits
         below 1 ns) by their exact value; only those runs are looked at one by one."""
-        starts = self.rows["start"][order]
+        starts = self.starts[order]
         tied = np.flatnonzero(starts[1:] == starts[:-1])  # order[k] ties with order[k + 1]
         if not len(tied):
             return order
@@ -347,7 +406,7 @@ class MatchTable(Sequence):
         run_lo = tied[np.concatenate([[0], new_run])]
         run_hi = tied[np.concatenate([new_run - 1, [len(tied) - 1]])] + 2
         as_text = np.zeros(len(order) + 1, np.int64)
-        np.cumsum(self.rows["form"][order] == AS_TEXT, out=as_text[1:])
+        np.cumsum(self.as_text(order), out=as_text[1:])
         texty = as_text[run_hi] > as_text[run_lo]
         for lo, hi in zip(run_lo[texty].tolist(), run_hi[texty].tolist()):
             order[lo:hi] = sorted(order[lo:hi].tolist(), key=lambda i: (self.match(i).ts, i))
@@ -359,17 +418,45 @@ def narrow(order: np.ndarray) -> np.ndarray:
     return order.astype(np.int32) if len(order) < 2**31 else order
 
 
+class FileOrder:
+    """The time order of a table's matches when they came in time order: position k is
+    row k, so nothing is stored (4 bytes a match less). Indexed like the row-number
+    array it stands for: by a position, a slice or an array of positions."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, at):
+        if isinstance(at, slice):
+            return np.arange(*at.indices(self.count), dtype=np.int64)
+        if isinstance(at, np.ndarray):
+            rows = np.where(at < 0, at + self.count, at).astype(np.int64)
+            if len(rows) and (rows.min() < 0 or rows.max() >= self.count):
+                raise IndexError("match position out of range")
+            return rows
+        return range(self.count)[at]
+
+    def tolist(self) -> list[int]:
+        return list(range(self.count))
+
+
 class MatchView(Sequence):
     """Some rows of a MatchTable in a chosen order (what `on_gpu` returns)."""
 
-    def __init__(self, table: MatchTable, order: np.ndarray):
+    def __init__(self, table: MatchTable, order: np.ndarray | FileOrder):
         self.table = table
-        self.order = order
+        self.order = order  # view position -> table row
 
     @property
     def starts(self) -> np.ndarray:
-        """Floor ns of each match's start, in this view's order."""
-        return self.table.rows["start"][self.order]
+        """Floor ns of each match's start, in this view's order (read only: in file order,
+        the table's own column, not a copy of 8 bytes a match)."""
+        if isinstance(self.order, FileOrder):
+            return self.table.starts
+        return self.table.starts[self.order]
 
     def __len__(self) -> int:
         return len(self.order)
@@ -387,6 +474,18 @@ class MatchView(Sequence):
         """Kernel names of these matches with their counts, most frequent first (ties by
         first appearance in the file), counted on the packed name ids."""
         table = self.table
-        ids, counts = np.unique(table.rows["name"][self.order], return_counts=True)
-        pairs = sorted(zip(counts.tolist(), ids.tolist()), key=lambda p: (-p[0], p[1]))
+        counts = np.zeros(len(table.names), np.int64)
+        if len(self.order) == len(table):  # every row (a view is a permutation of its rows)
+            for names in table.column_batches("name"):
+                counts += np.bincount(names, minlength=len(counts))
+        else:
+            inside = np.zeros(len(table), bool)
+            inside[self.order] = True
+            at = 0
+            for names in table.column_batches("name"):
+                counts += np.bincount(names[inside[at : at + len(names)]],
+                                      minlength=len(counts))
+                at += len(names)
+        ids = np.flatnonzero(counts)
+        pairs = sorted(zip(counts[ids].tolist(), ids.tolist()), key=lambda p: (-p[0], p[1]))
         return {table.names[name]: count for count, name in pairs}

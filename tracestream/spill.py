@@ -19,6 +19,7 @@ from tracestream.errors import TraceError
 
 DEFAULT_BUDGET = 8 << 20
 BLOCK = 1 << 13  # rows read at a time (per run while merging, when there are few runs)
+TAKE_SPAN = 1 << 15  # records a `take` reads at once at most (~1.3 MB of matches)
 MERGE_BYTES = 8 << 20  # what the merge's read blocks may hold together, however many runs
 
 
@@ -83,6 +84,7 @@ class RecordStore:
         self._runs: list[tuple[int, int]] = []  # (first record, record count) in the spill
         self._file = None
         self._count = 0
+        self._spilled = 0  # records in the spill file
 
     def __len__(self) -> int:
         return self._count
@@ -114,7 +116,7 @@ class RecordStore:
         try:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="tracestream-spill-", dir=self.tmpdir)
-            first = sum(count for _, count in self._runs)
+            first = self._spilled
             self._file.seek(first * self.dtype.itemsize)
             self._file.write(np.ascontiguousarray(data).data)
             self._file.flush()
@@ -123,6 +125,7 @@ class RecordStore:
             raise TraceError(f"cannot spill index records to a temporary file in {folder}: "
                              f"{exc.strerror or exc}; nothing was written") from None
         self._runs.append((first, len(data)))
+        self._spilled += len(data)
 
     def _read(self, first: int, count: int) -> np.ndarray:
         self._file.seek(first * self.dtype.itemsize)
@@ -134,6 +137,33 @@ class RecordStore:
             self._file.close()
             self._file = None
         self._pending = []
+
+    def take(self, which: np.ndarray) -> np.ndarray:
+        """The records at positions `which` (in append order, any order and repeats
+        allowed; only for stores without sort keys), read a span of the spill at a time:
+        memory holds what is asked for and one span, not the store."""
+        assert self.sort_keys is None
+        which = np.asarray(which, np.int64)
+        out = np.empty(len(which), self.dtype)
+        if not len(which):
+            return out
+        order = np.argsort(which, kind="stable")
+        wanted = which[order]
+        if wanted[0] < 0 or wanted[-1] >= self._count:
+            raise IndexError("record position out of range")
+        on_disk = int(np.searchsorted(wanted, self._spilled, "left"))
+        lo = 0
+        while lo < on_disk:  # each span: the wanted records within TAKE_SPAN of its first
+            first = int(wanted[lo])
+            hi = int(np.searchsorted(wanted[:on_disk], first + TAKE_SPAN, "left"))
+            span = self._read(first, int(wanted[hi - 1]) - first + 1)
+            out[order[lo:hi]] = take_rows(span, wanted[lo:hi] - first)
+            lo = hi
+        if on_disk < len(wanted):
+            if len(self._pending) > 1:  # joined once, in place of its parts
+                self._pending = [concat_rows(self._pending)]
+            out[order[on_disk:]] = take_rows(self._pending[0], wanted[on_disk:] - self._spilled)
+        return out
 
     def batches(self) -> Iterator[np.ndarray]:
         """All records in append order (only for stores without sort keys)."""
