@@ -20,6 +20,8 @@ brings no follow-on failures.
 from __future__ import annotations
 
 import heapq
+import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,27 +31,37 @@ import numpy as np
 
 from tracestream import timebase
 from tracestream.api import build_plan
-from tracestream.document import DocumentScanner, iter_events
+from tracestream.document import DocumentScanner, Layout, iter_events
 from tracestream.edit import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.errors import TraceError
 from tracestream.events import (
     ACTIVITY_KINDS,
     GUIDE_CATEGORY,
     KERNEL,
+    PROVENANCE_KEY,
     TIMING,
     CategoryKinds,
     decode_head,
 )
 from tracestream.index import TraceIndex
-from tracestream.observe import binds_next, duplicate_key
+from tracestream.observe import (
+    SHAPE_INTEGER,
+    SHAPE_THREE,
+    binds_next,
+    double_values,
+    duplicate_key,
+    kineto_column,
+    llround_column,
+    read_span,
+)
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.report_shape import report_specs
 from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
-from tracestream.rewrite import edits
+from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import pool_for, release_memory
+from tracestream.workers import outcome, pool_for, release_memory
 
 _MAX_LISTED = 5
 _ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
@@ -253,6 +265,97 @@ class _OutputChecks:
         if len(self._bind_rows) > _ROWS_HELD or len(self._rows["exact"]) > _ROWS_HELD:
             self._flush()
 
+    def observe_chunk(self, first: int, raws: list, content: bytes) -> None:
+        """`observe` of a whole chunk of output events (`raws`, the first numbered `first`;
+        `content` their bytes): decoded at once, their ts/dur texts parsed as columns.
+
+        Only for an output whose source holds no provenance key (so an event carries
+        provenance exactly when its `args` hold the key, see `_fast_compare`). Events
+        whose numbers are not written in Kineto's shapes go through `observe`, in their
+        place in the order.
+        """
+        try:
+            events = _CHECK_EVENTS.decode(b"[" + content + b"]")
+        except msgspec.ValidationError:
+            events = None
+        if events is None or len(events) != len(raws):
+            for i, raw in enumerate(raws):
+                self.observe(first + i, bytes(raw))
+            return
+        ts, dur = timed = _Timed(events)
+        ts_ok, both_ok = ts.regular.tolist(), (ts.regular & dur.regular).tolist()
+        depth: list[tuple[int, int]] = []  # (event, track) of slices on synthetic tracks
+        binds: list[tuple[int, int, int, int]] = []  # (event, source track, lane track, mode)
+        guides: list[tuple[int, Any]] = []  # (event, name)
+        synthetic, kinds, track = self.synthetic, self.kinds, self._track
+        streams, kernels, lane_slices = self.streams, self.kernels, self.lane_slices
+        for k, e in enumerate(events):
+            args = e.args
+            origin = None if args is None else args.origin
+            ph = e.ph
+            key = (e.pid, e.tid)
+            on_synthetic = ph == "X" and key in synthetic
+            if (not both_ok[k] and (on_synthetic or (ph == "X" and origin is not None))) or (
+                    not ts_ok[k] and origin is not None and ph in _FLOW_PHASES):
+                self._emit(first, timed, depth, binds, guides)
+                self.observe(first + k, bytes(raws[k]))
+                continue
+            if origin is not None:
+                self.relocated_events += 1
+                if ph in _FLOW_PHASES:
+                    self.relocated_flows += 1
+                    mode = _NEXT_FLOW if binds_next(ph, e.bp) else _FLOW
+                    binds.append((k, track((origin.pid, origin.tid)), track(key), mode))
+                    continue
+            if ph != "X":
+                continue
+            kind = kinds[e.cat]
+            activity = kind in ACTIVITY_KINDS
+            if activity:
+                orig = key if origin is None else (origin.pid, origin.tid)
+                group = (orig[0], args.device if args is not None else None)
+                streams.setdefault(group, set()).add(orig[1])
+                if kind == KERNEL:
+                    kernels[group] = kernels.get(group, 0) + 1
+            if on_synthetic:
+                lane_slices[key] = lane_slices.get(key, 0) + 1
+                depth.append((k, track(key)))
+                if e.cat == GUIDE_CATEGORY:
+                    guides.append((k, e.name))
+            if origin is not None and activity:
+                binds.append((k, track((origin.pid, origin.tid)), track(key), _ACTIVITY))
+        self._emit(first, timed, depth, binds, guides)
+
+    def _emit(self, first: int, timed: _Timed, depth: list, binds: list, guides: list) -> None:
+        """The rows `observe_chunk` gathered (emptied), after what `observe` holds, so the
+        stores get them in event order."""
+        self._flush()
+        ts, dur = timed
+        if depth:
+            at, tracks = (np.array(column, np.int64) for column in zip(*depth))
+            for variant, start, length in (("exact", ts.exact, dur.exact),
+                                           ("round", ts.rounded, dur.rounded),
+                                           ("trunc", ts.truncated, dur.truncated)):
+                rows = np.empty(len(at), self.depth[variant].dtype)
+                rows["track"], rows["start"] = tracks, start[at]
+                rows["end"] = rows["start"] + length[at]
+                self.depth[variant].append(rows)
+            depth.clear()
+        for k, name in guides:
+            start = int(ts.rounded[k])
+            self.guides.observe(start, start + int(dur.rounded[k]), name)
+        guides.clear()
+        if binds:
+            at, source, lane, mode = (np.array(column, np.int64) for column in zip(*binds))
+            start = ts.exact[at]
+            end = np.where(mode == _ACTIVITY, start + dur.exact[at], start)
+            for side, tracks in (("source", source), ("lane", lane)):
+                records = np.empty(len(at), _BIND_DTYPE)
+                records["track"], records["key"], records["end"] = tracks, start, end
+                records["mode"], records["ordinal"] = mode, at + first
+                self.binding[side].append(records)
+            binds.clear()
+
     def _flush(self) -> None:
         for variant, rows in self._rows.items():
             if rows:
@@ -335,6 +438,65 @@ class _OutputChecks:
             for store in found.values():
                 store.close()
         return problems
+
+
+class _Origin(msgspec.Struct):
+    pid: Any = None
+    tid: Any = None
+
+
+class _CheckArgs(msgspec.Struct):
+    device: Any = None
+    origin: _Origin | None = msgspec.field(default=None, name=PROVENANCE_KEY)
+
+
+class _CheckEvent(msgspec.Struct):
+    """What the output-only checks read of an event (`Head`'s fields, the exact ts/dur
+    texts and the provenance's pid and tid), for a chunk at a time."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
+    bp: Any = None
+    args: _CheckArgs | None = None
+
+
+_CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
+_FLOW_PHASES = frozenset(("s", "t", "f"))
+
+
+@dataclass
+class NumberColumn:
+    """ts or dur texts as Perfetto imports them, a column at a time: the exact value in ns
+    (floor and ceil agree on these shapes), llround(double(text) * 1000) and its truncated
+    variant (integer literals are exact), and which texts are in Kineto's shapes (integer
+    or three decimals, see observe.kineto_shapes); the others are left to timebase."""
+
+    exact: np.ndarray
+    rounded: np.ndarray
+    truncated: np.ndarray
+    regular: np.ndarray
+
+    @classmethod
+    def parse(cls, texts: list) -> NumberColumn:
+        exact, shapes = kineto_column(texts, signed=True)
+        integer = shapes == SHAPE_INTEGER
+        regular = integer | (shapes == SHAPE_THREE)
+        product = double_values(np.where(regular, exact, 0), texts) * 1000.0
+        return cls(exact, np.where(integer, exact, llround_column(product)),
+                   np.where(integer, exact, np.trunc(product).astype(np.int64)), regular)
+
+
+class _Timed(tuple):
+    """(ts, dur) NumberColumns of a chunk's events."""
+
+    def __new__(cls, events: list) -> _Timed:
+        return super().__new__(cls, (NumberColumn.parse([e.ts for e in events]),
+                                     NumberColumn.parse([e.dur for e in events])))
 
 
 _ACTIVITY, _FLOW, _NEXT_FLOW = range(3)
@@ -458,7 +620,9 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
         try:
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
-            _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
+            if not _fast_compare(source, annotated, index, plan, data, retired, verdict,
+                                 tmpdir, pool):
+                _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
         finally:
             index.close()
     return verdict
@@ -473,6 +637,189 @@ def _sha_problem(source: TraceSource, data: dict) -> list[str]:
             "(a report from another source?)"]
 
 
+def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
+                  verdict: Verdict, tmpdir, pool) -> bool:
+    """Every check, when the output is byte for byte what the plan makes of the source
+    (True); else False with nothing added to `verdict`, and `_compare` names what differs.
+
+    The planned output is made again a chunk at a time by the rewrite's splice, its
+    numpy twin rather than the C extension the rewrite used (in the workers), and
+    compared with the output's chunks as they are read; the output-only checks read
+    each chunk's events at once (`_OutputChecks.observe_chunk`). A source event with
+    provenance in its `args` (the plan refuses those when it relocates) leaves this to
+    `_compare`, which locates provenance the exact way.
+    """
+    if index.provenance_ordinal is not None:
+        return False
+    try:
+        undo = Undo.from_report(data, retired, annotated.name)
+    except TraceError:
+        return False
+    # restore's splice runs in a worker meanwhile (it reads the output file itself)
+    restoring = (pool.submit(restored_sha256, annotated.path, undo)
+                 if annotated.path is not None else None)
+    checks = _OutputChecks(data, tmpdir)
+    planned = _PlannedStream(source, index, plan, dict(retired), pool)
+    try:
+        out_scan = DocumentScanner(annotated.read(ReadStats()))
+        if not _as_planned(out_scan, planned, checks):
+            return False
+        if restoring is None:
+            restoring = pool.submit(_restored_from, annotated, undo)
+        problem, digest = outcome(restoring)
+        if problem or _digest_problems(digest, source, undo):
+            return False
+        _add_checks(verdict, [], digest, [], True, index.layout, out_scan.layout, plan, checks,
+                    data)
+        return True
+    finally:
+        planned.close()
+        checks.close()
+
+
+def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream,
+                checks: _OutputChecks) -> bool:
+    """Whether the output's events and the separators between them are the planned bytes
+    (each chunk is observed by `checks` as it passes)."""
+    expected = _Sequential(planned.pieces())
+    base = None
+    end = 0  # where the last chunk ended, from the first event on
+    for chunk in out_scan.chunks():
+        content = chunk.content()
+        if base is None:
+            base = chunk.offset
+        start = chunk.offset - base
+        if start < end:
+            return False
+        gap = expected.take(start - end)
+        if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
+            return False
+        if expected.take(len(content)) != content:
+            return False
+        end = start + len(content)
+        checks.observe_chunk(chunk.first_ordinal, chunk.events, content)
+    return base is not None and expected.ended() and planned.retired_ok
+
+
+_SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
+
+
+class _Sequential:
+    """Bytes handed out in order from an iterator of pieces."""
+
+    def __init__(self, pieces: Iterator[bytes]):
+        self._pieces = pieces
+        self._data = b""
+        self._pos = 0
+
+    def take(self, length: int) -> bytes | None:
+        """The next `length` bytes, or None when fewer are left."""
+        parts = []
+        while length:
+            if self._pos >= len(self._data):
+                piece = next(self._pieces, None)
+                if piece is None:
+                    return None
+                self._data, self._pos = piece, 0
+                continue
+            part = self._data[self._pos : self._pos + length]
+            parts.append(part)
+            self._pos += len(part)
+            length -= len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def ended(self) -> bool:
+        """Whether every byte was taken."""
+        return self._pos >= len(self._data) and not any(self._pieces)
+
+
+class _PlannedStream:
+    """The rewrite's output from the first event to the end of the added events, made again
+    a chunk at a time (as `rewrite._rewrite` does) with the splice's numpy twin; the report's
+    retired events are compared with the source's on the way (`retired_ok`)."""
+
+    def __init__(self, source: TraceSource, index: TraceIndex, plan: Plan, retired_map: dict,
+                 pool):
+        self._source, self._index, self._plan = source, index, plan
+        self._retired = retired_map
+        self._pool = pool
+        self._pending: deque = deque()
+        self.retired_ok = True
+
+    def pieces(self) -> Iterator[bytes]:
+        index, plan, pool, pending = self._index, self._plan, self._pool, self._pending
+        cursor = StreamCursor(self._source.read(ReadStats()))
+        window = 2 * max(pool.workers, 1)
+        by_path = self._source.plain_path if pool.workers else None
+        ends_dropped = False
+        first = True
+        for chunk, rows, actions in chunk_edits(index, plan):
+            separator = cursor.take(chunk.offset - cursor.pos)
+            dropping = bool(len(rows)) and bool((actions == DELETE).any())
+            if len(rows) and by_path is not None and not dropping:
+                cursor.skip(chunk.length)
+                payload = pool.submit(planned_file_chunk, by_path, chunk.offset, chunk.length,
+                                      rows, actions, plan.targets)
+            elif len(rows):
+                data = cursor.take(chunk.length)
+                if dropping:
+                    self._check_retired(data, chunk.offset, rows, actions)
+                payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
+                                      plan.targets)
+            else:
+                payload = cursor.take(chunk.length)
+            pending.append((b"" if first else separator, payload, not first))
+            first = False
+            while len(pending) > window:
+                piece, ends_dropped = self._next(ends_dropped)
+                yield from piece
+        while pending:
+            piece, ends_dropped = self._next(ends_dropped)
+            yield from piece
+        if plan.appended:
+            lead = b"" if (not index.layout.event_count or ends_dropped) else b",\n"
+            for block in plan.appended.blocks():
+                yield lead + b",\n".join(block)
+                lead = b",\n"
+
+    def _next(self, ends_dropped: bool) -> tuple[tuple[bytes, ...], bool]:
+        """The next chunk's separator and bytes, and whether its last event was dropped."""
+        separator, payload, conditional = self._pending.popleft()
+        lead = b"" if conditional and ends_dropped else separator
+        if isinstance(payload, bytes):
+            return (lead, payload), False
+        spliced, dropped = outcome(payload)
+        return (lead, spliced), dropped_last(dropped)
+
+    def _check_retired(self, data: bytes, offset: int, rows: np.ndarray,
+                       actions: np.ndarray) -> None:
+        for ordinal, start, length, action in zip(rows["ordinal"].tolist(),
+                                                  rows["offset"].tolist(),
+                                                  rows["length"].tolist(), actions.tolist()):
+            start -= offset
+            if action == DELETE and self._retired.get(ordinal) != data[start : start + length]:
+                self.retired_ok = False
+
+    def close(self) -> None:
+        """Drop the chunks still being made (the comparison stopped early)."""
+        for _, payload, _ in self._pending:
+            if not isinstance(payload, bytes):
+                payload.cancel()
+        self._pending.clear()
+
+
+def planned_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
+                       actions: np.ndarray, targets: dict) -> tuple[bytes, tuple[bytes, ...]]:
+    """`planned_chunk` of a span of a plain file, read by the worker itself."""
+    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets)
+
+
+def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
+                  targets: dict) -> tuple[bytes, tuple[bytes, ...]]:
+    """A source chunk as the plan makes it, spliced without the C extension."""
+    return rewrite_chunk(data, offset, rows, actions, targets, native=False)
+
+
 def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
              verdict: Verdict, tmpdir) -> None:
     src_stats, out_stats = ReadStats(), ReadStats()
@@ -483,14 +830,25 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         event_problems, in_step = _lockstep(src_events, out_events, index, plan, retired,
                                             checks)
         restore_problems, digest = _restore_problems(source, annotated, data, retired)
-        verdict.add("restored events equal the source", restore_problems,
-                    f"restore gives back the source byte for byte (sha256 {digest[:16]}…)")
-        verdict.add("output equals the plan", event_problems,
-                    f"{len(plan.appended):,} added events, every relocation on its planned lane")
-        if not in_step:  # the output-only checks would report what the lost step left out
-            return
-        verdict.add("top-level metadata", _top_level_problems(src_scan, out_scan, plan),
-                    f"{len(src_scan.layout.values)} top-level keys equal and in order")
+        _add_checks(verdict, restore_problems, digest, event_problems, in_step,
+                    src_scan.layout, out_scan.layout, plan, checks, data)
+    finally:
+        checks.close()
+
+
+def _add_checks(verdict: Verdict, restore_problems: list[str], digest: str,
+                event_problems: list[str], in_step: bool, source_layout, output_layout,
+                plan: Plan, checks: _OutputChecks, data: dict) -> None:
+    """The verdict's checks after the comparison (the output-only ones when it stayed in
+    step)."""
+    verdict.add("restored events equal the source", restore_problems,
+                f"restore gives back the source byte for byte (sha256 {digest[:16]}…)")
+    verdict.add("output equals the plan", event_problems,
+                f"{len(plan.appended):,} added events, every relocation on its planned lane")
+    if in_step:  # else the output-only checks would report what the lost step left out
+        verdict.add("top-level metadata",
+                    _top_level_problems(source_layout, output_layout, plan),
+                    f"{len(source_layout.values)} top-level keys equal and in order")
         verdict.add("depth zero on synthetic tracks", checks.depth_problems(),
                     f"{len(checks.synthetic)} synthetic tracks import at depth zero")
         verdict.add("flows on their activity's lane", checks.binding_problems(),
@@ -503,8 +861,6 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         verdict.add("lanes", _lane_problems(checks, data),
                     "the report's lanes and relocation counts are the output's"
                     if "groups" in data.get("compaction", data) else "no lanes expected")
-    finally:
-        checks.close()
 
 
 def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[list[str], bool]:
@@ -605,18 +961,40 @@ def _restore_problems(source: TraceSource, annotated: TraceSource, data: dict,
     bytes compared with the source's by sha256; (problems, the hash)."""
     try:
         undo = Undo.from_report(data, retired, annotated.name)
-        writer = HashingWriter()
-        splice_back(annotated, undo, writer)
     except TraceError as exc:
         return [str(exc)], ""
-    restored, actual = writer.hexdigest(), source.data_sha256()
+    problem, restored = _restored_from(annotated, undo)
+    if problem:
+        return [problem], ""
+    return _digest_problems(restored, source, undo), restored
+
+
+def _digest_problems(restored: str, source: TraceSource, undo: Undo) -> list[str]:
+    """The restored bytes' sha256 against the source's and the report's."""
+    actual = source.data_sha256()
     if restored != actual:
         return [f"the restored bytes differ from the source's (sha256 {restored[:16]}… vs "
-                f"{actual[:16]}…)"], restored
+                f"{actual[:16]}…)"]
     if undo.sha256 != actual:
         return [f"the report's source_data_sha256 {undo.sha256[:16]}… is not the source's "
-                f"{actual[:16]}…"], restored
-    return [], restored
+                f"{actual[:16]}…"]
+    return []
+
+
+def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
+    """`_restored_from` the output file at `path` (in a worker process)."""
+    with TraceSource(path) as annotated:
+        return _restored_from(annotated, undo)
+
+
+def _restored_from(annotated: TraceSource, undo: Undo) -> tuple[str, str]:
+    """(why restore's splice failed, "") or ("", the sha256 of the bytes it restores)."""
+    writer = HashingWriter()
+    try:
+        splice_back(annotated, undo, writer)
+    except TraceError as exc:
+        return str(exc), ""
+    return "", writer.hexdigest()
 
 
 def _where(raw: bytes) -> str:
@@ -624,8 +1002,7 @@ def _where(raw: bytes) -> str:
     return f"pid {head.pid} tid {head.tid}"
 
 
-def _top_level_problems(src_scan, out_scan, plan) -> list[str]:
-    src, out = src_scan.layout, out_scan.layout
+def _top_level_problems(src: Layout, out: Layout, plan: Plan) -> list[str]:
     if src.shape != out.shape:
         return [f"top level is {out.shape} in the output, {src.shape} in the source"]
     ours = [v for v in out.values if v.key == "tracestream"]
