@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -270,9 +271,10 @@ class _OutputChecks:
         `content` their bytes): decoded at once, their ts/dur texts parsed as columns.
 
         Only for an output whose source holds no provenance key (so an event carries
-        provenance exactly when its `args` hold the key, see `_fast_compare`). Events
-        whose numbers are not written in Kineto's shapes go through `observe`, in their
-        place in the order.
+        provenance exactly when its `args` hold the key, see `_fast_compare`). A chunk
+        whose events go on tracks not seen before (their numbering follows the event
+        order) or whose numbers are not written in Kineto's shapes goes an event at a
+        time (`_observe_events`).
         """
         try:
             events = _CHECK_EVENTS.decode(b"[" + content + b"]")
@@ -282,9 +284,69 @@ class _OutputChecks:
             for i, raw in enumerate(raws):
                 self.observe(first + i, bytes(raw))
             return
-        ts, dur = timed = _Timed(events)
+        timed = _Timed(events)
+        if not self._observe_columns(first, events, timed):
+            self._observe_events(first, raws, events, timed)
+
+    def _observe_columns(self, first: int, events: list, timed: _Timed) -> bool:
+        """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
+        new tracks or numbers `NumberColumn` leaves to timebase."""
+        ts, dur = timed
+        count = len(events)
+        phases = np.array(list(map(_PHASE, events)), object)
+        args = list(map(_ARGS, events))
+        origins = [None if a is None else a.origin for a in args]
+        keys = list(zip(map(_PID, events), map(_TID, events)))
+        is_x = phases == "X"
+        moved = np.not_equal(np.array(origins, object), None)
+        flows = np.flatnonzero(moved & ((phases == "s") | (phases == "t") | (phases == "f")))
+        on_synthetic = is_x & np.fromiter(map(self.synthetic.__contains__, keys), bool, count)
+        timed_ok = ts.regular & dur.regular
+        if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
+            return False
+        xs = np.flatnonzero(is_x).tolist()
+        kind = np.zeros(count, np.int8)
+        kind[xs] = list(map(self.kinds.__getitem__, [events[i].cat for i in xs]))
+        activity = np.flatnonzero(is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
+        synthetic = np.flatnonzero(on_synthetic).tolist()
+        moved_activity = np.flatnonzero(moved & is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
+        bound = sorted(flows.tolist() + moved_activity)
+        origin_keys = {i: (origins[i].pid, origins[i].tid) for i in bound}
+        track_ids = self.track_ids
+        if not (set(origin_keys.values()) | {keys[i] for i in bound + synthetic}
+                ).issubset(track_ids):
+            return False
+        self.relocated_events += int(moved.sum())
+        self.relocated_flows += len(flows)
+        groups = Counter(
+            (key[0] if origin is None else origin.pid, None if a is None else a.device,
+             key[1] if origin is None else origin.tid, k == KERNEL)
+            for key, origin, a, k in zip(map(keys.__getitem__, activity),
+                                         map(origins.__getitem__, activity),
+                                         map(args.__getitem__, activity),
+                                         kind[activity].tolist()))
+        for (pid, device, tid, is_kernel), found in groups.items():
+            self.streams.setdefault((pid, device), set()).add(tid)
+            if is_kernel:
+                self.kernels[(pid, device)] = self.kernels.get((pid, device), 0) + found
+        for key, found in Counter(map(keys.__getitem__, synthetic)).items():
+            self.lane_slices[key] = self.lane_slices.get(key, 0) + found
+        guides = [(i, events[i].name) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
+        modes = {i: _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
+                 for i in flows.tolist()}
+        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__,
+                                                     map(keys.__getitem__, synthetic))),
+                   [(i, track_ids[origin_keys[i]], track_ids[keys[i]], modes.get(i, _ACTIVITY))
+                    for i in bound], guides)
+        return True
+
+    def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
+        """`observe_chunk` an event at a time, in the order `observe` numbers new tracks;
+        events with numbers timebase must read go through `observe`."""
+        ts, dur = timed
         ts_ok, both_ok = ts.regular.tolist(), (ts.regular & dur.regular).tolist()
-        depth: list[tuple[int, int]] = []  # (event, track) of slices on synthetic tracks
+        depth: list[int] = []  # events on synthetic tracks
+        tracks: list[int] = []  # ... and their tracks
         binds: list[tuple[int, int, int, int]] = []  # (event, source track, lane track, mode)
         guides: list[tuple[int, Any]] = []  # (event, name)
         synthetic, kinds, track = self.synthetic, self.kinds, self._track
@@ -297,7 +359,7 @@ class _OutputChecks:
             on_synthetic = ph == "X" and key in synthetic
             if (not both_ok[k] and (on_synthetic or (ph == "X" and origin is not None))) or (
                     not ts_ok[k] and origin is not None and ph in _FLOW_PHASES):
-                self._emit(first, timed, depth, binds, guides)
+                self._emit(first, timed, depth, tracks, binds, guides)
                 self.observe(first + k, bytes(raws[k]))
                 continue
             if origin is not None:
@@ -319,20 +381,24 @@ class _OutputChecks:
                     kernels[group] = kernels.get(group, 0) + 1
             if on_synthetic:
                 lane_slices[key] = lane_slices.get(key, 0) + 1
-                depth.append((k, track(key)))
+                depth.append(k)
+                tracks.append(track(key))
                 if e.cat == GUIDE_CATEGORY:
                     guides.append((k, e.name))
             if origin is not None and activity:
                 binds.append((k, track((origin.pid, origin.tid)), track(key), _ACTIVITY))
-        self._emit(first, timed, depth, binds, guides)
+        self._emit(first, timed, depth, tracks, binds, guides)
 
-    def _emit(self, first: int, timed: _Timed, depth: list, binds: list, guides: list) -> None:
-        """The rows `observe_chunk` gathered (emptied), after what `observe` holds, so the
-        stores get them in event order."""
+    def _emit(self, first: int, timed: _Timed, depth: list[int], tracks: list[int],
+              binds: list, guides: list) -> None:
+        """The rows gathered for a chunk (the lists are emptied), after what `observe`
+        holds, so the stores get them in event order: slices on synthetic tracks (event,
+        track), flows and moved activities (event, source track, lane track, mode), guides
+        (event, name)."""
         self._flush()
         ts, dur = timed
         if depth:
-            at, tracks = (np.array(column, np.int64) for column in zip(*depth))
+            at = np.array(depth, np.int64)
             for variant, start, length in (("exact", ts.exact, dur.exact),
                                            ("round", ts.rounded, dur.rounded),
                                            ("trunc", ts.truncated, dur.truncated)):
@@ -341,6 +407,7 @@ class _OutputChecks:
                 rows["end"] = rows["start"] + length[at]
                 self.depth[variant].append(rows)
             depth.clear()
+            tracks.clear()
         for k, name in guides:
             start = int(ts.rounded[k])
             self.guides.observe(start, start + int(dur.rounded[k]), name)
@@ -349,9 +416,9 @@ class _OutputChecks:
             at, source, lane, mode = (np.array(column, np.int64) for column in zip(*binds))
             start = ts.exact[at]
             end = np.where(mode == _ACTIVITY, start + dur.exact[at], start)
-            for side, tracks in (("source", source), ("lane", lane)):
+            for side, sides in (("source", source), ("lane", lane)):
                 records = np.empty(len(at), _BIND_DTYPE)
-                records["track"], records["key"], records["end"] = tracks, start, end
+                records["track"], records["key"], records["end"] = sides, start, end
                 records["mode"], records["ordinal"] = mode, at + first
                 self.binding[side].append(records)
             binds.clear()
@@ -466,6 +533,7 @@ class _CheckEvent(msgspec.Struct):
 
 
 _CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
+_PHASE, _ARGS, _PID, _TID = (attrgetter(name) for name in ("ph", "args", "pid", "tid"))
 _FLOW_PHASES = frozenset(("s", "t", "f"))
 
 
