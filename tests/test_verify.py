@@ -273,10 +273,10 @@ def test_restore_of_a_layers_only_output_is_the_prefix(decode_trace, tmp_path):
 # -- the chunked comparison -----------------------------------------------------------------
 
 
-def chunked_and_per_event(monkeypatch, source, output, report=None):
+def chunked_and_per_event(monkeypatch, source, output, report=None, workers=None):
     """(verdict of the chunked comparison, verdict of the per-event one, whether the chunked
     one settled it), with the output read in chunks of ~2 KB so that most of its chunks
-    are read a column at a time."""
+    are read a column at a time (by `workers` processes, if any)."""
     from functools import partial
 
     from tracestream import verify as module
@@ -291,14 +291,15 @@ def chunked_and_per_event(monkeypatch, source, output, report=None):
         return settled[-1]
 
     monkeypatch.setattr(module, "_fast_compare", spy)
-    fast = module.verify(source, output, report)
+    fast = module.verify(source, output, report, workers=workers)
     monkeypatch.setattr(module, "_fast_compare", lambda *args: False)
     slow = module.verify(source, output, report)
     return fast, slow, settled == [True]
 
 
-def test_chunked_comparison_is_the_per_event_one(compacted, monkeypatch):
-    fast, slow, settled = chunked_and_per_event(monkeypatch, *compacted)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_chunked_comparison_is_the_per_event_one(compacted, monkeypatch, workers):
+    fast, slow, settled = chunked_and_per_event(monkeypatch, *compacted, workers=workers)
     assert settled and fast.ok
     assert fast.to_json() == slow.to_json()
 
@@ -322,7 +323,7 @@ def test_chunked_comparison_fails_the_report_as_the_per_event_one(compacted, mon
     edited = tmp_path / "edited.layers.json"
     edited.write_text(re.sub(pattern, replace, text, count=1))
     assert edited.read_text() != text
-    fast, slow, settled = chunked_and_per_event(monkeypatch, source, out, edited)
+    fast, slow, settled = chunked_and_per_event(monkeypatch, source, out, edited, workers=2)
     assert settled and not fast.ok
     assert fast.to_json() == slow.to_json()
 

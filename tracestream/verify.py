@@ -24,6 +24,7 @@ import re
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -65,6 +66,7 @@ from tracestream.spill import RecordStore
 from tracestream.workers import outcome, pool_for, release_memory
 
 _MAX_LISTED = 5
+_TRIM_EVERY = 4  # chunks
 _ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
 
@@ -206,6 +208,47 @@ class _OutputChecks:
         self.relocated_events = 0
         self.relocated_flows = 0
 
+    @classmethod
+    def of_chunk(cls, synthetic: dict[tuple, str]) -> _OutputChecks:
+        """Checks that keep what one chunk's events give (in a worker, for `merge`)."""
+        checks = cls({}, None)
+        checks.synthetic = synthetic
+        checks.depth = {v: _Kept(store.dtype) for v, store in checks.depth.items()}
+        checks.binding = {v: _Kept(store.dtype) for v, store in checks.binding.items()}
+        checks.guides = _GuidesSeen()
+        return checks
+
+    def facts(self) -> tuple:
+        """What `of_chunk` checks saw, for `merge`."""
+        self._flush()
+        return (list(self.track_ids), {v: kept.batches for v, kept in self.depth.items()},
+                {v: kept.batches for v, kept in self.binding.items()}, list(self.guides),
+                self.kernels, self.streams, self.lane_slices, self.problems,
+                self.relocated_events, self.relocated_flows)
+
+    def merge(self, facts: tuple) -> None:
+        """Take a chunk's `facts` as if its events were observed here, in order."""
+        (tracks, depth, binding, guides, kernels, streams, lane_slices, problems, moved,
+         flows) = facts
+        self._flush()
+        ids = np.array([self._track(key) for key in tracks] + [0], np.int64)
+        for stores, kept in ((self.depth, depth), (self.binding, binding)):
+            for name, batches in kept.items():
+                for batch in batches:
+                    batch["track"] = ids[batch["track"]]
+                    stores[name].append(batch)
+        for guide in guides:
+            self.guides.observe(*guide)
+        for key, count in kernels.items():
+            self.kernels[key] = self.kernels.get(key, 0) + count
+        for key, tids in streams.items():
+            self.streams.setdefault(key, set()).update(tids)
+        for key, count in lane_slices.items():
+            self.lane_slices[key] = self.lane_slices.get(key, 0) + count
+        self.problems.extend(problems)
+        self.relocated_events += moved
+        self.relocated_flows += flows
+
     def _track(self, key: tuple) -> int:
         tid = self.track_ids.get(key)
         if tid is None:
@@ -266,20 +309,21 @@ class _OutputChecks:
         if len(self._bind_rows) > _ROWS_HELD or len(self._rows["exact"]) > _ROWS_HELD:
             self._flush()
 
-    def observe_chunk(self, first: int, raws: list, content: bytes) -> None:
+    def observe_chunk(self, first: int, raws: list | None, content: bytes) -> None:
         """`observe` of a whole chunk of output events (`raws`, the first numbered `first`;
         `content` their bytes): decoded at once, their ts/dur texts parsed as columns.
 
         Only for an output whose source holds no provenance key (so an event carries
         provenance exactly when its `args` hold the key, see `_fast_compare`). A chunk
-        whose events go on tracks not seen before (their numbering follows the event
-        order) or whose numbers are not written in Kineto's shapes goes an event at a
-        time (`_observe_events`).
+        whose numbers are not all written in Kineto's shapes goes an event at a time
+        (`_observe_events`). (`raws` None: read from `content`.)
         """
         try:
             events = _CHECK_EVENTS.decode(b"[" + content + b"]")
         except msgspec.ValidationError:
             events = None
+        if raws is None:
+            raws = _RAW_EVENTS.decode(b"[" + content + b"]")
         if events is None or len(events) != len(raws):
             for i, raw in enumerate(raws):
                 self.observe(first + i, bytes(raw))
@@ -290,7 +334,7 @@ class _OutputChecks:
 
     def _observe_columns(self, first: int, events: list, timed: _Timed) -> bool:
         """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
-        new tracks or numbers `NumberColumn` leaves to timebase."""
+        numbers `NumberColumn` leaves to timebase."""
         ts, dur = timed
         count = len(events)
         phases = np.array(list(map(_PHASE, events)), object)
@@ -312,10 +356,19 @@ class _OutputChecks:
         moved_activity = np.flatnonzero(moved & is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
         bound = sorted(flows.tolist() + moved_activity)
         origin_keys = {i: (origins[i].pid, origins[i].tid) for i in bound}
+        # tracks are numbered as `observe` meets them: per event, its synthetic track,
+        # then (moved) its original track and its lane
+        met: dict[tuple, int] = {}
+        lanes = list(map(keys.__getitem__, bound))
+        on_tracks = list(map(keys.__getitem__, synthetic))
+        for tracks, positions in ((list(origin_keys.values()), [3 * i + 1 for i in bound]),
+                                  (lanes, [3 * i + 2 for i in bound]),
+                                  (on_tracks, [3 * i for i in synthetic])):
+            for key, position in dict(zip(reversed(tracks), reversed(positions))).items():
+                met[key] = min(position, met.get(key, position))
+        for key in sorted(met, key=met.__getitem__):
+            self._track(key)
         track_ids = self.track_ids
-        if not (set(origin_keys.values()) | {keys[i] for i in bound + synthetic}
-                ).issubset(track_ids):
-            return False
         self.relocated_events += int(moved.sum())
         self.relocated_flows += len(flows)
         groups = Counter(
@@ -334,10 +387,9 @@ class _OutputChecks:
         guides = [(i, events[i].name) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
         modes = {i: _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
                  for i in flows.tolist()}
-        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__,
-                                                     map(keys.__getitem__, synthetic))),
-                   [(i, track_ids[origin_keys[i]], track_ids[keys[i]], modes.get(i, _ACTIVITY))
-                    for i in bound], guides)
+        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)),
+                   [(i, track_ids[origin_keys[i]], track_ids[lane], modes.get(i, _ACTIVITY))
+                    for i, lane in zip(bound, lanes)], guides)
         return True
 
     def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
@@ -507,6 +559,32 @@ class _OutputChecks:
         return problems
 
 
+class _Kept:
+    """Record batches as a chunk's checks made them (a RecordStore's `append`)."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self.batches: list[np.ndarray] = []
+
+    def append(self, batch: np.ndarray) -> None:
+        self.batches.append(batch)
+
+
+class _GuidesSeen(list):
+    """A chunk's guides as `GuideOrder.observe` would get them: (start, end, name)."""
+
+    def observe(self, start: int, end: int, name: Any) -> None:
+        self.append((start, end, name))
+
+
+def observed_chunk(path: str, offset: int, length: int, first: int,
+                   synthetic: dict[tuple, str]) -> tuple:
+    """The output-only checks' facts of a chunk of a plain output file (in a worker)."""
+    checks = _OutputChecks.of_chunk(synthetic)
+    checks.observe_chunk(first, None, read_span(path, offset, length))
+    return checks.facts()
+
+
 class _Origin(msgspec.Struct):
     pid: Any = None
     tid: Any = None
@@ -533,6 +611,7 @@ class _CheckEvent(msgspec.Struct):
 
 
 _CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
+_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _PHASE, _ARGS, _PID, _TID = (attrgetter(name) for name in ("ph", "args", "pid", "tid"))
 _FLOW_PHASES = frozenset(("s", "t", "f"))
 
@@ -730,10 +809,11 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     planned = _PlannedStream(source, index, plan, dict(retired), pool)
     try:
         out_scan = DocumentScanner(annotated.read(ReadStats()))
-        if not _as_planned(out_scan, planned, checks):
+        by_path = annotated.plain_path if pool.workers else None
+        if not _as_planned(out_scan, planned, checks, pool, by_path):
             return False
         if restoring is None:
-            restoring = pool.submit(_restored_from, annotated, undo)
+            restoring = pool.submit(partial(_restored_from, quick=True), annotated, undo)
         problem, digest = outcome(restoring)
         if problem or _digest_problems(digest, source, undo):
             return False
@@ -745,14 +825,19 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
         checks.close()
 
 
-def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream,
-                checks: _OutputChecks) -> bool:
+def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream, checks: _OutputChecks,
+                pool, by_path: str | None) -> bool:
     """Whether the output's events and the separators between them are the planned bytes
-    (each chunk is observed by `checks` as it passes)."""
+    (each chunk is observed by `checks` as it passes, in the workers when they can read
+    the output file `by_path`)."""
+    window = 2 * max(pool.workers, 1)
     expected = _Sequential(planned.pieces())
+    observing: deque = deque()  # the workers' chunks of output-only checks, in order
     base = None
     end = 0  # where the last chunk ended, from the first event on
-    for chunk in out_scan.chunks():
+    for number, chunk in enumerate(out_scan.chunks()):
+        if number % _TRIM_EVERY == 0:
+            release_memory()  # chunk buffers come and go: give their pages back
         content = chunk.content()
         if base is None:
             base = chunk.offset
@@ -765,7 +850,15 @@ def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream,
         if expected.take(len(content)) != content:
             return False
         end = start + len(content)
-        checks.observe_chunk(chunk.first_ordinal, chunk.events, content)
+        if by_path is None:
+            checks.observe_chunk(chunk.first_ordinal, chunk.events, content)
+            continue
+        observing.append(pool.submit(observed_chunk, by_path, chunk.offset, len(content),
+                                     chunk.first_ordinal, checks.synthetic))
+        while len(observing) > window:
+            checks.merge(outcome(observing.popleft()))
+    while observing:
+        checks.merge(outcome(observing.popleft()))
     return base is not None and expected.ended() and planned.retired_ok
 
 
@@ -1050,16 +1143,18 @@ def _digest_problems(restored: str, source: TraceSource, undo: Undo) -> list[str
 
 
 def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
-    """`_restored_from` the output file at `path` (in a worker process)."""
+    """`_restored_from` the output file at `path` (in a worker process), the quick way: a
+    digest that is not the source's sends verify to the exact one."""
     with TraceSource(path) as annotated:
-        return _restored_from(annotated, undo)
+        return _restored_from(annotated, undo, quick=True)
 
 
-def _restored_from(annotated: TraceSource, undo: Undo) -> tuple[str, str]:
+def _restored_from(annotated: TraceSource, undo: Undo, *,
+                   quick: bool = False) -> tuple[str, str]:
     """(why restore's splice failed, "") or ("", the sha256 of the bytes it restores)."""
     writer = HashingWriter()
     try:
-        splice_back(annotated, undo, writer)
+        splice_back(annotated, undo, writer, quick=quick)
     except TraceError as exc:
         return str(exc), ""
     return "", writer.hexdigest()
