@@ -63,7 +63,7 @@ from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import outcome, pool_for, release_memory
+from tracestream.workers import deliver, outcome, pool_for, release_memory
 
 _MAX_LISTED = 5
 _TRIM_EVERY = 4  # chunks
@@ -318,19 +318,19 @@ class _OutputChecks:
         whose numbers are not all written in Kineto's shapes goes an event at a time
         (`_observe_events`). (`raws` None: read from `content`.)
         """
+        document = b"[" + content + b"]"
         try:
-            events = _CHECK_EVENTS.decode(b"[" + content + b"]")
+            events = _CHECK_EVENTS.decode(document)
         except msgspec.ValidationError:
             events = None
-        if raws is None:
-            raws = _RAW_EVENTS.decode(b"[" + content + b"]")
-        if events is None or len(events) != len(raws):
-            for i, raw in enumerate(raws):
+        if events is None or (raws is not None and len(events) != len(raws)):
+            for i, raw in enumerate(_RAW_EVENTS.decode(document) if raws is None else raws):
                 self.observe(first + i, bytes(raw))
             return
         timed = _Timed(events)
         if not self._observe_columns(first, events, timed):
-            self._observe_events(first, raws, events, timed)
+            self._observe_events(first, _RAW_EVENTS.decode(document) if raws is None else raws,
+                                 events, timed)
 
     def _observe_columns(self, first: int, events: list, timed: _Timed) -> bool:
         """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
@@ -917,19 +917,21 @@ class _PlannedStream:
         for chunk, rows, actions in chunk_edits(index, plan):
             separator = cursor.take(chunk.offset - cursor.pos)
             dropping = bool(len(rows)) and bool((actions == DELETE).any())
+            # a worker hands its chunk back in a shared slot when one is free
+            slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
             if len(rows) and by_path is not None and not dropping:
                 cursor.skip(chunk.length)
                 payload = pool.submit(planned_file_chunk, by_path, chunk.offset, chunk.length,
-                                      rows, actions, plan.targets)
+                                      rows, actions, plan.targets, slot)
             elif len(rows):
                 data = cursor.take(chunk.length)
                 if dropping:
                     self._check_retired(data, chunk.offset, rows, actions)
                 payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
-                                      plan.targets)
+                                      plan.targets, slot)
             else:
                 payload = cursor.take(chunk.length)
-            pending.append((b"" if first else separator, payload, not first))
+            pending.append((b"" if first else separator, payload, not first, slot))
             first = False
             while len(pending) > window:
                 piece, ends_dropped = self._next(ends_dropped)
@@ -945,11 +947,15 @@ class _PlannedStream:
 
     def _next(self, ends_dropped: bool) -> tuple[tuple[bytes, ...], bool]:
         """The next chunk's separator and bytes, and whether its last event was dropped."""
-        separator, payload, conditional = self._pending.popleft()
+        separator, payload, conditional, slot = self._pending.popleft()
         lead = b"" if conditional and ends_dropped else separator
         if isinstance(payload, bytes):
             return (lead, payload), False
         spliced, dropped = outcome(payload)
+        if isinstance(spliced, int):  # its length, in the slot
+            spliced = self._pool.slots.read(slot, spliced)
+        if slot is not None:
+            self._pool.slots.release(slot)
         return (lead, spliced), dropped_last(dropped)
 
     def _check_retired(self, data: bytes, offset: int, rows: np.ndarray,
@@ -962,23 +968,28 @@ class _PlannedStream:
                 self.retired_ok = False
 
     def close(self) -> None:
-        """Drop the chunks still being made (the comparison stopped early)."""
-        for _, payload, _ in self._pending:
+        """Drop the chunks still being made (the comparison stopped early; their slots stay
+        taken, a worker may still write in them)."""
+        for _, payload, _, _ in self._pending:
             if not isinstance(payload, bytes):
                 payload.cancel()
         self._pending.clear()
 
 
 def planned_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
-                       actions: np.ndarray, targets: dict) -> tuple[bytes, tuple[bytes, ...]]:
+                       actions: np.ndarray, targets: dict, slot: int | None
+                       ) -> tuple[bytes | int, tuple[bytes, ...]]:
     """`planned_chunk` of a span of a plain file, read by the worker itself."""
-    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets)
+    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets, slot)
 
 
 def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
-                  targets: dict) -> tuple[bytes, tuple[bytes, ...]]:
-    """A source chunk as the plan makes it, spliced without the C extension."""
-    return rewrite_chunk(data, offset, rows, actions, targets, native=False)
+                  targets: dict, slot: int | None) -> tuple[bytes | int, tuple[bytes, ...]]:
+    """A source chunk as the plan makes it, spliced without the C extension (in a worker:
+    handed back in `slot` if it has one, see workers.deliver), and the separators its
+    dropped events took."""
+    spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
+    return deliver(spliced, slot), dropped
 
 
 def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
