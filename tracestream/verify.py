@@ -582,7 +582,10 @@ def observed_chunk(path: str, offset: int, length: int, first: int,
     """The output-only checks' facts of a chunk of a plain output file (in a worker)."""
     checks = _OutputChecks.of_chunk(synthetic)
     checks.observe_chunk(first, None, read_span(path, offset, length))
-    return checks.facts()
+    facts = checks.facts()
+    del checks
+    release_memory()  # the chunk's buffers are gone: give their pages back
+    return facts
 
 
 class _Origin(msgspec.Struct):
@@ -989,7 +992,10 @@ def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     handed back in `slot` if it has one, see workers.deliver), and the separators its
     dropped events took."""
     spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
-    return deliver(spliced, slot), dropped
+    result = deliver(spliced, slot)
+    del data, spliced
+    release_memory()  # the chunk's buffers are gone (or in the slot): give their pages back
+    return result, dropped
 
 
 def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
