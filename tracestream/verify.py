@@ -15,6 +15,12 @@ and as the report's rows say, and the per-GPU kernel and stream counts and the
 lanes match the report. An output event that differs from the plan is named
 once; those checks see the planned event in its place, so one tampered value
 brings no follow-on failures.
+
+An output that is exactly as planned is settled a chunk at a time
+(`_fast_compare`): the planned chunks are made again by the splice's numpy twin in
+the workers and compared byte for byte, the output-only checks read each chunk's
+events at once in the workers, and restore's splice runs meanwhile. Anything that
+differs sends verify to the event-by-event comparison, which names it.
 """
 
 from __future__ import annotations
@@ -231,7 +237,7 @@ class _OutputChecks:
         (tracks, depth, binding, guides, kernels, streams, lane_slices, problems, moved,
          flows) = facts
         self._flush()
-        ids = np.array([self._track(key) for key in tracks] + [0], np.int64)
+        ids = np.array([self._track(key) for key in tracks] + [0], np.int64)  # (never empty)
         for stores, kept in ((self.depth, depth), (self.binding, binding)):
             for name, batches in kept.items():
                 for batch in batches:
