@@ -26,6 +26,7 @@ differs sends verify to the event-by-event comparison, which names it.
 from __future__ import annotations
 
 import heapq
+import itertools
 import re
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
@@ -72,7 +73,7 @@ from tracestream.spill import RecordStore
 from tracestream.workers import deliver, outcome, pool_for, release_memory
 
 _MAX_LISTED = 5
-_TRIM_EVERY = 4  # chunks
+_TRIM_EVERY = 2  # chunks
 _ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
 
@@ -590,7 +591,7 @@ def observed_chunk(path: str, offset: int, length: int, first: int,
     checks.observe_chunk(first, None, read_span(path, offset, length))
     facts = checks.facts()
     del checks
-    release_memory()  # the chunk's buffers are gone: give their pages back
+    _worker_trim()
     return facts
 
 
@@ -1000,8 +1001,17 @@ def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
     result = deliver(spliced, slot)
     del data, spliced
-    release_memory()  # the chunk's buffers are gone (or in the slot): give their pages back
+    _worker_trim()
     return result, dropped
+
+
+_worker_tasks = itertools.count(1)
+
+
+def _worker_trim() -> None:
+    """In a worker, after every few chunks: give the pages of their buffers back."""
+    if next(_worker_tasks) % _TRIM_EVERY == 0:
+        release_memory()
 
 
 def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
