@@ -270,11 +270,13 @@ def test_an_added_member_moved_first_is_refused(tmp_path):
                      "the added top-level `tracestream` member is the first one")
 
 
+@pytest.mark.parametrize("quick", [False, True], ids=["exact", "quick"])
 @pytest.mark.parametrize("command", ["layers", "compact"])
 @pytest.mark.parametrize("place", list(PLACES))
-def test_every_chunk_boundary_restores_exactly(tmp_path, command, place):
+def test_every_chunk_boundary_restores_exactly(tmp_path, command, place, quick):
     """Chunks of a few hundred bytes put a chunk boundary next to every edit: before the
-    first added event, at a retired event, at a relocated one."""
+    first added event, at a retired event, at a relocated one. The quick splice (verify's,
+    a chunk's relocations undone at once) gives back the same bytes and counts."""
     from tracestream.reports import load_report
     from tracestream.restore import HashingWriter, Undo, splice_back
     from tracestream.source import TraceSource
@@ -284,11 +286,14 @@ def test_every_chunk_boundary_restores_exactly(tmp_path, command, place):
     output = tmp_path / "out.json"
     annotate(command, source, output)
     undo = Undo.from_report(*load_report(Path(f"{output}.{command}.json")), name="out")
-    for chunk_bytes in (1, 100, 300, 700, 1500):
+    for chunk_bytes in (1, 100, 300, 700, 1500, 1 << 20):
         writer = HashingWriter()
         with TraceSource(output) as annotated:
-            splice_back(annotated, undo, writer, chunk_bytes=chunk_bytes)
+            counts = splice_back(annotated, undo, writer, chunk_bytes=chunk_bytes, quick=quick)
         assert writer.hexdigest() == hashlib.sha256(text).hexdigest(), chunk_bytes
+        with TraceSource(output) as annotated:
+            assert counts == splice_back(annotated, undo, HashingWriter(),
+                                         chunk_bytes=chunk_bytes)
 
 
 def test_verify_catches_a_change_between_events(tmp_path):

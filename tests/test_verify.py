@@ -268,3 +268,90 @@ def test_restore_of_a_layers_only_output_is_the_prefix(decode_trace, tmp_path):
     assert run("restore", "--trace", out, "--output", restored).returncode == 0
     assert_same_bytes(restored, trace)
     assert b'"tracestream":' not in read_bytes(restored)
+
+
+# -- the chunked comparison -----------------------------------------------------------------
+
+
+def chunked_and_per_event(monkeypatch, source, output, report=None, workers=None):
+    """(verdict of the chunked comparison, verdict of the per-event one, whether the chunked
+    one settled it), with the output read in chunks of ~2 KB so that most of its chunks
+    are read a column at a time (by `workers` processes, if any)."""
+    from functools import partial
+
+    from tracestream import verify as module
+
+    monkeypatch.setattr(module, "DocumentScanner",
+                        partial(module.DocumentScanner, chunk_bytes=2000))
+    settled = []
+    chunked = module._fast_compare
+
+    def spy(*args):
+        settled.append(chunked(*args))
+        return settled[-1]
+
+    monkeypatch.setattr(module, "_fast_compare", spy)
+    fast = module.verify(source, output, report, workers=workers)
+    monkeypatch.setattr(module, "_fast_compare", lambda *args: False)
+    slow = module.verify(source, output, report)
+    return fast, slow, settled == [True]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_chunked_comparison_is_the_per_event_one(compacted, monkeypatch, workers):
+    fast, slow, settled = chunked_and_per_event(monkeypatch, *compacted, workers=workers)
+    assert settled and fast.ok
+    assert fast.to_json() == slow.to_json()
+
+
+def _plus_one(match: re.Match) -> str:
+    return f"{match.group(1)}{int(match.group(2)) + 1}"
+
+
+@pytest.mark.parametrize("pattern, replace", [
+    (r'("relocated_events": )(\d+)', _plus_one),
+    (r'("kernel_count": )(\d+)', _plus_one),
+    (r'("guide_end_us": )(\d+)', _plus_one),
+    (r'("lane_tids": \[)()', r"\g<1>999, "),
+], ids=["relocated", "kernels", "guide-row", "lanes"])
+def test_chunked_comparison_fails_the_report_as_the_per_event_one(compacted, monkeypatch,
+                                                                    tmp_path, pattern, replace):
+    """The output is as planned, so the chunked comparison settles it: the output-only
+    checks it makes a chunk at a time fail the edited report with the same words."""
+    source, out = compacted
+    text = Path(f"{out}.layers.json").read_text()
+    edited = tmp_path / "edited.layers.json"
+    edited.write_text(re.sub(pattern, replace, text, count=1))
+    assert edited.read_text() != text
+    fast, slow, settled = chunked_and_per_event(monkeypatch, source, out, edited, workers=2)
+    assert settled and not fast.ok
+    assert fast.to_json() == slow.to_json()
+
+
+def test_chunked_comparison_leaves_a_changed_output_to_the_per_event_one(compacted,
+                                                                         monkeypatch, tmp_path):
+    def edit(text):
+        m = _first_kernel(text)
+        return text[: m.start(3)] + f"{(int(m.group(3)) + 1) % 1000:03d}" + text[m.end(3):]
+
+    fast, slow, settled = chunked_and_per_event(monkeypatch, *tamper(compacted, tmp_path, edit))
+    assert not settled and not fast.ok
+    assert "field ts" in {c.name: c.detail for c in fast.checks}["output equals the plan"]
+    assert fast.to_json() == slow.to_json()
+
+
+@pytest.mark.parametrize("separator", [b",\n  ", b" ,"])
+def test_chunked_comparison_leaves_changed_separators_to_restore(compacted, monkeypatch,
+                                                                 tmp_path, separator):
+    """A separator between events is no event: the output still equals the plan event for
+    event, but it is not the planned bytes, and restore's hash names it."""
+    source, out = compacted
+    copy = tmp_path / "respaced.json"
+    data = out.read_bytes()
+    at = data.index(b"},\n", data.index(b'"traceEvents"') + 200) + 1
+    copy.write_bytes(data[:at] + separator + data[at + 2:])
+    shutil.copy(f"{out}.layers.json", f"{copy}.layers.json")
+    fast, slow, settled = chunked_and_per_event(monkeypatch, source, copy)
+    assert not settled
+    assert [c.name for c in fast.checks if not c.ok] == ["restored events equal the source"]
+    assert fast.to_json() == slow.to_json()

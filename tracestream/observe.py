@@ -1011,7 +1011,12 @@ def _ints(blob: bytes) -> np.ndarray:
         return np.fromstring(blob, dtype=np.int64, sep=",")
 
 
-def _doubles(ns: np.ndarray, texts: list, events: list[int], inexact: list[int]) -> np.ndarray:
+def double_values(ns: np.ndarray, texts: list) -> np.ndarray:
+    """double(text) of each text from its exact nanoseconds `ns` (see `_doubles`)."""
+    return _doubles(ns, texts, range(len(texts)), [])
+
+
+def _doubles(ns: np.ndarray, texts: list, events, inexact: list[int]) -> np.ndarray:
     """double(text) for each value, computed from its exact nanoseconds without rounding twice
     (value k is events[k]'s, whose text is texts[events[k]]).
 
@@ -1114,9 +1119,9 @@ def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):
     """
     ts_x = ts_f * 1000.0
     dur_x = dur_f * 1000.0
-    ts_round = np.where(int_ts, start, _llround(ts_x))
+    ts_round = np.where(int_ts, start, llround_column(ts_x))
     ts_trunc = np.where(int_ts, start, np.trunc(ts_x).astype(np.int64))
-    dur_round = np.where(has_int_dur, int_dur, _llround(dur_x))
+    dur_round = np.where(has_int_dur, int_dur, llround_column(dur_x))
     dur_trunc = np.where(has_int_dur, int_dur, np.trunc(dur_x).astype(np.int64))
     lo = np.minimum(np.minimum(start, ts_round), ts_trunc)
     hi = np.maximum(np.maximum(end, ts_round + dur_round), ts_trunc + dur_trunc)
@@ -1126,7 +1131,8 @@ def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):
     return lo, np.maximum(hi, last_start + 1)
 
 
-def _llround(x: np.ndarray) -> np.ndarray:
+def llround_column(x: np.ndarray) -> np.ndarray:
+    """C's llround of each value (halves away from zero), as int64."""
     f = np.floor(x)
     diff = x - f
     up = np.where(x >= 0, diff >= 0.5, diff > 0.5)

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tracestream.document import CHUNK_BYTES, DocumentScanner, Layout
-from tracestream.edit import undo_relocation
+from tracestream.edit import undo_relocation, undo_relocations
 from tracestream.errors import TraceError, malformed_report
 from tracestream.reports import find_report, load_report
 from tracestream.rewrite import StreamCursor
@@ -37,11 +37,13 @@ from tracestream.sink import (
     refuse_writing_input,
 )
 from tracestream.source import ReadStats, TraceSource
+from tracestream.workers import release_memory
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 _MARK = b"_compact_gpu_track"
 _ADDED_MEMBER = b',\n  "tracestream": '
 _BLOCK = 1 << 20
+_TRIM_EVERY = 4  # chunks
 
 
 @dataclass
@@ -153,16 +155,22 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
 
 
 def splice_back(annotated: TraceSource, undo: Undo, writer, *,
-                chunk_bytes: int = CHUNK_BYTES) -> dict:
+                chunk_bytes: int = CHUNK_BYTES, quick: bool = False) -> dict:
     """Write the source's bytes to `writer` (anything with `write`); the counts of events
     restored, moved back, re-inserted and dropped. TraceError where the annotated trace
-    does not match the report. (`chunk_bytes`: how much the scanner cuts at once.)"""
+    does not match the report. (`chunk_bytes`: how much the scanner cuts at once.)
+
+    `quick`: undo the relocations of a chunk at once where `edit.undo_relocations` can,
+    for a caller that compares the result's sha256 with the source's (and does not
+    trust it otherwise)."""
     stats = ReadStats()
     replay = _Replay(annotated.read(stats))
     scanner = DocumentScanner(replay.read(), chunk_bytes=chunk_bytes)
     cursor = StreamCursor(replay)
-    state = _State(undo, cursor, writer)
-    for chunk in scanner.chunks():
+    state = _State(undo, cursor, writer, quick)
+    for number, chunk in enumerate(scanner.chunks()):
+        if number % _TRIM_EVERY == 0:
+            release_memory()  # chunk buffers come and go: give their pages back
         if state.events == 0 and not state.appended:
             state.top_level(scanner.layout, before_events=True)
         state.chunk(chunk)
@@ -178,8 +186,9 @@ def splice_back(annotated: TraceSource, undo: Undo, writer, *,
 class _State:
     """The splice in progress: where the copy is, and which source event comes next."""
 
-    def __init__(self, undo: Undo, cursor: StreamCursor, writer):
+    def __init__(self, undo: Undo, cursor: StreamCursor, writer, quick: bool = False):
         self.undo = undo
+        self.quick = quick
         self.cursor = cursor
         self.writer = writer
         self.pending = deque(undo.retired)
@@ -222,12 +231,17 @@ class _State:
         else:
             cursor.copy_to(self.writer, base)
         cursor.skip(chunk.length)
-        if (first + count <= undo.appended_from and _MARK not in data
+        if (first + count <= undo.appended_from
                 and (not self.pending or self.pending[0][0] >= self.restored + count)):
-            self.restored += count  # nothing to undo in this chunk
-            self.last_kept_end = base + chunk.length
-            self.writer.write(data)
-            return
+            # nothing to undo in this chunk but relocations: at once where they can be
+            undone = ((data, 0) if _MARK not in data
+                      else undo_relocations(data) if self.quick else None)
+            if undone is not None:
+                self.restored += count
+                self.relocated += undone[1]
+                self.last_kept_end = base + chunk.length
+                self.writer.write(undone[0])
+                return
         pieces: list[bytes] = []
         pos = 0  # chunk bytes before this are in `pieces`
         start = 0

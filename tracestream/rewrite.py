@@ -126,7 +126,7 @@ def _absolute(rows: np.ndarray, starts: np.ndarray, field: str) -> np.ndarray:
 
 
 def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
-                  targets: dict) -> tuple[bytes, tuple[bytes, ...]]:
+                  targets: dict, *, native: bool = True) -> tuple[bytes, tuple[bytes, ...]]:
     """A chunk (starting at absolute `offset`) with its edits applied, and the separators
     its dropped events took with them.
 
@@ -138,14 +138,16 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
 
     Where the index pass found the event's "pid", "tid" and "args" keys (see
     keyscan.splice_positions), the event is spliced directly; anything else goes
-    through `relocate`.
+    through `relocate`. `native=False` splices without the C extension (its numpy
+    twin), as `verify` does to cross-check it.
     """
     starts = rows["offset"] - offset
     ends = starts + rows["length"]
     pid = _absolute(rows, starts, "pid_start"), _absolute(rows, starts, "pid_end")
     tid = _absolute(rows, starts, "tid_start"), _absolute(rows, starts, "tid_end")
     braces = _absolute(rows, starts, "args_brace")
-    spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid, braces)
+    spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid, braces,
+                               native=native)
     if spliced is not None:
         return spliced, ()
     out = []
@@ -197,7 +199,7 @@ def dropped_last(dropped: tuple[bytes, ...]) -> bool:
 
 
 def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
-                     braces) -> bytes | None:
+                     braces, *, native: bool = True) -> bytes | None:
     """The chunk with every changed event spliced in place, or None unless all can be.
 
     The common case, every changed event relocated with its keys in Kineto's order
@@ -222,7 +224,7 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     codes = actions.tolist()
     lane = {code: targets[code] for code in set(codes)}
     new_tids = list(map({code: tid for code, (tid, _) in lane.items()}.__getitem__, codes))
-    if speedups.native is not None:
+    if native and speedups.native is not None:
         new_pids = list(map({code: pid for code, (_, pid) in lane.items()}.__getitem__, codes))
         columns = tuple(np.ascontiguousarray(column, np.int64)
                         for column in (previous, p0, p1, t0, t1, resume, ordinals))

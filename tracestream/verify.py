@@ -15,13 +15,24 @@ and as the report's rows say, and the per-GPU kernel and stream counts and the
 lanes match the report. An output event that differs from the plan is named
 once; those checks see the planned event in its place, so one tampered value
 brings no follow-on failures.
+
+An output that is exactly as planned is settled a chunk at a time
+(`_fast_compare`): the planned chunks are made again by the splice's numpy twin in
+the workers and compared byte for byte, the output-only checks read each chunk's
+events at once in the workers, and restore's splice runs meanwhile. Anything that
+differs sends verify to the event-by-event comparison, which names it.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
+import re
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -29,29 +40,40 @@ import numpy as np
 
 from tracestream import timebase
 from tracestream.api import build_plan
-from tracestream.document import DocumentScanner, iter_events
+from tracestream.document import DocumentScanner, Layout, iter_events
 from tracestream.edit import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.errors import TraceError
 from tracestream.events import (
     ACTIVITY_KINDS,
     GUIDE_CATEGORY,
     KERNEL,
+    PROVENANCE_KEY,
     TIMING,
     CategoryKinds,
     decode_head,
 )
 from tracestream.index import TraceIndex
-from tracestream.observe import binds_next, duplicate_key
+from tracestream.observe import (
+    SHAPE_INTEGER,
+    SHAPE_THREE,
+    binds_next,
+    double_values,
+    duplicate_key,
+    kineto_column,
+    llround_column,
+    read_span,
+)
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.report_shape import report_specs
 from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
-from tracestream.rewrite import edits
+from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import pool_for, release_memory
+from tracestream.workers import deliver, outcome, pool_for, release_memory
 
 _MAX_LISTED = 5
+_TRIM_EVERY = 2  # chunks
 _ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
 
@@ -193,6 +215,47 @@ class _OutputChecks:
         self.relocated_events = 0
         self.relocated_flows = 0
 
+    @classmethod
+    def of_chunk(cls, synthetic: dict[tuple, str]) -> _OutputChecks:
+        """Checks that keep what one chunk's events give (in a worker, for `merge`)."""
+        checks = cls({}, None)
+        checks.synthetic = synthetic
+        checks.depth = {v: _Kept(store.dtype) for v, store in checks.depth.items()}
+        checks.binding = {v: _Kept(store.dtype) for v, store in checks.binding.items()}
+        checks.guides = _GuidesSeen()
+        return checks
+
+    def facts(self) -> tuple:
+        """What `of_chunk` checks saw, for `merge`."""
+        self._flush()
+        return (list(self.track_ids), {v: kept.batches for v, kept in self.depth.items()},
+                {v: kept.batches for v, kept in self.binding.items()}, list(self.guides),
+                self.kernels, self.streams, self.lane_slices, self.problems,
+                self.relocated_events, self.relocated_flows)
+
+    def merge(self, facts: tuple) -> None:
+        """Take a chunk's `facts` as if its events were observed here, in order."""
+        (tracks, depth, binding, guides, kernels, streams, lane_slices, problems, moved,
+         flows) = facts
+        self._flush()
+        ids = np.array([self._track(key) for key in tracks] + [0], np.int64)  # (never empty)
+        for stores, kept in ((self.depth, depth), (self.binding, binding)):
+            for name, batches in kept.items():
+                for batch in batches:
+                    batch["track"] = ids[batch["track"]]
+                    stores[name].append(batch)
+        for guide in guides:
+            self.guides.observe(*guide)
+        for key, count in kernels.items():
+            self.kernels[key] = self.kernels.get(key, 0) + count
+        for key, tids in streams.items():
+            self.streams.setdefault(key, set()).update(tids)
+        for key, count in lane_slices.items():
+            self.lane_slices[key] = self.lane_slices.get(key, 0) + count
+        self.problems.extend(problems)
+        self.relocated_events += moved
+        self.relocated_flows += flows
+
     def _track(self, key: tuple) -> int:
         tid = self.track_ids.get(key)
         if tid is None:
@@ -252,6 +315,172 @@ class _OutputChecks:
                                     ts.floor_ns(), end, _ACTIVITY, ordinal))
         if len(self._bind_rows) > _ROWS_HELD or len(self._rows["exact"]) > _ROWS_HELD:
             self._flush()
+
+    def observe_chunk(self, first: int, raws: list | None, content: bytes) -> None:
+        """`observe` of a whole chunk of output events (`raws`, the first numbered `first`;
+        `content` their bytes): decoded at once, their ts/dur texts parsed as columns.
+
+        Only for an output whose source holds no provenance key (so an event carries
+        provenance exactly when its `args` hold the key, see `_fast_compare`). A chunk
+        whose numbers are not all written in Kineto's shapes goes an event at a time
+        (`_observe_events`). (`raws` None: read from `content`.)
+        """
+        document = b"[" + content + b"]"
+        try:
+            events = _CHECK_EVENTS.decode(document)
+        except msgspec.ValidationError:
+            events = None
+        if events is None or (raws is not None and len(events) != len(raws)):
+            for i, raw in enumerate(_RAW_EVENTS.decode(document) if raws is None else raws):
+                self.observe(first + i, bytes(raw))
+            return
+        timed = _Timed(events)
+        if not self._observe_columns(first, events, timed):
+            self._observe_events(first, _RAW_EVENTS.decode(document) if raws is None else raws,
+                                 events, timed)
+
+    def _observe_columns(self, first: int, events: list, timed: _Timed) -> bool:
+        """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
+        numbers `NumberColumn` leaves to timebase."""
+        ts, dur = timed
+        count = len(events)
+        phases = np.array(list(map(_PHASE, events)), object)
+        args = list(map(_ARGS, events))
+        origins = [None if a is None else a.origin for a in args]
+        keys = list(zip(map(_PID, events), map(_TID, events)))
+        is_x = phases == "X"
+        moved = np.not_equal(np.array(origins, object), None)
+        flows = np.flatnonzero(moved & ((phases == "s") | (phases == "t") | (phases == "f")))
+        on_synthetic = is_x & np.fromiter(map(self.synthetic.__contains__, keys), bool, count)
+        timed_ok = ts.regular & dur.regular
+        if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
+            return False
+        xs = np.flatnonzero(is_x).tolist()
+        kind = np.zeros(count, np.int8)
+        kind[xs] = list(map(self.kinds.__getitem__, [events[i].cat for i in xs]))
+        activity = np.flatnonzero(is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
+        synthetic = np.flatnonzero(on_synthetic).tolist()
+        moved_activity = np.flatnonzero(moved & is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
+        bound = sorted(flows.tolist() + moved_activity)
+        origin_keys = {i: (origins[i].pid, origins[i].tid) for i in bound}
+        # tracks are numbered as `observe` meets them: per event, its synthetic track,
+        # then (moved) its original track and its lane
+        met: dict[tuple, int] = {}
+        lanes = list(map(keys.__getitem__, bound))
+        on_tracks = list(map(keys.__getitem__, synthetic))
+        for tracks, positions in ((list(origin_keys.values()), [3 * i + 1 for i in bound]),
+                                  (lanes, [3 * i + 2 for i in bound]),
+                                  (on_tracks, [3 * i for i in synthetic])):
+            for key, position in dict(zip(reversed(tracks), reversed(positions))).items():
+                met[key] = min(position, met.get(key, position))
+        for key in sorted(met, key=met.__getitem__):
+            self._track(key)
+        track_ids = self.track_ids
+        self.relocated_events += int(moved.sum())
+        self.relocated_flows += len(flows)
+        groups = Counter(
+            (key[0] if origin is None else origin.pid, None if a is None else a.device,
+             key[1] if origin is None else origin.tid, k == KERNEL)
+            for key, origin, a, k in zip(map(keys.__getitem__, activity),
+                                         map(origins.__getitem__, activity),
+                                         map(args.__getitem__, activity),
+                                         kind[activity].tolist()))
+        for (pid, device, tid, is_kernel), found in groups.items():
+            self.streams.setdefault((pid, device), set()).add(tid)
+            if is_kernel:
+                self.kernels[(pid, device)] = self.kernels.get((pid, device), 0) + found
+        for key, found in Counter(map(keys.__getitem__, synthetic)).items():
+            self.lane_slices[key] = self.lane_slices.get(key, 0) + found
+        guides = [(i, events[i].name) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
+        modes = {i: _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
+                 for i in flows.tolist()}
+        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)),
+                   [(i, track_ids[origin_keys[i]], track_ids[lane], modes.get(i, _ACTIVITY))
+                    for i, lane in zip(bound, lanes)], guides)
+        return True
+
+    def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
+        """`observe_chunk` an event at a time, in the order `observe` numbers new tracks;
+        events with numbers timebase must read go through `observe`."""
+        ts, dur = timed
+        ts_ok, both_ok = ts.regular.tolist(), (ts.regular & dur.regular).tolist()
+        depth: list[int] = []  # events on synthetic tracks
+        tracks: list[int] = []  # ... and their tracks
+        binds: list[tuple[int, int, int, int]] = []  # (event, source track, lane track, mode)
+        guides: list[tuple[int, Any]] = []  # (event, name)
+        synthetic, kinds, track = self.synthetic, self.kinds, self._track
+        streams, kernels, lane_slices = self.streams, self.kernels, self.lane_slices
+        for k, e in enumerate(events):
+            args = e.args
+            origin = None if args is None else args.origin
+            ph = e.ph
+            key = (e.pid, e.tid)
+            on_synthetic = ph == "X" and key in synthetic
+            if (not both_ok[k] and (on_synthetic or (ph == "X" and origin is not None))) or (
+                    not ts_ok[k] and origin is not None and ph in _FLOW_PHASES):
+                self._emit(first, timed, depth, tracks, binds, guides)
+                self.observe(first + k, bytes(raws[k]))
+                continue
+            if origin is not None:
+                self.relocated_events += 1
+                if ph in _FLOW_PHASES:
+                    self.relocated_flows += 1
+                    mode = _NEXT_FLOW if binds_next(ph, e.bp) else _FLOW
+                    binds.append((k, track((origin.pid, origin.tid)), track(key), mode))
+                    continue
+            if ph != "X":
+                continue
+            kind = kinds[e.cat]
+            activity = kind in ACTIVITY_KINDS
+            if activity:
+                orig = key if origin is None else (origin.pid, origin.tid)
+                group = (orig[0], args.device if args is not None else None)
+                streams.setdefault(group, set()).add(orig[1])
+                if kind == KERNEL:
+                    kernels[group] = kernels.get(group, 0) + 1
+            if on_synthetic:
+                lane_slices[key] = lane_slices.get(key, 0) + 1
+                depth.append(k)
+                tracks.append(track(key))
+                if e.cat == GUIDE_CATEGORY:
+                    guides.append((k, e.name))
+            if origin is not None and activity:
+                binds.append((k, track((origin.pid, origin.tid)), track(key), _ACTIVITY))
+        self._emit(first, timed, depth, tracks, binds, guides)
+
+    def _emit(self, first: int, timed: _Timed, depth: list[int], tracks: list[int],
+              binds: list, guides: list) -> None:
+        """The rows gathered for a chunk (the lists are emptied), after what `observe`
+        holds, so the stores get them in event order: slices on synthetic tracks (event,
+        track), flows and moved activities (event, source track, lane track, mode), guides
+        (event, name)."""
+        self._flush()
+        ts, dur = timed
+        if depth:
+            at = np.array(depth, np.int64)
+            for variant, start, length in (("exact", ts.exact, dur.exact),
+                                           ("round", ts.rounded, dur.rounded),
+                                           ("trunc", ts.truncated, dur.truncated)):
+                rows = np.empty(len(at), self.depth[variant].dtype)
+                rows["track"], rows["start"] = tracks, start[at]
+                rows["end"] = rows["start"] + length[at]
+                self.depth[variant].append(rows)
+            depth.clear()
+            tracks.clear()
+        for k, name in guides:
+            start = int(ts.rounded[k])
+            self.guides.observe(start, start + int(dur.rounded[k]), name)
+        guides.clear()
+        if binds:
+            at, source, lane, mode = (np.array(column, np.int64) for column in zip(*binds))
+            start = ts.exact[at]
+            end = np.where(mode == _ACTIVITY, start + dur.exact[at], start)
+            for side, sides in (("source", source), ("lane", lane)):
+                records = np.empty(len(at), _BIND_DTYPE)
+                records["track"], records["key"], records["end"] = sides, start, end
+                records["mode"], records["ordinal"] = mode, at + first
+                self.binding[side].append(records)
+            binds.clear()
 
     def _flush(self) -> None:
         for variant, rows in self._rows.items():
@@ -335,6 +564,96 @@ class _OutputChecks:
             for store in found.values():
                 store.close()
         return problems
+
+
+class _Kept:
+    """Record batches as a chunk's checks made them (a RecordStore's `append`)."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self.batches: list[np.ndarray] = []
+
+    def append(self, batch: np.ndarray) -> None:
+        self.batches.append(batch)
+
+
+class _GuidesSeen(list):
+    """A chunk's guides as `GuideOrder.observe` would get them: (start, end, name)."""
+
+    def observe(self, start: int, end: int, name: Any) -> None:
+        self.append((start, end, name))
+
+
+def observed_chunk(path: str, offset: int, length: int, first: int,
+                   synthetic: dict[tuple, str]) -> tuple:
+    """The output-only checks' facts of a chunk of a plain output file (in a worker)."""
+    checks = _OutputChecks.of_chunk(synthetic)
+    checks.observe_chunk(first, None, read_span(path, offset, length))
+    facts = checks.facts()
+    del checks
+    _worker_trim()
+    return facts
+
+
+class _Origin(msgspec.Struct):
+    pid: Any = None
+    tid: Any = None
+
+
+class _CheckArgs(msgspec.Struct):
+    device: Any = None
+    origin: _Origin | None = msgspec.field(default=None, name=PROVENANCE_KEY)
+
+
+class _CheckEvent(msgspec.Struct):
+    """What the output-only checks read of an event (`Head`'s fields, the exact ts/dur
+    texts and the provenance's pid and tid), for a chunk at a time."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
+    bp: Any = None
+    args: _CheckArgs | None = None
+
+
+_CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
+_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
+_PHASE, _ARGS, _PID, _TID = (attrgetter(name) for name in ("ph", "args", "pid", "tid"))
+_FLOW_PHASES = frozenset(("s", "t", "f"))
+
+
+@dataclass
+class NumberColumn:
+    """ts or dur texts as Perfetto imports them, a column at a time: the exact value in ns
+    (floor and ceil agree on these shapes), llround(double(text) * 1000) and its truncated
+    variant (integer literals are exact), and which texts are in Kineto's shapes (integer
+    or three decimals, see observe.kineto_shapes); the others are left to timebase."""
+
+    exact: np.ndarray
+    rounded: np.ndarray
+    truncated: np.ndarray
+    regular: np.ndarray
+
+    @classmethod
+    def parse(cls, texts: list) -> NumberColumn:
+        exact, shapes = kineto_column(texts, signed=True)
+        integer = shapes == SHAPE_INTEGER
+        regular = integer | (shapes == SHAPE_THREE)
+        product = double_values(np.where(regular, exact, 0), texts) * 1000.0
+        return cls(exact, np.where(integer, exact, llround_column(product)),
+                   np.where(integer, exact, np.trunc(product).astype(np.int64)), regular)
+
+
+class _Timed(tuple):
+    """(ts, dur) NumberColumns of a chunk's events."""
+
+    def __new__(cls, events: list) -> _Timed:
+        return super().__new__(cls, (NumberColumn.parse([e.ts for e in events]),
+                                     NumberColumn.parse([e.dur for e in events])))
 
 
 _ACTIVITY, _FLOW, _NEXT_FLOW = range(3)
@@ -458,7 +777,9 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
         try:
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
-            _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
+            if not _fast_compare(source, annotated, index, plan, data, retired, verdict,
+                                 tmpdir, pool):
+                _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
         finally:
             index.close()
     return verdict
@@ -473,6 +794,226 @@ def _sha_problem(source: TraceSource, data: dict) -> list[str]:
             "(a report from another source?)"]
 
 
+def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
+                  verdict: Verdict, tmpdir, pool) -> bool:
+    """Every check, when the output is byte for byte what the plan makes of the source
+    (True); else False with nothing added to `verdict`, and `_compare` names what differs.
+
+    The planned output is made again a chunk at a time by the rewrite's splice, its
+    numpy twin rather than the C extension the rewrite used (in the workers), and
+    compared with the output's chunks as they are read; the output-only checks read
+    each chunk's events at once (`_OutputChecks.observe_chunk`). A source event with
+    provenance in its `args` (the plan refuses those when it relocates) leaves this to
+    `_compare`, which locates provenance the exact way.
+    """
+    if index.provenance_ordinal is not None:
+        return False
+    try:
+        undo = Undo.from_report(data, retired, annotated.name)
+    except TraceError:
+        return False
+    # restore's splice runs in a worker meanwhile (it reads the output file itself)
+    restoring = (pool.submit(restored_sha256, annotated.path, undo)
+                 if annotated.path is not None else None)
+    checks = _OutputChecks(data, tmpdir)
+    planned = _PlannedStream(source, index, plan, dict(retired), pool)
+    try:
+        out_scan = DocumentScanner(annotated.read(ReadStats()))
+        by_path = annotated.plain_path if pool.workers else None
+        if not _as_planned(out_scan, planned, checks, pool, by_path):
+            return False
+        if restoring is None:
+            restoring = pool.submit(partial(_restored_from, quick=True), annotated, undo)
+        problem, digest = outcome(restoring)
+        if problem or _digest_problems(digest, source, undo):
+            return False
+        _add_checks(verdict, [], digest, [], True, index.layout, out_scan.layout, plan, checks,
+                    data)
+        return True
+    finally:
+        planned.close()
+        checks.close()
+
+
+def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream, checks: _OutputChecks,
+                pool, by_path: str | None) -> bool:
+    """Whether the output's events and the separators between them are the planned bytes
+    (each chunk is observed by `checks` as it passes, in the workers when they can read
+    the output file `by_path`)."""
+    window = 2 * max(pool.workers, 1)
+    expected = _Sequential(planned.pieces())
+    observing: deque = deque()  # the workers' chunks of output-only checks, in order
+    base = None
+    end = 0  # where the last chunk ended, from the first event on
+    for number, chunk in enumerate(out_scan.chunks()):
+        if number % _TRIM_EVERY == 0:
+            release_memory()  # chunk buffers come and go: give their pages back
+        content = chunk.content()
+        if base is None:
+            base = chunk.offset
+        start = chunk.offset - base
+        if start < end:
+            return False
+        gap = expected.take(start - end)
+        if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
+            return False
+        if expected.take(len(content)) != content:
+            return False
+        end = start + len(content)
+        if by_path is None:
+            checks.observe_chunk(chunk.first_ordinal, chunk.events, content)
+            continue
+        observing.append(pool.submit(observed_chunk, by_path, chunk.offset, len(content),
+                                     chunk.first_ordinal, checks.synthetic))
+        while len(observing) > window:
+            checks.merge(outcome(observing.popleft()))
+    while observing:
+        checks.merge(outcome(observing.popleft()))
+    return base is not None and expected.ended() and planned.retired_ok
+
+
+_SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
+
+
+class _Sequential:
+    """Bytes handed out in order from an iterator of pieces."""
+
+    def __init__(self, pieces: Iterator[bytes]):
+        self._pieces = pieces
+        self._data = b""
+        self._pos = 0
+
+    def take(self, length: int) -> bytes | None:
+        """The next `length` bytes, or None when fewer are left."""
+        parts = []
+        while length:
+            if self._pos >= len(self._data):
+                piece = next(self._pieces, None)
+                if piece is None:
+                    return None
+                self._data, self._pos = piece, 0
+                continue
+            part = self._data[self._pos : self._pos + length]
+            parts.append(part)
+            self._pos += len(part)
+            length -= len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def ended(self) -> bool:
+        """Whether every byte was taken."""
+        return self._pos >= len(self._data) and not any(self._pieces)
+
+
+class _PlannedStream:
+    """The rewrite's output from the first event to the end of the added events, made again
+    a chunk at a time (as `rewrite._rewrite` does) with the splice's numpy twin; the report's
+    retired events are compared with the source's on the way (`retired_ok`)."""
+
+    def __init__(self, source: TraceSource, index: TraceIndex, plan: Plan, retired_map: dict,
+                 pool):
+        self._source, self._index, self._plan = source, index, plan
+        self._retired = retired_map
+        self._pool = pool
+        self._pending: deque = deque()
+        self.retired_ok = True
+
+    def pieces(self) -> Iterator[bytes]:
+        index, plan, pool, pending = self._index, self._plan, self._pool, self._pending
+        cursor = StreamCursor(self._source.read(ReadStats()))
+        window = 2 * max(pool.workers, 1)
+        by_path = self._source.plain_path if pool.workers else None
+        ends_dropped = False
+        first = True
+        for chunk, rows, actions in chunk_edits(index, plan):
+            separator = cursor.take(chunk.offset - cursor.pos)
+            dropping = bool(len(rows)) and bool((actions == DELETE).any())
+            # a worker hands its chunk back in a shared slot when one is free
+            slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
+            if len(rows) and by_path is not None and not dropping:
+                cursor.skip(chunk.length)
+                payload = pool.submit(planned_file_chunk, by_path, chunk.offset, chunk.length,
+                                      rows, actions, plan.targets, slot)
+            elif len(rows):
+                data = cursor.take(chunk.length)
+                if dropping:
+                    self._check_retired(data, chunk.offset, rows, actions)
+                payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
+                                      plan.targets, slot)
+            else:
+                payload = cursor.take(chunk.length)
+            pending.append((b"" if first else separator, payload, not first, slot))
+            first = False
+            while len(pending) > window:
+                piece, ends_dropped = self._next(ends_dropped)
+                yield from piece
+        while pending:
+            piece, ends_dropped = self._next(ends_dropped)
+            yield from piece
+        if plan.appended:
+            lead = b"" if (not index.layout.event_count or ends_dropped) else b",\n"
+            for block in plan.appended.blocks():
+                yield lead + b",\n".join(block)
+                lead = b",\n"
+
+    def _next(self, ends_dropped: bool) -> tuple[tuple[bytes, ...], bool]:
+        """The next chunk's separator and bytes, and whether its last event was dropped."""
+        separator, payload, conditional, slot = self._pending.popleft()
+        lead = b"" if conditional and ends_dropped else separator
+        if isinstance(payload, bytes):
+            return (lead, payload), False
+        spliced, dropped = outcome(payload)
+        if isinstance(spliced, int):  # its length, in the slot
+            spliced = self._pool.slots.read(slot, spliced)
+        if slot is not None:
+            self._pool.slots.release(slot)
+        return (lead, spliced), dropped_last(dropped)
+
+    def _check_retired(self, data: bytes, offset: int, rows: np.ndarray,
+                       actions: np.ndarray) -> None:
+        for ordinal, start, length, action in zip(rows["ordinal"].tolist(),
+                                                  rows["offset"].tolist(),
+                                                  rows["length"].tolist(), actions.tolist()):
+            start -= offset
+            if action == DELETE and self._retired.get(ordinal) != data[start : start + length]:
+                self.retired_ok = False
+
+    def close(self) -> None:
+        """Drop the chunks still being made (the comparison stopped early; their slots stay
+        taken, a worker may still write in them)."""
+        for _, payload, _, _ in self._pending:
+            if not isinstance(payload, bytes):
+                payload.cancel()
+        self._pending.clear()
+
+
+def planned_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
+                       actions: np.ndarray, targets: dict, slot: int | None
+                       ) -> tuple[bytes | int, tuple[bytes, ...]]:
+    """`planned_chunk` of a span of a plain file, read by the worker itself."""
+    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets, slot)
+
+
+def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
+                  targets: dict, slot: int | None) -> tuple[bytes | int, tuple[bytes, ...]]:
+    """A source chunk as the plan makes it, spliced without the C extension (in a worker:
+    handed back in `slot` if it has one, see workers.deliver), and the separators its
+    dropped events took."""
+    spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
+    result = deliver(spliced, slot)
+    del data, spliced
+    _worker_trim()
+    return result, dropped
+
+
+_worker_tasks = itertools.count(1)
+
+
+def _worker_trim() -> None:
+    """In a worker, after every few chunks: give the pages of their buffers back."""
+    if next(_worker_tasks) % _TRIM_EVERY == 0:
+        release_memory()
+
+
 def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
              verdict: Verdict, tmpdir) -> None:
     src_stats, out_stats = ReadStats(), ReadStats()
@@ -483,14 +1024,25 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         event_problems, in_step = _lockstep(src_events, out_events, index, plan, retired,
                                             checks)
         restore_problems, digest = _restore_problems(source, annotated, data, retired)
-        verdict.add("restored events equal the source", restore_problems,
-                    f"restore gives back the source byte for byte (sha256 {digest[:16]}…)")
-        verdict.add("output equals the plan", event_problems,
-                    f"{len(plan.appended):,} added events, every relocation on its planned lane")
-        if not in_step:  # the output-only checks would report what the lost step left out
-            return
-        verdict.add("top-level metadata", _top_level_problems(src_scan, out_scan, plan),
-                    f"{len(src_scan.layout.values)} top-level keys equal and in order")
+        _add_checks(verdict, restore_problems, digest, event_problems, in_step,
+                    src_scan.layout, out_scan.layout, plan, checks, data)
+    finally:
+        checks.close()
+
+
+def _add_checks(verdict: Verdict, restore_problems: list[str], digest: str,
+                event_problems: list[str], in_step: bool, source_layout, output_layout,
+                plan: Plan, checks: _OutputChecks, data: dict) -> None:
+    """The verdict's checks after the comparison (the output-only ones when it stayed in
+    step)."""
+    verdict.add("restored events equal the source", restore_problems,
+                f"restore gives back the source byte for byte (sha256 {digest[:16]}…)")
+    verdict.add("output equals the plan", event_problems,
+                f"{len(plan.appended):,} added events, every relocation on its planned lane")
+    if in_step:  # else the output-only checks would report what the lost step left out
+        verdict.add("top-level metadata",
+                    _top_level_problems(source_layout, output_layout, plan),
+                    f"{len(source_layout.values)} top-level keys equal and in order")
         verdict.add("depth zero on synthetic tracks", checks.depth_problems(),
                     f"{len(checks.synthetic)} synthetic tracks import at depth zero")
         verdict.add("flows on their activity's lane", checks.binding_problems(),
@@ -503,8 +1055,6 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
         verdict.add("lanes", _lane_problems(checks, data),
                     "the report's lanes and relocation counts are the output's"
                     if "groups" in data.get("compaction", data) else "no lanes expected")
-    finally:
-        checks.close()
 
 
 def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[list[str], bool]:
@@ -605,18 +1155,42 @@ def _restore_problems(source: TraceSource, annotated: TraceSource, data: dict,
     bytes compared with the source's by sha256; (problems, the hash)."""
     try:
         undo = Undo.from_report(data, retired, annotated.name)
-        writer = HashingWriter()
-        splice_back(annotated, undo, writer)
     except TraceError as exc:
         return [str(exc)], ""
-    restored, actual = writer.hexdigest(), source.data_sha256()
+    problem, restored = _restored_from(annotated, undo)
+    if problem:
+        return [problem], ""
+    return _digest_problems(restored, source, undo), restored
+
+
+def _digest_problems(restored: str, source: TraceSource, undo: Undo) -> list[str]:
+    """The restored bytes' sha256 against the source's and the report's."""
+    actual = source.data_sha256()
     if restored != actual:
         return [f"the restored bytes differ from the source's (sha256 {restored[:16]}… vs "
-                f"{actual[:16]}…)"], restored
+                f"{actual[:16]}…)"]
     if undo.sha256 != actual:
         return [f"the report's source_data_sha256 {undo.sha256[:16]}… is not the source's "
-                f"{actual[:16]}…"], restored
-    return [], restored
+                f"{actual[:16]}…"]
+    return []
+
+
+def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
+    """`_restored_from` the output file at `path` (in a worker process), the quick way: a
+    digest that is not the source's sends verify to the exact one."""
+    with TraceSource(path) as annotated:
+        return _restored_from(annotated, undo, quick=True)
+
+
+def _restored_from(annotated: TraceSource, undo: Undo, *,
+                   quick: bool = False) -> tuple[str, str]:
+    """(why restore's splice failed, "") or ("", the sha256 of the bytes it restores)."""
+    writer = HashingWriter()
+    try:
+        splice_back(annotated, undo, writer, quick=quick)
+    except TraceError as exc:
+        return str(exc), ""
+    return "", writer.hexdigest()
 
 
 def _where(raw: bytes) -> str:
@@ -624,8 +1198,7 @@ def _where(raw: bytes) -> str:
     return f"pid {head.pid} tid {head.tid}"
 
 
-def _top_level_problems(src_scan, out_scan, plan) -> list[str]:
-    src, out = src_scan.layout, out_scan.layout
+def _top_level_problems(src: Layout, out: Layout, plan: Plan) -> list[str]:
     if src.shape != out.shape:
         return [f"top level is {out.shape} in the output, {src.shape} in the source"]
     ours = [v for v in out.values if v.key == "tracestream"]
