@@ -8,10 +8,12 @@ it, so later passes read the spool. The spool has no name while it is open
 
 Every read checksums the raw bytes (CRC-32, cheap) in a background thread
 together with decompression, so a file that changes between passes is detected
-and refused. The first read also hashes the decompressed bytes (sha256, the JSON
-text that `restore` gives back). The report's sha256 of the raw bytes is computed
-on request, in a thread of its own, by a further read (`TraceSource.start_hashing`);
-for an uncompressed input that read only checks the bytes the first read hashed.
+and refused. The first read of a compressed input also hashes the decompressed
+bytes (sha256, the JSON text that `restore` gives back). The report's sha256 of
+the raw bytes is computed on request, in a thread of its own, by a further read
+(`TraceSource.start_hashing`); for an uncompressed input, whose raw bytes are its
+decompressed bytes, that one hash is both. A source made with `hash_data=False`
+(read-only commands, which report no hash) hashes nothing.
 """
 
 from __future__ import annotations
@@ -95,8 +97,9 @@ class ReadStats:
 class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
-    def __init__(self, spec: str | os.PathLike, *, stdin=None):
+    def __init__(self, spec: str | os.PathLike, *, stdin=None, hash_data: bool = True):
         self.spec = str(spec)
+        self.hash_data = hash_data  # False: no sha256 is ever asked for (read-only commands)
         self._hasher: _Hasher | None = None
         self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._stdin = None
@@ -255,14 +258,14 @@ class TraceSource:
 
         hashlib releases the GIL, so the hash (~0.8 CPU-s per GB) costs no time where a
         core is idle: run after the index pass, it goes on while the plan keeps one core
-        busy, instead of taking a share of the cores the index pass keeps busy.
+        busy, instead of taking a share of the cores the index pass keeps busy. That is
+        also why the first read of an uncompressed input hashes nothing: this hash of its
+        raw bytes is the hash of its decompressed bytes too (`data_sha256`).
         """
         if self.first_stats is None:
             raise TraceError("internal error: the source is hashed after its first read")
         if self._hasher is None:
-            # uncompressed, the bytes are those the first read hashed: the read only checks
-            known = self.first_stats.data_sha256 if self.compression == "none" else None
-            self._hasher = _Hasher(self._open_for_reading, self.first_stats, self.name, known)
+            self._hasher = _Hasher(self._open_for_reading, self.first_stats, self.name)
 
     def sha256(self) -> str:
         """The raw bytes' sha256 (hex), from `start_hashing`'s thread (started if need be).
@@ -273,14 +276,23 @@ class TraceSource:
         return self._hasher.result()
 
     def data_sha256(self) -> str:
-        """The sha256 (hex) of the decompressed bytes, from the first complete read."""
+        """The sha256 (hex) of the decompressed bytes: from the first complete read of a
+        compressed input, the raw bytes' `sha256` of an uncompressed one."""
         if self.first_stats is None:
             raise TraceError("internal error: the source is hashed during its first read")
+        if self.compression == "none":
+            return self.sha256()
+        if not self.hash_data:
+            raise TraceError("internal error: a source made with hash_data=False was hashed")
         return self.first_stats.data_sha256
+
+    def _hashes_first_read(self, compression: str) -> bool:
+        """Whether the read about to start hashes the decompressed bytes (see data_sha256)."""
+        return self.first_stats is None and self.hash_data and compression != "none"
 
     def _decoded(self, raw: Iterator[bytes], stats: ReadStats, compression: str):
         """Checksum and decompress in a background thread; yield decompressed blocks."""
-        digest = hashlib.sha256() if self.first_stats is None else None
+        digest = hashlib.sha256() if self._hashes_first_read(compression) else None
         return _threaded(_decode_blocks(raw, stats, compression, self, digest), name=self.name)
 
     def finish_read(self, stats: ReadStats) -> None:
@@ -340,11 +352,9 @@ def _bytes_changed(name: str) -> TraceError:
 
 
 class _Hasher:
-    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC
-    (`known`: the sha256 those bytes must have, already computed: only the check is made)."""
+    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC."""
 
-    def __init__(self, opener, expected: ReadStats, name: str, known: str | None = None):
-        self._known = known
+    def __init__(self, opener, expected: ReadStats, name: str):
         self._opener = opener
         self._expected = expected
         self._name = name
@@ -364,8 +374,7 @@ class _Hasher:
                     block = fh.read(PLAIN_BLOCK)
                     if not block:
                         break
-                    if self._known is None:
-                        digest.update(block)
+                    digest.update(block)
                     crc = isal_zlib.crc32(block, crc)
                     total += len(block)
         except OSError as exc:
@@ -376,7 +385,7 @@ class _Hasher:
         if (total, crc) != (self._expected.raw_bytes, self._expected.crc32):
             self._error = _bytes_changed(self._name)
             return
-        self._digest = self._known or digest.hexdigest()
+        self._digest = digest.hexdigest()
 
     def result(self) -> str:
         self._thread.join()
