@@ -12,8 +12,10 @@ and refused. The first read of a compressed input also hashes the decompressed
 bytes (sha256, the JSON text that `restore` gives back). The report's sha256 of
 the raw bytes is computed on request, in a thread of its own, by a further read
 (`TraceSource.start_hashing`); for an uncompressed input, whose raw bytes are its
-decompressed bytes, that one hash is both. A source made with `hash_data=False`
-(read-only commands, which report no hash) hashes nothing.
+decompressed bytes, that one hash is both. A source made with `read_once=True`
+(read-only commands: one pass, no hash in their output) hashes nothing, and when
+worker processes read an uncompressed file's bytes, its one read skips them
+(`read_skipping`).
 """
 
 from __future__ import annotations
@@ -92,14 +94,15 @@ class ReadStats:
     data_bytes: int = 0
     crc32: int = 0
     data_sha256: str = ""  # of the decompressed bytes; the first read only
+    checksummed: bool = True  # False: a skipping read (`TraceSource.read_skipping`)
 
 
 class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
-    def __init__(self, spec: str | os.PathLike, *, stdin=None, hash_data: bool = True):
+    def __init__(self, spec: str | os.PathLike, *, stdin=None, read_once: bool = False):
         self.spec = str(spec)
-        self.hash_data = hash_data  # False: no sha256 is ever asked for (read-only commands)
+        self.read_once = read_once  # a read-only command's source: one read, no sha256
         self._hasher: _Hasher | None = None
         self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._stdin = None
@@ -182,6 +185,19 @@ class TraceSource:
             return self._read_stdin_first(stats)
         return self._read_file(stats)
 
+    def read_skipping(self, stats: ReadStats) -> SkippingBlocks | None:
+        """The one read of an uncompressed file whose bytes are mostly read elsewhere (by
+        worker processes, see `plain_path`): its blocks, read on demand, with `skip_to`
+        to pass bytes without reading them. Nothing is checksummed, so the source cannot
+        be read again. None unless the source is `read_once` and not yet read."""
+        if self.plain_path is None or self.first_stats is not None or not self.read_once:
+            return None
+        try:
+            fh = open(self.path, "rb")
+        except OSError as exc:
+            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
+        return SkippingBlocks(fh, stats, self.name)
+
     def _open_for_reading(self):
         """A new reader from the start: of the spool (its own offset), else of the file."""
         if self._spool is not None:
@@ -222,6 +238,8 @@ class TraceSource:
         return self._decoded(with_first(), stats, self.compression)
 
     def _read_file(self, stats: ReadStats) -> Iterator[bytes]:
+        if self.first_stats is not None and not self.first_stats.checksummed:
+            raise TraceError("internal error: a source read by skipping is read again")
         if self._spool is None:
             self._check_unchanged()
         try:
@@ -282,13 +300,13 @@ class TraceSource:
             raise TraceError("internal error: the source is hashed during its first read")
         if self.compression == "none":
             return self.sha256()
-        if not self.hash_data:
-            raise TraceError("internal error: a source made with hash_data=False was hashed")
+        if self.read_once:
+            raise TraceError("internal error: a source made with read_once was hashed")
         return self.first_stats.data_sha256
 
     def _hashes_first_read(self, compression: str) -> bool:
         """Whether the read about to start hashes the decompressed bytes (see data_sha256)."""
-        return self.first_stats is None and self.hash_data and compression != "none"
+        return self.first_stats is None and not self.read_once and compression != "none"
 
     def _decoded(self, raw: Iterator[bytes], stats: ReadStats, compression: str):
         """Checksum and decompress in a background thread; yield decompressed blocks."""
@@ -308,6 +326,43 @@ class TraceSource:
         ):
             raise _bytes_changed(self.name)
         self._check_unchanged()
+
+
+class SkippingBlocks:
+    """The blocks of an uncompressed file, read in the calling thread only where they are
+    iterated (see TraceSource.read_skipping); `stats` gets the sizes at the end, no
+    checksum."""
+
+    def __init__(self, fh, stats: ReadStats, name: str):
+        self._fh = fh
+        self._stats = stats
+        self._name = name
+        self._pos = 0
+        stats.checksummed = False
+
+    def __iter__(self) -> SkippingBlocks:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._fh.closed:
+            raise StopIteration
+        try:
+            data = self._fh.read(PLAIN_BLOCK)
+        except OSError as exc:
+            self._fh.close()
+            raise TraceError(f"cannot read {self._name}: {exc}") from None
+        if not data:
+            self._fh.close()
+            self._stats.raw_bytes = self._stats.data_bytes = self._pos
+            raise StopIteration
+        self._pos += len(data)
+        return data
+
+    def skip_to(self, offset: int) -> None:
+        """Go on reading at `offset` (at or after what was read), passing the bytes before."""
+        if not self._fh.closed:
+            self._fh.seek(offset)
+            self._pos = offset
 
 
 def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source,
