@@ -247,6 +247,32 @@ def test_anchor_kernels_are_picked_and_refused_alike(kernels):
     assert _observed(events, context) == _numpy(_observed, events, context)
 
 
+_STREAMS = st.sampled_from([b"7", b"7.0", b"true", b'"7"', b"null", b"[7]", b'{"s": 7}', None])
+
+
+@needs_c
+@given(st.lists(st.tuples(_NAMES, _STREAMS, st.booleans()), min_size=1, max_size=40),
+       st.booleans())
+def test_matched_kernels_get_the_same_stream_and_name_codes_either_way(kernels, anchors):
+    """Streams and names of matched kernels are numbered by (type, value), so 7, 7.0 and
+    true are three streams and "k" and its escape one name; an object or array as a
+    matched kernel's stream is refused at the same event; `layers` (every slice kept) and
+    `anchors` (only the matched kernels) alike."""
+    events = b", ".join(
+        b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1%b}'
+        % (name, k, b"" if stream is None else
+           b', "args": {"device": 0%b}' % (b', "stream": %b' % stream if has_stream else b""))
+        for k, (name, stream, has_stream) in enumerate(kernels))
+    context = observe.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
+                              records=not anchors, bounds=not anchors)
+    with_c, with_numpy = _observed(events, context), _numpy(_observed, events, context)
+    assert with_c == with_numpy
+    if len(with_c) == 3:  # not refused; equal values of other types (7 == 7.0) are not equal keys
+        assert [[type(x) for x in names + streams] for _, names, streams, _ in with_c[2].values()
+                ] == [[type(x) for x in names + streams]
+                      for _, names, streams, _ in with_numpy[2].values()]
+
+
 def _both_ways(*args) -> tuple[bytes, bytes]:
     """The output of one CLI run with the C extension and one with numpy (each in its own
     folder: the output names its report)."""
