@@ -274,8 +274,8 @@ def test_matched_kernels_get_the_same_stream_and_name_codes_either_way(kernels, 
 
 
 def _both_ways(*args) -> tuple[bytes, bytes]:
-    """The output of one CLI run with the C extension and one with numpy (each in its own
-    folder: the output names its report)."""
+    """The output and then the report of one CLI run with the C extension and one with
+    numpy (each in its own folder: the output names its report)."""
     outputs = []
     at = args.index("--output") + 1
     for name, env in (("c", {}), ("numpy", {"TRACESTREAM_PURE": "1"})):
@@ -285,7 +285,8 @@ def _both_ways(*args) -> tuple[bytes, bytes]:
             TRACESTREAM + [str(a) for a in (*args[:at], output, *args[at + 1:])],
             capture_output=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
         assert result.returncode == 0, result.stderr.decode()
-        outputs.append(output.read_bytes())
+        report, = output.parent.glob(f"{output.name}.*.json")
+        outputs.append(output.read_bytes() + report.read_bytes())
     return outputs[0], outputs[1]
 
 
