@@ -157,6 +157,24 @@ def test_splice_refuses_ranges_out_of_order():
         C.splice(data, tuple(columns), np.array([True]), [b"99"], [None], parts, parts)
 
 
+@needs_c
+def test_splice_writes_into_a_slot_that_holds_the_chunk():
+    """A worker's shared slot: the spliced chunk goes there (its length returned) when it
+    fits, else it comes back as bytes; the slot's bytes past it stay as they were."""
+    data = b'{"pid": 0, "tid": 7, "args": {"a": 1}}'
+    columns = tuple(np.array([v], np.int64) for v in (0, 8, 9, 18, 19, 30, 1))
+    parts = (b"<", b"|", b"|", b">")
+    spliced = b'{"pid": 0, "tid": 99, "args": {<0|7|1>, "a": 1}}'
+    slot = bytearray(b"#" * (len(spliced) + 3))
+    written = C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts, slot)
+    assert written == len(spliced)
+    assert slot == spliced + b"###"
+    small = bytearray(len(spliced) - 1)
+    assert C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts,
+                    small) == spliced
+    assert small == bytearray(len(spliced) - 1)
+
+
 _KEY_MEMBERS = st.one_of(st.integers(-3, 400), st.sampled_from(
     [b"1.0", b"0.0", b"-0.0", b"true", b"9223372036854775807", b"-9223372036854775808",
      b"9223372036854775808", b"123456789012345678901234567890", b'"1"', b'"gpu"', b"null"]))

@@ -380,16 +380,18 @@ PyDoc_STRVAR(splice_doc,
 "data[tid_end:resume], and the member: template[0] + pid + template[1] + tid +\n"
 "template[2] + ordinal + template[3], from with_args_member where with_args[i]\n"
 "(followed by `, ` unless the args are empty) and from no_args_member elsewhere.\n"
-"data[resume[-1]:] ends the chunk.");
+"data[resume[-1]:] ends the chunk.\n\n"
+"With `into` (a writable buffer: a worker's shared slot), a chunk that fits is\n"
+"written there and its length returned instead (workers.deliver without a copy).");
 
 static PyObject *
 splice(PyObject *module, PyObject *args)
 {
-    Py_buffer buf, flags;
+    Py_buffer buf, flags, into = {0};
     PyObject *columns_obj, *new_tids, *new_pids, *with_parts, *without_parts;
-    if (!PyArg_ParseTuple(args, "y*O!y*O!O!OO:splice", &buf, &PyTuple_Type, &columns_obj,
+    if (!PyArg_ParseTuple(args, "y*O!y*O!O!OO|w*:splice", &buf, &PyTuple_Type, &columns_obj,
                           &flags, &PyList_Type, &new_tids, &PyList_Type, &new_pids,
-                          &with_parts, &without_parts))
+                          &with_parts, &without_parts, &into))
         return NULL;
     Py_buffer col[COLUMNS];
     int held = 0;
@@ -441,10 +443,17 @@ splice(PyObject *module, PyObject *args)
         last = resume;
     }
 
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (out == NULL)
-        goto done;
-    char *w = PyBytes_AS_STRING(out);
+    char *start;
+    if (into.obj != NULL && total <= into.len) {
+        start = into.buf;
+    }
+    else {
+        out = PyBytes_FromStringAndSize(NULL, total);
+        if (out == NULL)
+            goto done;
+        start = PyBytes_AS_STRING(out);
+    }
+    char *w = start;
 #define PUT(src, len) do { memcpy(w, (src), (len)); w += (len); } while (0)
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t prev = c[PREVIOUS][i], p0 = c[PID_START][i], p1 = c[PID_END][i];
@@ -474,9 +483,12 @@ splice(PyObject *module, PyObject *args)
     }
     PUT(data + last, buf.len - last);
 #undef PUT
-    if (w != PyBytes_AS_STRING(out) + total) { /* cannot happen: the sizes were summed above */
+    if (w != start + total) { /* cannot happen: the sizes were summed above */
         Py_CLEAR(out);
         PyErr_SetString(PyExc_SystemError, "splice: size mismatch");
+    }
+    else if (out == NULL) {
+        out = PyLong_FromSsize_t(total);
     }
 
 done:
@@ -484,6 +496,8 @@ done:
         PyBuffer_Release(&col[k]);
     PyBuffer_Release(&flags);
     PyBuffer_Release(&buf);
+    if (into.obj != NULL)
+        PyBuffer_Release(&into);
     return out;
 }
 
