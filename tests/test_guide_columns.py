@@ -9,12 +9,16 @@ way (one Match object, one dict per guide, the report written whole by
 import json
 import re
 
+import numpy as np
 import orjson
 import pytest
 from conftest import ANCHOR, TERMINAL, layers_args, run
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from tracestream.api import add_layer_guides
 from tracestream.guides import GUIDE_NOTICE, LayerSpec, on_gpu, select_gpu
+from tracestream.guidetext import relative_ms_column
 from tracestream.index import IndexOptions, run_index
 from tracestream.jsontext import RawNumber, dumps, dumps_pretty
 from tracestream.reports import LayerRows
@@ -146,3 +150,23 @@ def test_the_library_reads_the_rows_from_the_report_file(traces, tmp_path):
     assert done.data["layers"][-1] == report["layers"][-1]
     assert f"= {len(report['layers'])} guides on pid 0 device 0" in done.summary()
     assert "the last layer's at a zero-length marker at its anchor" in done.summary()
+
+
+_NS = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@given(st.lists(_NS, max_size=50), _NS)
+@example([0, 1, -1, (1 << 50) - 1, -(1 << 50) + 1, 999_999_500, 123_456_789_012_345], 0)
+@example([1764400000000000000 + (1 << 50) + 5, 1764400000000000001], 1764400000000000000)
+def test_relative_ms_columns_are_the_rounded_quotients(values, origin):
+    """The report's *_relative_ms: round((ns - origin) / 1e6, 6) exactly, as floats, also
+    far from the origin and at int64's limits (where each value is rounded in Python)."""
+    ns = np.array(values, np.int64)
+    assert relative_ms_column(ns, origin) == [round((n - origin) / 1e6, 6) for n in values]
+
+
+@given(st.lists(st.integers(-(1 << 50) + 1, (1 << 50) - 1), min_size=1, max_size=200),
+       st.integers(0, 1 << 61))
+def test_relative_ms_near_the_origin_need_no_rounding(offsets, origin):
+    ns = np.array([origin + k for k in offsets], np.int64)
+    assert relative_ms_column(ns, origin) == [round(k / 1e6, 6) for k in offsets]

@@ -157,6 +157,24 @@ def test_splice_refuses_ranges_out_of_order():
         C.splice(data, tuple(columns), np.array([True]), [b"99"], [None], parts, parts)
 
 
+@needs_c
+def test_splice_writes_into_a_slot_that_holds_the_chunk():
+    """A worker's shared slot: the spliced chunk goes there (its length returned) when it
+    fits, else it comes back as bytes; the slot's bytes past it stay as they were."""
+    data = b'{"pid": 0, "tid": 7, "args": {"a": 1}}'
+    columns = tuple(np.array([v], np.int64) for v in (0, 8, 9, 18, 19, 30, 1))
+    parts = (b"<", b"|", b"|", b">")
+    spliced = b'{"pid": 0, "tid": 99, "args": {<0|7|1>, "a": 1}}'
+    slot = bytearray(b"#" * (len(spliced) + 3))
+    written = C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts, slot)
+    assert written == len(spliced)
+    assert slot == spliced + b"###"
+    small = bytearray(len(spliced) - 1)
+    assert C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts,
+                    small) == spliced
+    assert small == bytearray(len(spliced) - 1)
+
+
 _KEY_MEMBERS = st.one_of(st.integers(-3, 400), st.sampled_from(
     [b"1.0", b"0.0", b"-0.0", b"true", b"9223372036854775807", b"-9223372036854775808",
      b"9223372036854775808", b"123456789012345678901234567890", b'"1"', b'"gpu"', b"null"]))
@@ -247,9 +265,35 @@ def test_anchor_kernels_are_picked_and_refused_alike(kernels):
     assert _observed(events, context) == _numpy(_observed, events, context)
 
 
+_STREAMS = st.sampled_from([b"7", b"7.0", b"true", b'"7"', b"null", b"[7]", b'{"s": 7}', None])
+
+
+@needs_c
+@given(st.lists(st.tuples(_NAMES, _STREAMS, st.booleans()), min_size=1, max_size=40),
+       st.booleans())
+def test_matched_kernels_get_the_same_stream_and_name_codes_either_way(kernels, anchors):
+    """Streams and names of matched kernels are numbered by (type, value), so 7, 7.0 and
+    true are three streams and "k" and its escape one name; an object or array as a
+    matched kernel's stream is refused at the same event; `layers` (every slice kept) and
+    `anchors` (only the matched kernels) alike."""
+    events = b", ".join(
+        b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1%b}'
+        % (name, k, b"" if stream is None else
+           b', "args": {"device": 0%b}' % (b', "stream": %b' % stream if has_stream else b""))
+        for k, (name, stream, has_stream) in enumerate(kernels))
+    context = observe.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
+                              records=not anchors, bounds=not anchors)
+    with_c, with_numpy = _observed(events, context), _numpy(_observed, events, context)
+    assert with_c == with_numpy
+    if len(with_c) == 3:  # not refused; equal values of other types (7 == 7.0) are not equal keys
+        assert [[type(x) for x in names + streams] for _, names, streams, _ in with_c[2].values()
+                ] == [[type(x) for x in names + streams]
+                      for _, names, streams, _ in with_numpy[2].values()]
+
+
 def _both_ways(*args) -> tuple[bytes, bytes]:
-    """The output of one CLI run with the C extension and one with numpy (each in its own
-    folder: the output names its report)."""
+    """The output and then the report of one CLI run with the C extension and one with
+    numpy (each in its own folder: the output names its report)."""
     outputs = []
     at = args.index("--output") + 1
     for name, env in (("c", {}), ("numpy", {"TRACESTREAM_PURE": "1"})):
@@ -259,7 +303,8 @@ def _both_ways(*args) -> tuple[bytes, bytes]:
             TRACESTREAM + [str(a) for a in (*args[:at], output, *args[at + 1:])],
             capture_output=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
         assert result.returncode == 0, result.stderr.decode()
-        outputs.append(output.read_bytes())
+        report, = output.parent.glob(f"{output.name}.*.json")
+        outputs.append(output.read_bytes() + report.read_bytes())
     return outputs[0], outputs[1]
 
 

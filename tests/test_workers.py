@@ -4,6 +4,7 @@ chunks travel through shared slots, or pipes when they do not fit)."""
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
@@ -50,6 +51,38 @@ def test_inspect_and_anchors_report_the_same_with_workers(several_chunks):
                           workers=w) for w in (0, 2)]
     assert found[0]["count"] > 500
     assert b"".join(anchors_json(found[0])) == b"".join(anchors_json(found[1]))
+
+
+def test_read_only_commands_hash_nothing_and_leave_a_files_bytes_to_the_workers(
+        several_chunks, monkeypatch):
+    """inspect and anchors report no hash: their one pass computes none (a compressed input
+    is still decompressed in full); of a plain file the main process reads only what it
+    decodes itself, near the start and the end, while the workers read their chunks."""
+    from tracestream import source as source_module
+
+    hashed, read_here = [], []
+    real_sha256 = source_module.hashlib.sha256
+
+    def counted_sha256(*args):
+        hashed.append(1)
+        return real_sha256(*args)
+
+    real_read = source_module.TraceSource.read
+
+    def counted_read(self, stats=None):
+        for block in real_read(self, stats):
+            read_here.append(len(block))
+            yield block
+
+    monkeypatch.setattr(source_module.hashlib, "sha256", counted_sha256)
+    monkeypatch.setattr(source_module.TraceSource, "read", counted_read)
+    inspect_trace(several_chunks, workers=2)
+    find_anchors(several_chunks, f"^{re.escape(ANCHOR)}$", cross_check=TERMINAL, workers=2)
+    assert not hashed
+    if several_chunks.suffix == ".json":
+        assert not read_here  # no full read: the scanner reads near its cuts
+    else:  # each command decompresses the whole input once
+        assert sum(read_here) == 2 * len(gzip.decompress(several_chunks.read_bytes()))
 
 
 @pytest.mark.parametrize("slot_bytes", [4096, 2_150_000])

@@ -380,16 +380,18 @@ PyDoc_STRVAR(splice_doc,
 "data[tid_end:resume], and the member: template[0] + pid + template[1] + tid +\n"
 "template[2] + ordinal + template[3], from with_args_member where with_args[i]\n"
 "(followed by `, ` unless the args are empty) and from no_args_member elsewhere.\n"
-"data[resume[-1]:] ends the chunk.");
+"data[resume[-1]:] ends the chunk.\n\n"
+"With `into` (a writable buffer: a worker's shared slot), a chunk that fits is\n"
+"written there and its length returned instead (workers.deliver without a copy).");
 
 static PyObject *
 splice(PyObject *module, PyObject *args)
 {
-    Py_buffer buf, flags;
+    Py_buffer buf, flags, into = {0};
     PyObject *columns_obj, *new_tids, *new_pids, *with_parts, *without_parts;
-    if (!PyArg_ParseTuple(args, "y*O!y*O!O!OO:splice", &buf, &PyTuple_Type, &columns_obj,
+    if (!PyArg_ParseTuple(args, "y*O!y*O!O!OO|w*:splice", &buf, &PyTuple_Type, &columns_obj,
                           &flags, &PyList_Type, &new_tids, &PyList_Type, &new_pids,
-                          &with_parts, &without_parts))
+                          &with_parts, &without_parts, &into))
         return NULL;
     Py_buffer col[COLUMNS];
     int held = 0;
@@ -441,10 +443,17 @@ splice(PyObject *module, PyObject *args)
         last = resume;
     }
 
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (out == NULL)
-        goto done;
-    char *w = PyBytes_AS_STRING(out);
+    char *start;
+    if (into.obj != NULL && total <= into.len) {
+        start = into.buf;
+    }
+    else {
+        out = PyBytes_FromStringAndSize(NULL, total);
+        if (out == NULL)
+            goto done;
+        start = PyBytes_AS_STRING(out);
+    }
+    char *w = start;
 #define PUT(src, len) do { memcpy(w, (src), (len)); w += (len); } while (0)
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t prev = c[PREVIOUS][i], p0 = c[PID_START][i], p1 = c[PID_END][i];
@@ -474,9 +483,12 @@ splice(PyObject *module, PyObject *args)
     }
     PUT(data + last, buf.len - last);
 #undef PUT
-    if (w != PyBytes_AS_STRING(out) + total) { /* cannot happen: the sizes were summed above */
+    if (w != start + total) { /* cannot happen: the sizes were summed above */
         Py_CLEAR(out);
         PyErr_SetString(PyExc_SystemError, "splice: size mismatch");
+    }
+    else if (out == NULL) {
+        out = PyLong_FromSsize_t(total);
     }
 
 done:
@@ -484,6 +496,8 @@ done:
         PyBuffer_Release(&col[k]);
     PyBuffer_Release(&flags);
     PyBuffer_Release(&buf);
+    if (into.obj != NULL)
+        PyBuffer_Release(&into);
     return out;
 }
 
@@ -1190,6 +1204,69 @@ named(PyObject *module, PyObject *args)
     return out;
 }
 
+PyDoc_STRVAR(match_keys_doc,
+"match_keys(events, indices) -> (stream codes, stream keys, name codes, name keys)\n\n"
+"For the events at `indices` (matched kernels): each one's args.stream (None\n"
+"without args) and `name` as a code (int32 bytearray) into the distinct keys\n"
+"(type(value), value), listed in order of first appearance, so 1, 1.0 and true\n"
+"stay three (observe._Observer._match_keys). A TypeError for an unhashable stream\n"
+"or name.");
+
+static PyObject *
+match_keys(PyObject *module, PyObject *args)
+{
+    PyObject *events, *indices;
+    if (!PyArg_ParseTuple(args, "O!O!:match_keys", &PyList_Type, &events, &PyList_Type,
+                          &indices))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(indices);
+    PyObject *stream_codes = PyByteArray_FromStringAndSize(NULL, n * 4);
+    PyObject *name_codes = PyByteArray_FromStringAndSize(NULL, n * 4);
+    PyObject *stream_keys = PyList_New(0), *name_keys = PyList_New(0);
+    PyObject *stream_map = PyDict_New(), *name_map = PyDict_New();
+    int ok = stream_codes && name_codes && stream_keys && name_keys && stream_map && name_map;
+    Field name_field = {"name", NULL, -1}, args_field = {"args", NULL, -1};
+    Field stream_field = {"stream", NULL, -1};
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *event = item_at(events, PyList_GET_ITEM(indices, i));
+        PyObject *event_args = event ? read_field(event, &args_field) : NULL;
+        PyObject *stream = NULL, *name = NULL;
+        if (event_args != NULL) {
+            stream = event_args == Py_None ? Py_NewRef(Py_None)
+                                           : read_field(event_args, &stream_field);
+            Py_DECREF(event_args);
+        }
+        if (stream != NULL)
+            name = read_field(event, &name_field);
+        long stream_code = name != NULL ? pair_code(stream_map, stream_keys,
+                                                    (PyObject *)Py_TYPE(stream), stream)
+                                        : -1;
+        long name_code = stream_code >= 0 ? pair_code(name_map, name_keys,
+                                                      (PyObject *)Py_TYPE(name), name)
+                                          : -1;
+        Py_XDECREF(stream);
+        Py_XDECREF(name);
+        if (name_code < 0) {
+            ok = 0;
+            break;
+        }
+        ((int32_t *)PyByteArray_AS_STRING(stream_codes))[i] = (int32_t)stream_code;
+        ((int32_t *)PyByteArray_AS_STRING(name_codes))[i] = (int32_t)name_code;
+    }
+    Py_XDECREF(stream_map);
+    Py_XDECREF(name_map);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        Py_XDECREF(stream_codes);
+        Py_XDECREF(name_codes);
+        Py_XDECREF(stream_keys);
+        Py_XDECREF(name_keys);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNN)", stream_codes, stream_keys, name_codes, name_keys);
+}
+
 /* -- the anchors report's JSON rows (inspect.MatchRows.json_text) ----------------------- */
 
 enum { TEXTS, INTEGERS, FIXED, SHORTEST, CODED, COLUMN_KINDS };
@@ -1471,6 +1548,7 @@ static PyMethodDef methods[] = {
     {"first_unhashable_device", first_unhashable_device, METH_VARARGS,
      first_unhashable_device_doc},
     {"named", named, METH_VARARGS, named_doc},
+    {"match_keys", match_keys, METH_VARARGS, match_keys_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
     {NULL, NULL, 0, NULL},

@@ -207,6 +207,10 @@ class _Buffer:
             return self.discard(offset - self.base)
         self.base += len(self.data)
         self.data = bytearray()
+        if not self._ahead and hasattr(self._blocks, "skip_to"):  # source.SkippingBlocks
+            self._blocks.skip_to(offset)
+            self.base = offset
+            return 0
         while (block := self._next_block()) is not None:
             if offset - self.base < len(block):
                 rest = memoryview(block)[offset - self.base:]  # appended by more()

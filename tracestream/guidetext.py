@@ -10,11 +10,15 @@ by those very functions, with placeholders for the values.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any
 
+import numpy as np
 import orjson
 
+from tracestream import speedups
 from tracestream.guides import BOUNDARY_KINDS, GUIDE_NOTICE, GuideBlock, GuideTable, LayerSpec
 from tracestream.jsontext import RawNumber, dumps, pretty_item
 
@@ -44,6 +48,9 @@ _ROW = pretty_item({field: RawNumber("%d" if field in _INTEGERS else "%b")
 """A report row as `dumps_pretty` writes it inside the report, values left open."""
 
 _KINDS = [orjson.dumps(kind) for kind in BOUNDARY_KINDS]
+_EVENT_PARTS = tuple(re.split(rb"%[bd]", _EVENT))
+_ROW_PARTS = tuple(re.split(rb"%[bd]", _ROW))
+"""The templates around their values, for the C extension's json_rows."""
 
 
 class _Labels:
@@ -79,7 +86,14 @@ class GuideEvents:
     def blocks(self) -> Iterator[list[bytes]]:
         pid, tid, phase, evidence, notice = self._fixed
         labels = _Labels(self.guides)
+        native = speedups.native
         for block in self.guides.blocks():
+            if native is not None:  # the same bytes, written by the C extension; a raw
+                # newline is never inside a JSON string, so the events split at theirs
+                yield native.json_rows(len(block.kind), _EVENT_PARTS,
+                                       self._event_columns(native, block, labels),
+                                       b",\n").split(b",\n")
+                continue
             columns = zip(block.layer_id.tolist(), block.guide_start_us.tolist(),
                           block.guide_end_us.tolist(), block.pass_index.tolist(),
                           block.anchor_index.tolist(), labels.names(block), labels.tids(block),
@@ -89,6 +103,24 @@ class GuideEvents:
                              notice)
                    for (layer, start, end, p, index, name, anchor_tid, start_text, end_text,
                         kind) in columns]
+
+
+    def _event_columns(self, native, block: GuideBlock, labels: _Labels) -> tuple:
+        """The columns of _EVENT's values, as the C extension's json_rows takes them."""
+        same = np.zeros(len(block.kind), np.int64)  # the code of a value every guide shares
+        pid, tid, phase, evidence, notice = ((native.CODED, same, [text]) for text in self._fixed)
+        layer = (native.INTEGERS, _int64(block.layer_id))
+        start, end = _int64(block.guide_start_us), _int64(block.guide_end_us)
+        return (layer, pid, tid, (native.INTEGERS, start), (native.INTEGERS, end - start),
+                (native.INTEGERS, _int64(block.pass_index)), layer,
+                (native.INTEGERS, _int64(block.anchor_index)),
+                (native.TEXTS, labels.names(block)), (native.TEXTS, labels.tids(block)),
+                (native.TEXTS, block.start_text), (native.TEXTS, block.end_text),
+                (native.CODED, _int64(block.kind), _KINDS), phase, evidence, notice)
+
+
+def _int64(column: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(column, np.int64)
 
 
 class GuideRows:
@@ -110,7 +142,13 @@ class GuideRows:
             raise ValueError(f"report rows sit at depth {ROWS_DEPTH}, not {depth}")
         labels = _Labels(self.guides)
         pad = b"  " * depth
+        native = speedups.native
+        parts = (pad + _ROW_PARTS[0], *_ROW_PARTS[1:])
         for block in self.guides.blocks():
+            text = self._native_rows(native, block, labels, parts) if native else None
+            if text is not None:  # the same bytes, written by the C extension
+                yield text
+                continue
             columns = list(zip(
                 block.pass_index.tolist(), block.layer_id.tolist(), block.anchor_index.tolist(),
                 labels.names(block), labels.tids(block), block.start_text, block.end_text,
@@ -122,11 +160,71 @@ class GuideRows:
             self.last = _row(columns[-1])
             yield b",\n".join([pad + _ROW % values for values in columns])
 
+    def _native_rows(self, native, block: GuideBlock, labels: _Labels,
+                     parts: tuple) -> bytes | None:
+        """The block's rows joined, from the C extension's json_rows (None where it declines
+        a relative ms, or the times lie too far from the origin: see relative_ms_column)."""
+        starts, ends = _offsets(block.start_floor_ns, self.origin_ns), _offsets(
+            block.end_floor_ns, self.origin_ns)
+        if starts is None or ends is None:
+            return None
+        text = native.json_rows(len(block.kind), parts, (
+            (native.INTEGERS, _int64(block.pass_index)), (native.INTEGERS, _int64(block.layer_id)),
+            (native.INTEGERS, _int64(block.anchor_index)), (native.TEXTS, labels.names(block)),
+            (native.TEXTS, labels.tids(block)), (native.TEXTS, block.start_text),
+            (native.TEXTS, block.end_text), (native.INTEGERS, _int64(block.guide_start_us)),
+            (native.INTEGERS, _int64(block.guide_end_us)), (native.SHORTEST, starts, 6),
+            (native.SHORTEST, ends, 6), (native.CODED, _int64(block.kind), _KINDS)), b",\n")
+        if text is not None:
+            if self.first is None:
+                self.first = self._row_at(block, labels, 0)
+            self.last = self._row_at(block, labels, len(block.kind) - 1)
+        return text
+
+    def _row_at(self, block: GuideBlock, labels: _Labels, k: int) -> dict:
+        """Row k of the block, as the report holds it (for the summary)."""
+        at = slice(k, k + 1)
+        one = GuideBlock(*(getattr(block, f.name)[at] for f in fields(GuideBlock)))
+        return _row((int(one.pass_index[0]), int(one.layer_id[0]), int(one.anchor_index[0]),
+                     labels.names(one)[0], labels.tids(one)[0], one.start_text[0],
+                     one.end_text[0], int(one.guide_start_us[0]), int(one.guide_end_us[0]),
+                     *self._relative_ms(one.start_floor_ns), *self._relative_ms(one.end_floor_ns),
+                     _KINDS[int(one.kind[0])]))
+
     def _relative_ms(self, ns) -> list[bytes]:
         """Planner.relative_ms of a column, as orjson writes each float."""
-        origin = self.origin_ns
-        values = [round((n - origin) / 1e6, 6) for n in ns.tolist()]
-        return orjson.dumps(values)[1:-1].split(b",")
+        return orjson.dumps(relative_ms_column(ns, self.origin_ns))[1:-1].split(b",")
+
+
+_ROUND_IS_EXACT_NS = 1 << 50
+"""Below this many ns from the origin (13 days), round(k / 1e6, 6) is k / 1e6 itself."""
+_INT64_SAFE = 1 << 62  # values whose differences fit in int64
+
+
+def _offsets(ns: np.ndarray, origin_ns: int) -> np.ndarray | None:
+    """ns - origin_ns as int64 where every value lies within 2^50 ns of the origin (where
+    the C extension's SHORTEST writes round(k / 1e6, 6) as relative_ms_column does)."""
+    if not (len(ns) and -_INT64_SAFE < origin_ns < _INT64_SAFE
+            and -_INT64_SAFE < int(ns.min()) and int(ns.max()) < _INT64_SAFE):
+        return None
+    offsets = ns.astype(np.int64) - origin_ns
+    return offsets if int(np.abs(offsets).max()) < _ROUND_IS_EXACT_NS else None
+
+
+def relative_ms_column(ns: np.ndarray, origin_ns: int) -> list[float]:
+    """[Planner.relative_ms(n) for n in ns], i.e. round((n - origin) / 1e6, 6), divided
+    in numpy where the rounding cannot change the quotient.
+
+    For an integer k below 2^53, k / 1e6 is the double nearest the decimal k/10^6
+    (k converts exactly, the division rounds once). Below 2^50 ns (2^30 ms) it is
+    within half an ulp, at most 2^-23 ms, of that decimal, so rounding it to 6
+    decimals gives back the decimal, whose nearest double is the quotient. Further
+    from the origin each value is rounded as before.
+    """
+    offsets = _offsets(ns, origin_ns)
+    if offsets is not None:
+        return (offsets / 1e6).tolist()
+    return [round((n - origin_ns) / 1e6, 6) for n in ns.tolist()]
 
 
 def _row(values: tuple) -> dict:

@@ -470,11 +470,15 @@ def run_index(source: TraceSource, options: IndexOptions, *, progress=None,
 
 def _run_index(source, options, stats, builder, context, progress, pool) -> TraceIndex:
     try:
-        blocks: Iterable[bytes] = source.read(stats)
-        if progress is not None:
-            blocks = progress.wrap(blocks, "index")
         pool = pool if pool is not None else InlinePool()
         by_path = source.plain_path if pool.workers else None
+        # one pass over a file the workers read: the scanner reads only what it decodes
+        blocks: Iterable[bytes] | None = (
+            source.read_skipping(stats) if by_path is not None and progress is None else None)
+        if blocks is None:
+            blocks = source.read(stats)
+            if progress is not None:
+                blocks = progress.wrap(blocks, "index")
         # a file the workers read themselves: the scanner reads only the bytes near each cut
         scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes,
                                   peek=FilePeek(by_path) if by_path is not None else None)

@@ -265,7 +265,7 @@ def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True,
     """The read-only commands' index pass (chunks observed in worker processes, as in
     `layers`, when the input is large enough or `workers` says so)."""
     with pool_for(str(trace), workers) as pool, \
-            TraceSource(str(trace), stdin=stdin) as source:
+            TraceSource(str(trace), stdin=stdin, read_once=True) as source:
         return run_index(source, options, progress=Progress.for_terminal(quiet), pool=pool)
 
 

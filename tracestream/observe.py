@@ -654,9 +654,7 @@ class _Observer:
         if self.ctx.count_names:
             kernel_names = self._kernel_names(slices, kernels, groups)
         if patterns:
-            sev = sev if sev is not None else [events[i] for i in slices]
-            names = [sev[k].name for k in kernels]
-            matches = self._matches(slices, sev, kernels, names, start, dur, tracks, groups)
+            matches = self._matches(slices, kernels, start, dur, tracks, groups)
         return rows, matches, kernel_names
 
     def _kernel_names(self, slices, kernels, groups) -> dict[int, Counter]:
@@ -737,15 +735,37 @@ class _Observer:
         hits = self._hits(slices, sev, kernels, names)
         return [k for k, name in zip(kernels, names) if name in hits]
 
-    def _matches(self, slices, sev, kernels, names, start, dur, tracks, groups) -> dict[str, tuple]:
-        """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
-        patterns = self.ctx.patterns
-        hits = self._hits(slices, sev, kernels, names)
-        picked = [j for j, name in enumerate(names) if name in hits]
-        found = [kernels[j] for j in picked]  # positions among the slices
-        events = [slices[k] for k in found]
-        self._check_duplicates(events)
-        matched = [sev[k] for k in found]
+    def _matched_kernels(self, slices, kernels) -> tuple[list[int], dict]:
+        """The kernels whose name matches a pattern (positions among the slices, in order),
+        and the patterns each distinct name matches (see `_hits`)."""
+        native = speedups.native
+        if native is not None:
+            try:
+                counted = native.name_counts(self.events, slices, kernels, [0] * len(slices))
+            except TypeError:  # an object or array as a name: refused below
+                pass
+            else:
+                hits = self._pattern_hits(counted.get(0, {}))
+                return native.named(self.events, slices, kernels, hits), hits
+        sev = [self.events[slices[k]] for k in kernels]
+        names = [e.name for e in sev]
+        hits = self._hits([slices[k] for k in kernels], sev, range(len(kernels)), names)
+        return [k for k, name in zip(kernels, names) if name in hits], hits
+
+    def _match_keys(self, events: list[int], matched: list) -> tuple:
+        """(stream codes, streams, name codes, names) of the matched events: each one's
+        args.stream and name as a code into the distinct (type, value) keys, in order of
+        first appearance; an object or array as a stream is refused."""
+        native = speedups.native
+        if native is not None:
+            try:
+                stream_codes, stream_keys, name_codes, name_keys = native.match_keys(
+                    self.events, events)
+            except TypeError:  # an object or array as a stream: refused below
+                pass
+            else:
+                return (np.frombuffer(stream_codes, np.int32), [x for _, x in stream_keys],
+                        np.frombuffer(name_codes, np.int32), [x for _, x in name_keys])
         stream_ids: dict = {}
         streams = [a.stream if a is not None else None for a in (e.args for e in matched)]
         try:
@@ -756,8 +776,19 @@ class _Observer:
             raise self.fail(events[j], "`args.stream` of a matched kernel must be a number or "
                                        f"a string, not {_json_type(streams[j])}") from None
         name_ids: dict = {}
-        matched_names = [names[j] for j in picked]
-        name_codes = [name_ids.setdefault((type(n), n), len(name_ids)) for n in matched_names]
+        name_codes = [name_ids.setdefault((type(e.name), e.name), len(name_ids))
+                      for e in matched]
+        return (stream_codes, [stream for _, stream in stream_ids], name_codes,
+                [name for _, name in name_ids])
+
+    def _matches(self, slices, kernels, start, dur, tracks, groups) -> dict[str, tuple]:
+        """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
+        patterns = self.ctx.patterns
+        found, hits = self._matched_kernels(slices, kernels)  # positions among the slices
+        events = [slices[k] for k in found]
+        self._check_duplicates(events)
+        matched = [self.events[i] for i in events]
+        stream_codes, streams_list, name_codes, names_list = self._match_keys(events, matched)
         at = np.array(found, np.int64)
         ts_of = [bytes(e.ts) for e in matched]
         dur_of = [bytes(e.dur) for e in matched]
@@ -773,15 +804,14 @@ class _Observer:
         packed["name"] = name_codes
         as_text = {j: (ts_of[j].decode(), dur_of[j].decode())
                    for j in np.flatnonzero(forms == AS_TEXT).tolist()}
-        names_list = [name for _, name in name_ids]
-        streams_list = [stream for _, stream in stream_ids]
         out = {}
-        everywhere = all(len(hits[n]) == len(patterns) for n in set(matched_names))
+        everywhere = all(len(hits[n]) == len(patterns) for n in names_list)
         for p in patterns:
             if everywhere:
                 rows, texts = packed, as_text  # every match is a match of every pattern
             else:
-                keep = np.flatnonzero([p in hits[n] for n in matched_names])
+                keep = np.flatnonzero(np.array([p in hits[n] for n in names_list],
+                                               bool)[packed["name"]])
                 rows = packed[keep]
                 texts = {new: as_text[old] for new, old in enumerate(keep.tolist())
                          if old in as_text}

@@ -34,6 +34,7 @@ from tracestream.workers import (
     outcome,
     received,
     release_memory,
+    slot_buffer,
     write_result,
 )
 
@@ -126,9 +127,11 @@ def _absolute(rows: np.ndarray, starts: np.ndarray, field: str) -> np.ndarray:
 
 
 def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
-                  targets: dict, *, native: bool = True) -> tuple[bytes, tuple[bytes, ...]]:
+                  targets: dict, into=None, *,
+                  native: bool = True) -> tuple[bytes | int, tuple[bytes, ...]]:
     """A chunk (starting at absolute `offset`) with its edits applied, and the separators
-    its dropped events took with them.
+    its dropped events took with them. `into` (a worker's shared slot): where the C
+    extension may write the chunk, returning its length instead of its bytes.
 
     `rows` are the span records of the chunk's changed events (ascending), `actions`
     the plan's action for each. A dropped event takes its following separator with
@@ -147,7 +150,7 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     tid = _absolute(rows, starts, "tid_start"), _absolute(rows, starts, "tid_end")
     braces = _absolute(rows, starts, "args_brace")
     spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid, braces,
-                               native=native)
+                               into, native=native)
     if spliced is not None:
         return spliced, ()
     out = []
@@ -199,8 +202,9 @@ def dropped_last(dropped: tuple[bytes, ...]) -> bool:
 
 
 def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
-                     braces, *, native: bool = True) -> bytes | None:
-    """The chunk with every changed event spliced in place, or None unless all can be.
+                     braces, into=None, *, native: bool = True) -> bytes | int | None:
+    """The chunk with every changed event spliced in place, or None unless all can be
+    (written into `into` by the C extension where it fits: then its length).
 
     The common case, every changed event relocated with its keys in Kineto's order
     (pid, tid, ..., args), is assembled from whole columns: four pieces per event
@@ -229,7 +233,8 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
         columns = tuple(np.ascontiguousarray(column, np.int64)
                         for column in (previous, p0, p1, t0, t1, resume, ordinals))
         return speedups.native.splice(data, columns, with_args, new_tids, new_pids,
-                                      _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS)
+                                      _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS,
+                                      *(() if into is None else (into,)))
     p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
     previous_l, resume_l = previous.tolist(), resume.tolist()
     piece = data.__getitem__
@@ -287,9 +292,9 @@ def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.n
                        targets: dict, slot: int | None = None
                        ) -> tuple[bytes | int, tuple[bytes, ...]]:
     """`rewrite_chunk` in a worker; the result goes to a shared slot when it was given one
-    (see workers.deliver)."""
-    data, dropped = rewrite_chunk(data, offset, rows, actions, targets)
-    return deliver(data, slot), dropped
+    (see workers.deliver), spliced straight into it where it can be."""
+    data, dropped = rewrite_chunk(data, offset, rows, actions, targets, slot_buffer(slot))
+    return (data if isinstance(data, int) else deliver(data, slot)), dropped
 
 
 def _after_separator(data: bytes, pos: int) -> int:

@@ -8,10 +8,14 @@ it, so later passes read the spool. The spool has no name while it is open
 
 Every read checksums the raw bytes (CRC-32, cheap) in a background thread
 together with decompression, so a file that changes between passes is detected
-and refused. The first read also hashes the decompressed bytes (sha256, the JSON
-text that `restore` gives back). The report's sha256 of the raw bytes is computed
-on request, in a thread of its own, by a further read (`TraceSource.start_hashing`);
-for an uncompressed input that read only checks the bytes the first read hashed.
+and refused. The first read of a compressed input also hashes the decompressed
+bytes (sha256, the JSON text that `restore` gives back). The report's sha256 of
+the raw bytes is computed on request, in a thread of its own, by a further read
+(`TraceSource.start_hashing`); for an uncompressed input, whose raw bytes are its
+decompressed bytes, that one hash is both. A source made with `read_once=True`
+(read-only commands: one pass, no hash in their output) hashes nothing, and when
+worker processes read an uncompressed file's bytes, its one read skips them
+(`read_skipping`).
 """
 
 from __future__ import annotations
@@ -90,13 +94,15 @@ class ReadStats:
     data_bytes: int = 0
     crc32: int = 0
     data_sha256: str = ""  # of the decompressed bytes; the first read only
+    checksummed: bool = True  # False: a skipping read (`TraceSource.read_skipping`)
 
 
 class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
-    def __init__(self, spec: str | os.PathLike, *, stdin=None):
+    def __init__(self, spec: str | os.PathLike, *, stdin=None, read_once: bool = False):
         self.spec = str(spec)
+        self.read_once = read_once  # a read-only command's source: one read, no sha256
         self._hasher: _Hasher | None = None
         self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._stdin = None
@@ -179,6 +185,19 @@ class TraceSource:
             return self._read_stdin_first(stats)
         return self._read_file(stats)
 
+    def read_skipping(self, stats: ReadStats) -> SkippingBlocks | None:
+        """The one read of an uncompressed file whose bytes are mostly read elsewhere (by
+        worker processes, see `plain_path`): its blocks, read on demand, with `skip_to`
+        to pass bytes without reading them. Nothing is checksummed, so the source cannot
+        be read again. None unless the source is `read_once` and not yet read."""
+        if self.plain_path is None or self.first_stats is not None or not self.read_once:
+            return None
+        try:
+            fh = open(self.path, "rb")
+        except OSError as exc:
+            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
+        return SkippingBlocks(fh, stats, self.name)
+
     def _open_for_reading(self):
         """A new reader from the start: of the spool (its own offset), else of the file."""
         if self._spool is not None:
@@ -219,6 +238,8 @@ class TraceSource:
         return self._decoded(with_first(), stats, self.compression)
 
     def _read_file(self, stats: ReadStats) -> Iterator[bytes]:
+        if self.first_stats is not None and not self.first_stats.checksummed:
+            raise TraceError("internal error: a source read by skipping is read again")
         if self._spool is None:
             self._check_unchanged()
         try:
@@ -255,14 +276,14 @@ class TraceSource:
 
         hashlib releases the GIL, so the hash (~0.8 CPU-s per GB) costs no time where a
         core is idle: run after the index pass, it goes on while the plan keeps one core
-        busy, instead of taking a share of the cores the index pass keeps busy.
+        busy, instead of taking a share of the cores the index pass keeps busy. That is
+        also why the first read of an uncompressed input hashes nothing: this hash of its
+        raw bytes is the hash of its decompressed bytes too (`data_sha256`).
         """
         if self.first_stats is None:
             raise TraceError("internal error: the source is hashed after its first read")
         if self._hasher is None:
-            # uncompressed, the bytes are those the first read hashed: the read only checks
-            known = self.first_stats.data_sha256 if self.compression == "none" else None
-            self._hasher = _Hasher(self._open_for_reading, self.first_stats, self.name, known)
+            self._hasher = _Hasher(self._open_for_reading, self.first_stats, self.name)
 
     def sha256(self) -> str:
         """The raw bytes' sha256 (hex), from `start_hashing`'s thread (started if need be).
@@ -273,14 +294,23 @@ class TraceSource:
         return self._hasher.result()
 
     def data_sha256(self) -> str:
-        """The sha256 (hex) of the decompressed bytes, from the first complete read."""
+        """The sha256 (hex) of the decompressed bytes: from the first complete read of a
+        compressed input, the raw bytes' `sha256` of an uncompressed one."""
         if self.first_stats is None:
             raise TraceError("internal error: the source is hashed during its first read")
+        if self.compression == "none":
+            return self.sha256()
+        if self.read_once:
+            raise TraceError("internal error: a source made with read_once was hashed")
         return self.first_stats.data_sha256
+
+    def _hashes_first_read(self, compression: str) -> bool:
+        """Whether the read about to start hashes the decompressed bytes (see data_sha256)."""
+        return self.first_stats is None and not self.read_once and compression != "none"
 
     def _decoded(self, raw: Iterator[bytes], stats: ReadStats, compression: str):
         """Checksum and decompress in a background thread; yield decompressed blocks."""
-        digest = hashlib.sha256() if self.first_stats is None else None
+        digest = hashlib.sha256() if self._hashes_first_read(compression) else None
         return _threaded(_decode_blocks(raw, stats, compression, self, digest), name=self.name)
 
     def finish_read(self, stats: ReadStats) -> None:
@@ -296,6 +326,43 @@ class TraceSource:
         ):
             raise _bytes_changed(self.name)
         self._check_unchanged()
+
+
+class SkippingBlocks:
+    """The blocks of an uncompressed file, read in the calling thread only where they are
+    iterated (see TraceSource.read_skipping); `stats` gets the sizes at the end, no
+    checksum."""
+
+    def __init__(self, fh, stats: ReadStats, name: str):
+        self._fh = fh
+        self._stats = stats
+        self._name = name
+        self._pos = 0
+        stats.checksummed = False
+
+    def __iter__(self) -> SkippingBlocks:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._fh.closed:
+            raise StopIteration
+        try:
+            data = self._fh.read(PLAIN_BLOCK)
+        except OSError as exc:
+            self._fh.close()
+            raise TraceError(f"cannot read {self._name}: {exc}") from None
+        if not data:
+            self._fh.close()
+            self._stats.raw_bytes = self._stats.data_bytes = self._pos
+            raise StopIteration
+        self._pos += len(data)
+        return data
+
+    def skip_to(self, offset: int) -> None:
+        """Go on reading at `offset` (at or after what was read), passing the bytes before."""
+        if not self._fh.closed:
+            self._fh.seek(offset)
+            self._pos = offset
 
 
 def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, source,
@@ -340,11 +407,9 @@ def _bytes_changed(name: str) -> TraceError:
 
 
 class _Hasher:
-    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC
-    (`known`: the sha256 those bytes must have, already computed: only the check is made)."""
+    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC."""
 
-    def __init__(self, opener, expected: ReadStats, name: str, known: str | None = None):
-        self._known = known
+    def __init__(self, opener, expected: ReadStats, name: str):
         self._opener = opener
         self._expected = expected
         self._name = name
@@ -364,8 +429,7 @@ class _Hasher:
                     block = fh.read(PLAIN_BLOCK)
                     if not block:
                         break
-                    if self._known is None:
-                        digest.update(block)
+                    digest.update(block)
                     crc = isal_zlib.crc32(block, crc)
                     total += len(block)
         except OSError as exc:
@@ -376,7 +440,7 @@ class _Hasher:
         if (total, crc) != (self._expected.raw_bytes, self._expected.crc32):
             self._error = _bytes_changed(self._name)
             return
-        self._digest = self._known or digest.hexdigest()
+        self._digest = digest.hexdigest()
 
     def result(self) -> str:
         self._thread.join()

@@ -189,6 +189,13 @@ def received_view(slot: int, length: int) -> memoryview:
     return _SLOTS.view(slot, length)
 
 
+def slot_buffer(slot: int | None) -> memoryview | None:
+    """In a worker: all of shared slot `slot` to write a result into (None without one)."""
+    if slot is None or _SLOTS is None:
+        return None
+    return _SLOTS.view(slot, _SLOTS.size)
+
+
 def deliver(data: bytes, slot: int | None) -> bytes | int:
     """In a worker: `data` put in its slot (its length returned), or `data` itself if it
     has no slot or does not fit."""
