@@ -507,32 +507,24 @@ class _OutputChecks:
         Perfetto sorts a track's slices by start, those starting together longest first,
         and closes a slice only when its end <= the next start: a slice nests when it
         starts before an earlier one ends, and slices that start at the same nanosecond
-        nest unless all of them are zero-length.
+        nest unless all of them are zero-length. The sorted records are read a block at a
+        time (`nesting_in_block`).
         """
         self._flush()
         names = {v: k for k, v in self.track_ids.items()}
         problems = list(self.problems)  # slices on a synthetic track without ts or dur
         for variant, store in self.depth.items():
-            last_track = None
-            before = together = together_end = 0  # ends before this start; this start's max end
+            state = _NestState()
             for block in store.sorted_blocks():
-                for track, start, end in zip(block["track"].tolist(), block["start"].tolist(),
-                                             block["end"].tolist()):
+                for track, start, before in nesting_in_block(block, state):
                     where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
-                    if track != last_track:
-                        last_track, before, together, together_end = track, start, start, end
-                    elif start != together:
-                        before = max(before, together_end)
-                        together, together_end = start, end
-                        if start < before:
-                            problems.append(f"{where} overlaps one ending at {before} ns "
-                                            f"({variant} import) -> depth 1")
+                    if before is None:
+                        problems.append(
+                            f"{where} starts with another there, one of them longer: "
+                            f"Perfetto nests the shorter ({variant} import) -> depth 1")
                     else:
-                        if max(together_end, end) > start:
-                            problems.append(
-                                f"{where} starts with another there, one of them longer: "
-                                f"Perfetto nests the shorter ({variant} import) -> depth 1")
-                        together_end = max(together_end, end)
+                        problems.append(f"{where} overlaps one ending at {before} ns "
+                                        f"({variant} import) -> depth 1")
         return problems
 
     def binding_problems(self) -> list[str]:
@@ -564,6 +556,78 @@ class _OutputChecks:
             for store in found.values():
                 store.close()
         return problems
+
+
+@dataclass
+class _NestState:
+    """Where `nesting_in_block` left off: the last record's track and start, the latest end
+    of the slices that started before that start on the track (or the track's first start),
+    and the latest end of those that start there."""
+
+    track: int | None = None
+    before: int = 0
+    together: int = 0
+    together_end: int = 0
+
+
+def nesting_in_block(block: np.ndarray, state: _NestState) -> list[tuple[int, int, int | None]]:
+    """(track, start, before) of each slice in `block` (records in (track, start) order,
+    following those `state` saw) that Perfetto nests: `before` the end of an earlier slice
+    it starts before, or None for a slice starting with others, one of them longer than
+    zero (at or before it in the block's order). Updates `state` for the next block.
+
+    The per-slice rule in columns: a slice starting a group (its start differs from the
+    previous record's) nests when its start is before the latest end of the track's
+    earlier groups (or the track's first start); any other one when some slice of its
+    group, up to it, ends after the start.
+    """
+    track, start, end = block["track"], block["start"], block["end"]
+    n = len(track)
+    if n == 0:
+        return []
+    new_track = np.empty(n, bool)
+    new_track[0] = int(track[0]) != state.track
+    np.not_equal(track[1:], track[:-1], out=new_track[1:])
+    new_group = new_track.copy()
+    new_group[0] |= int(start[0]) != state.together
+    new_group[1:] |= start[1:] != start[:-1]
+    continues = not new_group[0]  # the first record joins the group `state` ends in
+    # slices starting together: one of the group up to this slice ends after its start
+    longer = end > start
+    if continues:
+        longer[0] |= state.together_end > int(start[0])
+    seen = np.cumsum(longer)
+    groups = np.flatnonzero(new_group)
+    group_of = np.cumsum(new_group) - 1 + (1 if continues else 0)
+    group_starts = np.concatenate(([0], groups)) if continues else groups
+    seen_before = (seen - longer)[group_starts]
+    together = ~new_group & (seen - seen_before[group_of] > 0)
+    # the latest end of each group, then per track the latest end of its earlier groups
+    group_end = np.maximum.reduceat(end, group_starts)
+    if continues:
+        group_end[0] = max(int(group_end[0]), state.together_end)
+    group_track = track[group_starts]
+    group_first = start[group_starts]
+    before = np.empty(len(group_starts), np.int64)
+    track_bounds = np.flatnonzero(np.concatenate(([True], group_track[1:] != group_track[:-1],
+                                                  [True])))
+    for lo, hi in zip(track_bounds[:-1].tolist(), track_bounds[1:].tolist()):
+        if lo == 0 and not new_track[0]:  # the track `state` was on goes on
+            base = state.before if continues else max(state.before, state.together_end)
+        else:
+            base = int(group_first[lo])
+        before[lo] = base
+        if hi - lo > 1:
+            np.maximum.accumulate(np.maximum(group_end[lo:hi - 1], base), out=before[lo + 1:hi])
+    overlaps = new_group & (start < before[group_of])
+    state.track, state.together = int(track[-1]), int(start[-1])
+    state.before, state.together_end = int(before[-1]), int(group_end[-1])
+    found = []
+    rows = np.flatnonzero(overlaps | together)
+    for t, s, b, o in zip(track[rows].tolist(), start[rows].tolist(),
+                          before[group_of[rows]].tolist(), overlaps[rows].tolist()):
+        found.append((t, s, b if o else None))
+    return found
 
 
 class _Kept:
