@@ -5,7 +5,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracestream.verify import _NestState, nesting_in_block
+from tracestream.verify import (
+    _ACTIVITY,
+    _BIND_DTYPE,
+    _NestState,
+    _TrackBindings,
+    nesting_in_block,
+    perfetto_bindings,
+)
 
 DEPTH = np.dtype([("track", "<i8"), ("start", "<i8"), ("end", "<i8")])
 
@@ -56,3 +63,56 @@ def test_nesting_in_block_finds_both_kinds():
     rows = [(0, 0, 10), (0, 5, 6), (0, 20, 20), (0, 20, 20), (0, 30, 30), (0, 30, 31)]
     assert nesting_in_block(np.array(rows, DEPTH), _NestState()) == [
         (0, 5, 10), (0, 30, None)]
+
+
+def bindings_one_at_a_time(records) -> dict[int, int]:
+    """`_TrackBindings` fed one (track, key) group at a time, the whole records at once."""
+    out: list = []
+    state = _TrackBindings(out)
+    groups: dict = {}
+    for track, key, end, mode, ordinal in records:
+        activities, flows = groups.setdefault((track, key), ([], []))
+        if mode == _ACTIVITY:
+            activities.append((end, ordinal))
+        else:
+            flows.append((ordinal, mode))
+    for at, (activities, flows) in groups.items():
+        state.take(at, activities, flows)
+    state.end_track()
+    return dict(out)
+
+
+bind_records = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(-1, 8), st.integers(0, 2)),
+    max_size=50)
+
+
+@settings(max_examples=500, deadline=None)
+@given(bind_records, st.lists(st.integers(1, 20), min_size=1, max_size=8), st.booleans())
+def test_bindings_in_blocks_are_the_rule_per_record(raw, cuts, apart):
+    """Flows and activities, cut into blocks anywhere, bind as `_TrackBindings` binds them
+    a record at a time: overlapping or not (`apart` spaces each track's activities so that
+    the columns take most blocks), several activities at one start or none."""
+    rows, last_end = [], {}
+    for ordinal, (track, key, length, mode) in enumerate(raw):
+        rows.append([track, key, key + length, mode, ordinal])
+    rows.sort(key=lambda r: (r[0], r[1]))
+    if apart:
+        for row in rows:  # an activity starts after the previous one on its track ends
+            if row[3] == _ACTIVITY:
+                row[1] = max(row[1], last_end.get(row[0], row[1]) + 1)
+                row[2] = row[1] + abs(row[2] - row[1])
+                last_end[row[0]] = row[2]
+            else:
+                row[1] = max(row[1], last_end.get(row[0], row[1]) - 3)
+        rows.sort(key=lambda r: (r[0], r[1]))
+    records = np.array([tuple(r) for r in rows], _BIND_DTYPE)
+    blocks, at = [], 0
+    for size in cuts * (len(rows) + 1):
+        if at >= len(rows):
+            break
+        blocks.append(records[at:at + size])
+        at += size
+    found = {flow: bound for block in perfetto_bindings(iter(blocks))
+             for flow, bound in zip(block["flow"].tolist(), block["bound"].tolist())}
+    assert found == bindings_one_at_a_time(r for r in records.tolist())
