@@ -226,13 +226,15 @@ def _reversed_pattern(member_end: bytes, opener: bytes, *, keep_opener: bool) ->
 
 
 _ARGS_OPENER = rb'\{[ \t\r\n]*:[ \t\r\n]*"sgra"[ \t\r\n]*,'
-_MOVED_BACK = (
+_MOVED_BACK = tuple((member_end, _reversed_pattern(member_end, opener, keep_opener=keep))
+                    for member_end, opener, keep in (
     # the event had args: the member and the `, ` after it, or the member alone (empty args)
-    _reversed_pattern(b' ,}eurt :"sgra_dah" ,', _ARGS_OPENER, keep_opener=True),
-    _reversed_pattern(b'}eurt :"sgra_dah" ,', _ARGS_OPENER, keep_opener=True),
+    (b' ,}eurt :"sgra_dah" ,', _ARGS_OPENER, True),
+    (b'}eurt :"sgra_dah" ,', _ARGS_OPENER, True),
     # it had none: `, "args": {member}` goes
-    _reversed_pattern(b'}}eslaf :"sgra_dah" ,', rb'\{ :"sgra" ,', keep_opener=False),
-)
+    (b'}}eslaf :"sgra_dah" ,', rb'\{ :"sgra" ,', False),
+))
+"""(the reversed end of a provenance member, the pattern that undoes its event)"""
 _GROUPS = 7
 
 
@@ -263,9 +265,11 @@ def undo_relocations(data: bytes) -> tuple[bytes, int] | None:
         return data, 0
     back = data[::-1]
     count = 0
-    for pattern in _MOVED_BACK:
+    for member_end, pattern in _MOVED_BACK:
         if key[::-1] not in back:
             break
+        if member_end not in back:  # a pass over the chunk saved (a quick search)
+            continue
         back, undone = _moved_back(pattern, back)
         count += undone
     if key[::-1] in back:

@@ -507,32 +507,24 @@ class _OutputChecks:
         Perfetto sorts a track's slices by start, those starting together longest first,
         and closes a slice only when its end <= the next start: a slice nests when it
         starts before an earlier one ends, and slices that start at the same nanosecond
-        nest unless all of them are zero-length.
+        nest unless all of them are zero-length. The sorted records are read a block at a
+        time (`nesting_in_block`).
         """
         self._flush()
         names = {v: k for k, v in self.track_ids.items()}
         problems = list(self.problems)  # slices on a synthetic track without ts or dur
         for variant, store in self.depth.items():
-            last_track = None
-            before = together = together_end = 0  # ends before this start; this start's max end
+            state = _NestState()
             for block in store.sorted_blocks():
-                for track, start, end in zip(block["track"].tolist(), block["start"].tolist(),
-                                             block["end"].tolist()):
+                for track, start, before in nesting_in_block(block, state):
                     where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
-                    if track != last_track:
-                        last_track, before, together, together_end = track, start, start, end
-                    elif start != together:
-                        before = max(before, together_end)
-                        together, together_end = start, end
-                        if start < before:
-                            problems.append(f"{where} overlaps one ending at {before} ns "
-                                            f"({variant} import) -> depth 1")
+                    if before is None:
+                        problems.append(
+                            f"{where} starts with another there, one of them longer: "
+                            f"Perfetto nests the shorter ({variant} import) -> depth 1")
                     else:
-                        if max(together_end, end) > start:
-                            problems.append(
-                                f"{where} starts with another there, one of them longer: "
-                                f"Perfetto nests the shorter ({variant} import) -> depth 1")
-                        together_end = max(together_end, end)
+                        problems.append(f"{where} overlaps one ending at {before} ns "
+                                        f"({variant} import) -> depth 1")
         return problems
 
     def binding_problems(self) -> list[str]:
@@ -564,6 +556,78 @@ class _OutputChecks:
             for store in found.values():
                 store.close()
         return problems
+
+
+@dataclass
+class _NestState:
+    """Where `nesting_in_block` left off: the last record's track and start, the latest end
+    of the slices that started before that start on the track (or the track's first start),
+    and the latest end of those that start there."""
+
+    track: int | None = None
+    before: int = 0
+    together: int = 0
+    together_end: int = 0
+
+
+def nesting_in_block(block: np.ndarray, state: _NestState) -> list[tuple[int, int, int | None]]:
+    """(track, start, before) of each slice in `block` (records in (track, start) order,
+    following those `state` saw) that Perfetto nests: `before` the end of an earlier slice
+    it starts before, or None for a slice starting with others, one of them longer than
+    zero (at or before it in the block's order). Updates `state` for the next block.
+
+    The per-slice rule in columns: a slice starting a group (its start differs from the
+    previous record's) nests when its start is before the latest end of the track's
+    earlier groups (or the track's first start); any other one when some slice of its
+    group, up to it, ends after the start.
+    """
+    track, start, end = block["track"], block["start"], block["end"]
+    n = len(track)
+    if n == 0:
+        return []
+    new_track = np.empty(n, bool)
+    new_track[0] = int(track[0]) != state.track
+    np.not_equal(track[1:], track[:-1], out=new_track[1:])
+    new_group = new_track.copy()
+    new_group[0] |= int(start[0]) != state.together
+    new_group[1:] |= start[1:] != start[:-1]
+    continues = not new_group[0]  # the first record joins the group `state` ends in
+    # slices starting together: one of the group up to this slice ends after its start
+    longer = end > start
+    if continues:
+        longer[0] |= state.together_end > int(start[0])
+    seen = np.cumsum(longer)
+    groups = np.flatnonzero(new_group)
+    group_of = np.cumsum(new_group) - 1 + (1 if continues else 0)
+    group_starts = np.concatenate(([0], groups)) if continues else groups
+    seen_before = (seen - longer)[group_starts]
+    together = ~new_group & (seen - seen_before[group_of] > 0)
+    # the latest end of each group, then per track the latest end of its earlier groups
+    group_end = np.maximum.reduceat(end, group_starts)
+    if continues:
+        group_end[0] = max(int(group_end[0]), state.together_end)
+    group_track = track[group_starts]
+    group_first = start[group_starts]
+    before = np.empty(len(group_starts), np.int64)
+    track_bounds = np.flatnonzero(np.concatenate(([True], group_track[1:] != group_track[:-1],
+                                                  [True])))
+    for lo, hi in zip(track_bounds[:-1].tolist(), track_bounds[1:].tolist()):
+        if lo == 0 and not new_track[0]:  # the track `state` was on goes on
+            base = state.before if continues else max(state.before, state.together_end)
+        else:
+            base = int(group_first[lo])
+        before[lo] = base
+        if hi - lo > 1:
+            np.maximum.accumulate(np.maximum(group_end[lo:hi - 1], base), out=before[lo + 1:hi])
+    overlaps = new_group & (start < before[group_of])
+    state.track, state.together = int(track[-1]), int(start[-1])
+    state.before, state.together_end = int(before[-1]), int(group_end[-1])
+    found = []
+    rows = np.flatnonzero(overlaps | together)
+    for t, s, b, o in zip(track[rows].tolist(), start[rows].tolist(),
+                          before[group_of[rows]].tolist(), overlaps[rows].tolist()):
+        found.append((t, s, b if o else None))
+    return found
 
 
 class _Kept:
@@ -680,35 +744,141 @@ def perfetto_bindings(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
     been closed yet). An `f` without `"bp": "e"` binds to the next slice that begins
     at or after it. Records come in start order per track; those of one (track, start)
     are taken together, activities before flows (the key is the start itself, so that
-    every timestamp the index accepts fits). A heap by end keeps the activities still
-    open at a flow, and flows waiting for their next slice are few.
+    every timestamp the index accepts fits). The records are taken a block at a time,
+    each cut after its last whole (track, key): in columns where a track's activities
+    follow one another without overlap (`_bind_in_columns`), else a record at a time
+    (`_TrackBindings`), both sharing one state.
     """
     out: list[tuple[int, int]] = []
     state = _TrackBindings(out)
-    at = None
-    activities: list[tuple[int, int]] = []  # (end, ordinal) starting at `at`
-    flows: list[tuple[int, int]] = []  # (ordinal, mode) at `at`
+    held = None
     for block in blocks:
-        for track, key, end, mode, ordinal in zip(
-            block["track"].tolist(), block["key"].tolist(), block["end"].tolist(),
-            block["mode"].tolist(), block["ordinal"].tolist(),
-        ):
-            if (track, key) != at:
-                if at is not None:
-                    state.take(at, activities, flows)
-                activities, flows, at = [], [], (track, key)
-            if mode == _ACTIVITY:
-                activities.append((end, ordinal))
-            else:
-                flows.append((ordinal, mode))
+        if held is not None and len(held):
+            block = np.concatenate((held, block))
+        if not len(block):
+            continue
+        track, key = block["track"], block["key"]
+        differ = np.flatnonzero((track != track[-1]) | (key != key[-1]))
+        cut = int(differ[-1]) + 1 if len(differ) else 0
+        held, block = block[cut:], block[:cut]
+        yield from _bind_block(block, state)
         if len(out) > 65536:
             yield np.array(out, _BOUND_DTYPE)
             out.clear()
-    if at is not None:
-        state.take(at, activities, flows)
+    if held is not None:
+        yield from _bind_block(held, state)
     state.end_track()
     if out:
         yield np.array(out, _BOUND_DTYPE)
+
+
+def _bind_block(block: np.ndarray, state: _TrackBindings) -> list[np.ndarray]:
+    """The bindings of a block of whole (track, key) groups, in columns when they can be."""
+    if not len(block):
+        return []
+    bound = _bind_in_columns(block, state)
+    if bound is not None:
+        return [bound]
+    track, key = block["track"].tolist(), block["key"].tolist()
+    end, mode, ordinal = block["end"].tolist(), block["mode"].tolist(), block["ordinal"].tolist()
+    lo = 0
+    for hi in range(1, len(track) + 1):
+        if hi == len(track) or track[hi] != track[lo] or key[hi] != key[lo]:
+            state.take((track[lo], key[lo]),
+                       [(end[i], ordinal[i]) for i in range(lo, hi) if mode[i] == _ACTIVITY],
+                       [(ordinal[i], mode[i]) for i in range(lo, hi) if mode[i] != _ACTIVITY])
+            lo = hi
+    return []
+
+
+def _bind_in_columns(block: np.ndarray, state: _TrackBindings) -> np.ndarray | None:
+    """`_TrackBindings.take` of every (track, key) group of `block` at once, when each
+    track's activities there start one after another, none before its predecessor ends
+    (the carried open one included) nor ends before it starts: then a flow binds to the
+    activity starting at it, else to the last one started if that encloses it (an `f`
+    without `"bp": "e"` to the next one on its track). None (and `state` untouched)
+    otherwise. Returns the (flow, bound) rows; flows still waiting stay in `state`."""
+    track, key, end = block["track"], block["key"], block["end"]
+    mode, ordinal = block["mode"], block["ordinal"]
+    is_act = mode == _ACTIVITY
+    acts = np.flatnonzero(is_act)
+    a_track, a_key, a_end, a_ord = track[acts], key[acts], end[acts], ordinal[acts]
+    follows = a_track[1:] == a_track[:-1]
+    if np.any(a_end < a_key) or np.any(follows & ((a_key[1:] <= a_key[:-1])
+                                                 | (a_end[:-1] > a_key[1:]))):
+        return None
+    first, last = int(track[0]), int(track[-1])
+    carried = None
+    if first == state.track:
+        still_open = [e for e in state.open if e[0] >= int(key[0])]  # the others have ended
+        if len(still_open) > 1 or any(e[0] < e[1] for e in still_open):
+            return None
+        if still_open:
+            carried = still_open[0]
+            if len(acts) and int(a_track[0]) == first and carried[0] > int(a_key[0]):
+                return None
+        waiting, state.open = state.waiting, still_open
+    else:
+        state.end_track()
+        waiting = []
+    rows = []
+    # flows waiting from the block before bind to the track's next activity
+    if waiting:
+        if len(acts) and int(a_track[0]) == first:
+            rows.append((waiting, int(a_ord[0])))
+            waiting = []
+        elif last != first:
+            rows.append((waiting, _NONE))
+            waiting = []
+    flows = np.flatnonzero(~is_act)
+    f_track, f_key, f_mode = track[flows], key[flows], mode[flows]
+    new_group = np.concatenate(((track[1:] != track[:-1]) | (key[1:] != key[:-1]), [True]))
+    group_last = np.flatnonzero(new_group)
+    group_of = np.cumsum(np.concatenate(([False], new_group[:-1])))
+    latest = np.cumsum(is_act)[group_last[group_of[flows]]] - 1  # last activity at or before
+    if len(acts):
+        at = np.clip(latest, 0, None)
+        found = (latest >= 0) & (a_track[at] == f_track)
+        c_key, c_end, c_ord = a_key[at], a_end[at], a_ord[at]
+    else:
+        found = np.zeros(len(flows), bool)
+        c_key = c_end = c_ord = np.zeros(len(flows), np.int64)
+    if carried is not None:
+        from_before = ~found & (f_track == first)
+        carried_end, carried_key, carried_ord = carried
+        c_key = np.where(from_before, carried_key, c_key)
+        c_end = np.where(from_before, carried_end, c_end)
+        c_ord = np.where(from_before, carried_ord, c_ord)
+        found |= from_before
+    exact = found & (c_key == f_key)
+    encloses = found & (c_end >= f_key)
+    bound = np.where(encloses, c_ord, _NONE)
+    following = np.flatnonzero((f_mode == _NEXT_FLOW) & ~exact)
+    if len(following):
+        after = latest[following] + 1
+        has_next = after < len(acts)
+        nxt = np.clip(after, 0, max(len(acts) - 1, 0))
+        if len(acts):
+            has_next &= a_track[nxt] == f_track[following]
+        bound[following] = np.where(has_next, a_ord[nxt] if len(acts) else _NONE, _NONE)
+        stays = following[~has_next & (f_track[following] == last)]
+        waiting = waiting + ordinal[flows[stays]].tolist()
+        keep = np.ones(len(flows), bool)
+        keep[stays] = False
+        flows, bound = flows[keep], bound[keep]
+    state.track, state.waiting = last, waiting
+    if len(acts) and int(a_track[-1]) == last:
+        state.open = [(int(a_end[-1]), int(a_key[-1]), int(a_ord[-1]))]
+    elif last != first:
+        state.open = []
+    result = np.empty(len(flows) + sum(len(w) for w, _ in rows), _BOUND_DTYPE)
+    result["flow"][:len(flows)], result["bound"][:len(flows)] = ordinal[flows], bound
+    at = len(flows)
+    for flows_waiting, to in rows:
+        result["flow"][at:at + len(flows_waiting)] = flows_waiting
+        result["bound"][at:at + len(flows_waiting)] = to
+        at += len(flows_waiting)
+    return result
 
 
 class _TrackBindings:

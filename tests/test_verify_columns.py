@@ -1,0 +1,118 @@
+"""The output-only checks read in columns give the per-record rules' findings."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracestream.verify import (
+    _ACTIVITY,
+    _BIND_DTYPE,
+    _NestState,
+    _TrackBindings,
+    nesting_in_block,
+    perfetto_bindings,
+)
+
+DEPTH = np.dtype([("track", "<i8"), ("start", "<i8"), ("end", "<i8")])
+
+
+def nesting_one_at_a_time(rows) -> list[tuple]:
+    """Perfetto's nesting rule a slice at a time, over (track, start, end) in sorted order."""
+    found = []
+    last_track = None
+    before = together = together_end = 0
+    for track, start, end in rows:
+        if track != last_track:
+            last_track, before, together, together_end = track, start, start, end
+        elif start != together:
+            before = max(before, together_end)
+            together, together_end = start, end
+            if start < before:
+                found.append((track, start, before))
+        else:
+            if max(together_end, end) > start:
+                found.append((track, start, None))
+            together_end = max(together_end, end)
+    return found
+
+
+slices = st.lists(st.tuples(st.integers(0, 2), st.integers(-3, 12), st.integers(-2, 6)),
+                  max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(slices, st.lists(st.integers(1, 20), min_size=1, max_size=8))
+def test_nesting_in_blocks_is_the_rule_per_slice(raw, cuts):
+    """Any records, cut into blocks anywhere (inside a track, inside a group of slices that
+    start together), give the same nested slices in the same order as the per-slice rule."""
+    rows = sorted(((t, s, s + d) for t, s, d in raw), key=lambda r: (r[0], r[1]))
+    records = np.array(rows, DEPTH)
+    state, found, at = _NestState(), [], 0
+    for size in cuts * (len(rows) + 1):
+        if at >= len(rows):
+            break
+        found += nesting_in_block(records[at:at + size], state)
+        at += size
+    assert found == nesting_one_at_a_time(rows)
+
+
+def test_nesting_in_block_finds_both_kinds():
+    """An overlap names the earlier slice's end; slices starting together, one longer, are
+    named without one; zero-length slices together nest nothing."""
+    rows = [(0, 0, 10), (0, 5, 6), (0, 20, 20), (0, 20, 20), (0, 30, 30), (0, 30, 31)]
+    assert nesting_in_block(np.array(rows, DEPTH), _NestState()) == [
+        (0, 5, 10), (0, 30, None)]
+
+
+def bindings_one_at_a_time(records) -> dict[int, int]:
+    """`_TrackBindings` fed one (track, key) group at a time, the whole records at once."""
+    out: list = []
+    state = _TrackBindings(out)
+    groups: dict = {}
+    for track, key, end, mode, ordinal in records:
+        activities, flows = groups.setdefault((track, key), ([], []))
+        if mode == _ACTIVITY:
+            activities.append((end, ordinal))
+        else:
+            flows.append((ordinal, mode))
+    for at, (activities, flows) in groups.items():
+        state.take(at, activities, flows)
+    state.end_track()
+    return dict(out)
+
+
+bind_records = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(-1, 8), st.integers(0, 2)),
+    max_size=50)
+
+
+@settings(max_examples=500, deadline=None)
+@given(bind_records, st.lists(st.integers(1, 20), min_size=1, max_size=8), st.booleans())
+def test_bindings_in_blocks_are_the_rule_per_record(raw, cuts, apart):
+    """Flows and activities, cut into blocks anywhere, bind as `_TrackBindings` binds them
+    a record at a time: overlapping or not (`apart` spaces each track's activities so that
+    the columns take most blocks), several activities at one start or none."""
+    rows, last_end = [], {}
+    for ordinal, (track, key, length, mode) in enumerate(raw):
+        rows.append([track, key, key + length, mode, ordinal])
+    rows.sort(key=lambda r: (r[0], r[1]))
+    if apart:
+        for row in rows:  # an activity starts after the previous one on its track ends
+            if row[3] == _ACTIVITY:
+                row[1] = max(row[1], last_end.get(row[0], row[1]) + 1)
+                row[2] = row[1] + abs(row[2] - row[1])
+                last_end[row[0]] = row[2]
+            else:
+                row[1] = max(row[1], last_end.get(row[0], row[1]) - 3)
+        rows.sort(key=lambda r: (r[0], r[1]))
+    records = np.array([tuple(r) for r in rows], _BIND_DTYPE)
+    blocks, at = [], 0
+    for size in cuts * (len(rows) + 1):
+        if at >= len(rows):
+            break
+        blocks.append(records[at:at + size])
+        at += size
+    found = {flow: bound for block in perfetto_bindings(iter(blocks))
+             for flow, bound in zip(block["flow"].tolist(), block["bound"].tolist())}
+    assert found == bindings_one_at_a_time(r for r in records.tolist())
