@@ -19,7 +19,7 @@ from conftest import REAL_WITH_GPU, ROOT, TRACESTREAM, layers_args, real_trace
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tracestream import keyscan, observe, speedups
+from tracestream import edit, keyscan, observe, speedups
 
 C = speedups.built
 
@@ -371,3 +371,71 @@ def test_json_rows_take_texts_by_code_and_refuse_odd_columns():
         C.json_rows(1, (b"", b""), ((C.TEXTS, ["not bytes"]),), b"")
     with pytest.raises(ValueError):
         C.json_rows(2, (b"", b""), ((C.INTEGERS, np.array([1, 2], np.int32)),), b"")
+
+
+# Source events in the shapes the quick undo meets: Kineto's one-line and multi-line
+# layouts, args with members, empty args, no args, escaped strings, string and negative
+# pids, members it does not read between the tid and the args.
+_UNDO_SOURCES = (
+    b'{"ph": "X", "cat": "kernel", "name": "k<1, 2>", "pid": 0, "tid": 7, "ts": 10.5, '
+    b'"dur": 2, "args": {"device": 0, "stream": 7}}',
+    b'{\n    "ph": "X", "cat": "kernel", "name": "a \\"quoted\\" name", "pid": 1, "tid": 13,'
+    b'\n    "ts": 1764400000000004.432, "dur": 9.750,\n    "args": {\n      "stream": 13\n    }'
+    b'\n  }',
+    b'{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "pid": "GPU 2", "tid": "stream 3", '
+    b'"ts": 5, "dur": 1e2, "args": {}}',
+    b'{"ph": "f", "id": 4, "pid": -3, "tid": 8, "ts": 11, "cat": "ac2g", "name": "ac2g", '
+    b'"bp": "e"}',
+    b'{"ph":"s","id":9,"pid":0,"tid":7,"ts":12,"s":"t","cat":"ac2g","name":"ac2g"}',
+    b'{"ph": "X", "cat": "kernel", "name": "_compact_gpu_track", "pid": 0, "tid": 7, '
+    b'"ts": 1, "dur": 1}',
+    b'{"ph": "X", "name": "args after", "args": {"x": 1}, "pid": 0, "tid": 7, "ts": 1}',
+    b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
+    b'"args": {"a": {"b": "}, {"}}}',
+)
+
+
+def _relocated(index: int, source: bytes) -> bytes:
+    """The source event as the rewrite moves it to a lane (its pid too, for some)."""
+    return edit.relocate(source, b"%d" % (1000000 + index), index,
+                         None if index % 3 else b"%d" % (100 + index))
+
+
+@needs_c
+@given(st.lists(st.tuples(st.integers(0, len(_UNDO_SOURCES) - 1), st.booleans()),
+                min_size=1, max_size=8),
+       st.sampled_from((b", ", b",\n  ", b",")))
+@example([(6, True)], b", ")
+@example([(5, True), (0, False)], b", ")
+def test_the_quick_undo_is_the_regular_expressions_one(events, separator):
+    """The C undo gives the reference's bytes and count, or None where it does, on chunks of
+    relocated and untouched events in every layout, cut at any event; where both undo a
+    chunk, the result is the source's bytes (the sha256 its caller compares holds)."""
+    source = [_UNDO_SOURCES[k] for k, _ in events]
+    output = [_relocated(i, raw) if moved else raw
+              for i, (raw, (_, moved)) in enumerate(zip(source, events))]
+    for first in range(len(output)):
+        for last in range(first + 1, len(output) + 1):
+            chunk = separator.join(output[first:last])
+            undone = C.undo_relocations(chunk)
+            assert undone == _numpy(edit.undo_relocations, chunk)
+            if undone is not None:
+                assert undone[0] == separator.join(source[first:last])
+                assert undone[1] == sum(moved for _, moved in events[first:last])
+
+
+@needs_c
+@pytest.mark.parametrize("chunk", [
+    b"",
+    b'{"ph": "X", "pid": 0, "tid": 1}',
+    b'{"args": {"_compact_gpu_track": {"pid": 0, "tid": 1, "source_event_index": 2, '
+    b'"had_args": true}}}',  # no pid and tid before the member
+    b'{"pid": 0, "tid": 1, "args": {"_compact_gpu_track": {"pid": 0, "tid": 1, '
+    b'"source_event_index": 2, "had_args": false}}',  # the chunk ends inside the event
+    b'{"pid": 0, "tid": 1, "args": {"_compact_gpu_track": {"pid": 0, "tid": 1, "source_event_'
+    b'index": 2, "had_args": true}, "_compact_gpu_track": 3}}',
+    b'{"pid": 0, "tid": 1, "args": {"_compact_gpu_track": {"pid": 0, "tid": "a\\"", '
+    b'"source_event_index": 2, "had_args": true}}}',  # an escaped quote in a value
+])
+def test_the_quick_undo_refuses_as_the_reference(chunk):
+    assert C.undo_relocations(chunk) == _numpy(edit.undo_relocations, chunk)

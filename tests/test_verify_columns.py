@@ -9,6 +9,7 @@ from tracestream.verify import (
     _ACTIVITY,
     _BIND_DTYPE,
     _NestState,
+    _Sequential,
     _TrackBindings,
     nesting_in_block,
     perfetto_bindings,
@@ -116,3 +117,31 @@ def test_bindings_in_blocks_are_the_rule_per_record(raw, cuts, apart):
     found = {flow: bound for block in perfetto_bindings(iter(blocks))
              for flow, bound in zip(block["flow"].tolist(), block["bound"].tolist())}
     assert found == bindings_one_at_a_time(r for r in records.tolist())
+
+
+@given(st.lists(st.binary(max_size=6), max_size=6), st.lists(st.integers(0, 8), max_size=6),
+       st.integers(-1, 20))
+def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cuts, flip):
+    """`_Sequential.matches` (no copy) answers what comparing `take`'s bytes would, for
+    chunks cut anywhere across the planned pieces, with a byte changed or not (the
+    comparison stops at the first chunk that differs)."""
+    whole = b"".join(pieces)
+    chunks, at = [], 0
+    for cut in cuts:
+        chunks.append(whole[at : at + cut])
+        at += cut
+    if 0 <= flip < at:
+        chunks = [bytes(c) for c in chunks]
+        position = flip
+        for k, c in enumerate(chunks):
+            if position < len(c):
+                chunks[k] = c[:position] + bytes([c[position] ^ 1]) + c[position + 1 :]
+                break
+            position -= len(c)
+    matching, taking = _Sequential(iter(pieces)), _Sequential(iter(pieces))
+    for chunk in chunks:
+        equal = taking.take(len(chunk)) == chunk
+        assert matching.matches(chunk) == equal
+        if not equal:
+            return
+    assert matching.ended() == taking.ended()

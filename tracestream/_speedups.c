@@ -1534,6 +1534,248 @@ done:
     return out;
 }
 
+/* ---- restore's quick undo (edit.undo_relocations) ---- */
+
+static const char PROVENANCE_KEY[] = "_compact_gpu_track";
+#define PROVENANCE_KEY_LEN ((Py_ssize_t)sizeof PROVENANCE_KEY - 1)
+
+/* Whether data[at:] starts with the literal. */
+static inline int
+starts_with(const unsigned char *d, Py_ssize_t size, Py_ssize_t at, const char *literal,
+            Py_ssize_t len)
+{
+    return at >= 0 && at + len <= size && memcmp(d + at, literal, len) == 0;
+}
+#define LEN(lit) ((Py_ssize_t)sizeof(lit) - 1)
+#define STARTS(at, lit) starts_with(d, size, (at), (lit), LEN(lit))
+
+static inline Py_ssize_t
+space_back(const unsigned char *d, Py_ssize_t i)
+{
+    while (i > 0 && is_json_space(d[i - 1]))
+        i--;
+    return i;
+}
+
+/* `"[^"\\]*"` ending at e (exclusive): its start, or -1. */
+static inline Py_ssize_t
+string_back(const unsigned char *d, Py_ssize_t e)
+{
+    if (e < 2 || d[e - 1] != '"')
+        return -1;
+    for (Py_ssize_t q = e - 2; q >= 0; q--) {
+        if (d[q] == '"')
+            return q;
+        if (d[q] == '\\')
+            return -1;
+    }
+    return -1;
+}
+
+/* A pid or tid value ending at e (`-?[0-9]+` or `"[^"\\]*"`): its start, or -1. */
+static inline Py_ssize_t
+scalar_back(const unsigned char *d, Py_ssize_t e)
+{
+    if (e > 0 && d[e - 1] == '"')
+        return string_back(d, e);
+    Py_ssize_t q = e;
+    while (q > 0 && d[q - 1] >= '0' && d[q - 1] <= '9')
+        q--;
+    if (q == e)
+        return -1;
+    return q > 0 && d[q - 1] == '-' ? q - 1 : q;
+}
+
+/* The same value starting at p: its end, or -1. */
+static inline Py_ssize_t
+scalar_forward(const unsigned char *d, Py_ssize_t size, Py_ssize_t p)
+{
+    if (p < size && d[p] == '"') {
+        for (Py_ssize_t q = p + 1; q < size; q++) {
+            if (d[q] == '"')
+                return q + 1;
+            if (d[q] == '\\')
+                return -1;
+        }
+        return -1;
+    }
+    if (p < size && d[p] == '-')
+        p++;
+    Py_ssize_t q = p;
+    while (q < size && d[q] >= '0' && d[q] <= '9')
+        q++;
+    return q > p ? q : -1;
+}
+
+/* `ws* : ws* "key"` ending at e, read backwards: where its `"key"` starts, or -1. */
+static inline Py_ssize_t
+colon_key_back(const unsigned char *d, Py_ssize_t e, const char *key, Py_ssize_t len)
+{
+    Py_ssize_t i = space_back(d, e);
+    if (i < 1 || d[i - 1] != ':')
+        return -1;
+    i = space_back(d, i - 1) - len - 2;
+    if (i < 0 || d[i] != '"' || d[i + len + 1] != '"' || memcmp(d + i + 1, key, len) != 0)
+        return -1;
+    return i;
+}
+
+/* Kineto's simple members between the lane tid and `args`, read backwards from e:
+   (`ws* , ws* "key" ws* : ws* value`)* ws*, keys ts, dur, cat, name, bp, s, id, values
+   `[0-9.eE+-]+` or `"[^"\\]*"`. Where the lane tid's value ends. */
+static Py_ssize_t
+simple_members_back(const unsigned char *d, Py_ssize_t e)
+{
+    static const char *keys[] = {"ts", "dur", "cat", "name", "bp", "s", "id"};
+    Py_ssize_t i = space_back(d, e);
+    for (;;) {
+        Py_ssize_t v = i;
+        if (v > 0 && d[v - 1] == '"')
+            v = string_back(d, v);
+        else
+            while (v > 0 && ((d[v - 1] >= '0' && d[v - 1] <= '9') || d[v - 1] == '.'
+                             || d[v - 1] == 'e' || d[v - 1] == 'E' || d[v - 1] == '+'
+                             || d[v - 1] == '-'))
+                v--;
+        if (v < 0 || v == i)
+            return i;
+        Py_ssize_t k = -1;
+        for (size_t n = 0; n < sizeof keys / sizeof *keys && k < 0; n++)
+            k = colon_key_back(d, v, keys[n], (Py_ssize_t)strlen(keys[n]));
+        if (k < 0)
+            return i;
+        k = space_back(d, k);
+        if (k < 1 || d[k - 1] != ',')
+            return i;
+        i = space_back(d, k - 1);
+    }
+}
+
+/* One relocated event's edit, found from its provenance member at `key` (the offset of
+   PROVENANCE_KEY in it). Returns 0 and fills the spans, or -1 where the member or the
+   event is not as the rewrite writes it. */
+typedef struct {
+    Py_ssize_t head;                  /* the event's `"pid"` key */
+    Py_ssize_t pid0, pid1, tid0, tid1; /* the lane's pid and tid values */
+    Py_ssize_t orig_pid0, orig_pid1, orig_tid0, orig_tid1; /* in the member */
+    Py_ssize_t cut0, cut1;            /* what goes: the member (and what came with it) */
+} Undone;
+
+static int
+locate_undo(const unsigned char *d, Py_ssize_t size, Py_ssize_t key, Undone *u)
+{
+    Py_ssize_t member = key - 1, p = key + PROVENANCE_KEY_LEN;
+    if (member < 0 || d[member] != '"' || !STARTS(p, "\": {\"pid\": "))
+        return -1;
+    u->orig_pid0 = p + LEN("\": {\"pid\": ");
+    if ((u->orig_pid1 = scalar_forward(d, size, u->orig_pid0)) < 0
+        || !STARTS(u->orig_pid1, ", \"tid\": "))
+        return -1;
+    u->orig_tid0 = u->orig_pid1 + LEN(", \"tid\": ");
+    if ((u->orig_tid1 = scalar_forward(d, size, u->orig_tid0)) < 0
+        || !STARTS(u->orig_tid1, ", \"source_event_index\": "))
+        return -1;
+    p = u->orig_tid1 + LEN(", \"source_event_index\": ");
+    Py_ssize_t digits = p;
+    while (p < size && d[p] >= '0' && d[p] <= '9')
+        p++;
+    if (p == digits)
+        return -1;
+    Py_ssize_t between_end;
+    if (STARTS(p, ", \"had_args\": true}")) {
+        /* it had args: the member goes, with the `, ` after it */
+        u->cut0 = member;
+        u->cut1 = p + LEN(", \"had_args\": true}");
+        u->cut1 += STARTS(u->cut1, ", ") ? LEN(", ") : 0;
+        Py_ssize_t i = member;
+        if (i < 1 || d[i - 1] != '{')
+            return -1;
+        if ((i = colon_key_back(d, i - 1, "args", 4)) < 0)
+            return -1;
+        i = space_back(d, i);
+        if (i < 1 || d[i - 1] != ',')
+            return -1;
+        between_end = i - 1;
+    }
+    else if (STARTS(p, ", \"had_args\": false}}")) {
+        /* it had none: `, "args": {member}` goes */
+        if (!STARTS(member - LEN(", \"args\": {"), ", \"args\": {"))
+            return -1;
+        u->cut0 = between_end = member - LEN(", \"args\": {");
+        u->cut1 = p + LEN(", \"had_args\": false}}");
+    }
+    else
+        return -1;
+    u->tid1 = simple_members_back(d, between_end);
+    if ((u->tid0 = scalar_back(d, u->tid1)) < 0)
+        return -1;
+    Py_ssize_t i = colon_key_back(d, u->tid0, "tid", 3);
+    if (i < 0)
+        return -1;
+    i = space_back(d, i);
+    if (i < 1 || d[i - 1] != ',')
+        return -1;
+    u->pid1 = space_back(d, i - 1);
+    if ((u->pid0 = scalar_back(d, u->pid1)) < 0)
+        return -1;
+    return (u->head = colon_key_back(d, u->pid0, "pid", 3)) < 0 ? -1 : 0;
+}
+#undef STARTS
+#undef LEN
+
+PyDoc_STRVAR(undo_relocations_doc,
+"undo_relocations(data) -> (bytes, count) or None\n\n"
+"edit.undo_relocations: every relocated event of the chunk back on its original pid\n"
+"and tid, its provenance member gone, and how many; None where a provenance key is\n"
+"left (an event not as the rewrite writes it). Quick, not exact (see edit.py): only\n"
+"for a result whose sha256 is then compared with the source's.");
+
+static PyObject *
+undo_relocations(PyObject *module, PyObject *arg)
+{
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "undo_relocations takes bytes");
+        return NULL;
+    }
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t size = PyBytes_GET_SIZE(arg);
+    const unsigned char *found = memmem(d, size, PROVENANCE_KEY, PROVENANCE_KEY_LEN);
+    if (found == NULL)
+        return Py_BuildValue("(Oi)", arg, 0);
+    /* every edit makes the event shorter: the member holds the original values */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t copied = 0, count = 0;
+    Undone u;
+#define PUT(from, to) do { memcpy(w, d + (from), (to) - (from)); w += (to) - (from); } while (0)
+    while (found != NULL) {
+        if (locate_undo(d, size, found - d, &u) < 0 || u.head < copied) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PUT(copied, u.pid0);
+        PUT(u.orig_pid0, u.orig_pid1);
+        PUT(u.pid1, u.tid0);
+        PUT(u.orig_tid0, u.orig_tid1);
+        PUT(u.tid1, u.cut0);
+        copied = u.cut1;
+        count++;
+        found = memmem(d + copied, size - copied, PROVENANCE_KEY, PROVENANCE_KEY_LEN);
+    }
+    PUT(copied, size);
+#undef PUT
+    Py_ssize_t len = w - (unsigned char *)PyBytes_AS_STRING(out);
+    if (memmem(PyBytes_AS_STRING(out), len, PROVENANCE_KEY, PROVENANCE_KEY_LEN) != NULL) {
+        Py_DECREF(out);  /* the key made again where pieces meet: as the reference does */
+        Py_RETURN_NONE;
+    }
+    if (_PyBytes_Resize(&out, len) < 0)
+        return NULL;
+    return Py_BuildValue("(Nn)", out, count);
+}
+
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
     {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
@@ -1551,6 +1793,7 @@ static PyMethodDef methods[] = {
     {"match_keys", match_keys, METH_VARARGS, match_keys_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
+    {"undo_relocations", undo_relocations, METH_O, undo_relocations_doc},
     {NULL, NULL, 0, NULL},
 };
 
