@@ -1057,20 +1057,26 @@ class _Sequential:
         self._data = b""
         self._pos = 0
 
+    def _left(self) -> int:
+        """Bytes left in the current piece, moving on to the next non-empty one (0: none)."""
+        while self._pos >= len(self._data):
+            piece = next(self._pieces, None)
+            if piece is None:
+                return 0
+            self._data, self._pos = piece, 0
+        return len(self._data) - self._pos
+
     def take(self, length: int) -> bytes | None:
         """The next `length` bytes, or None when fewer are left."""
         parts = []
         while length:
-            if self._pos >= len(self._data):
-                piece = next(self._pieces, None)
-                if piece is None:
-                    return None
-                self._data, self._pos = piece, 0
-                continue
-            part = self._data[self._pos : self._pos + length]
-            parts.append(part)
-            self._pos += len(part)
-            length -= len(part)
+            left = self._left()
+            if not left:
+                return None
+            n = min(left, length)
+            parts.append(self._data[self._pos : self._pos + n])
+            self._pos += n
+            length -= n
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def matches(self, data: bytes) -> bool:
@@ -1079,13 +1085,10 @@ class _Sequential:
         it. (The caller stops at the first chunk that differs.)"""
         at = 0
         while at < len(data):
-            if self._pos >= len(self._data):
-                piece = next(self._pieces, None)
-                if piece is None:
-                    return False
-                self._data, self._pos = piece, 0
-                continue
-            length = min(len(self._data) - self._pos, len(data) - at)
+            left = self._left()
+            if not left:
+                return False
+            length = min(left, len(data) - at)
             with memoryview(self._data) as view:
                 if not data.startswith(view[self._pos : self._pos + length], at):
                     return False
