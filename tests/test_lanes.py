@@ -10,6 +10,7 @@ from tracestream.lanes import (
     FLOW_KIND,
     NEXT_FLOW_KIND,
     GroupLanes,
+    PeakOverlap,
     Sweep,
     allocate,
     peak_overlap,
@@ -99,6 +100,32 @@ def test_blockwise_lanes_equal_the_per_slice_heap(seed):
     for block_lo, block_hi in zip(np.split(lo, cuts), np.split(hi, cuts)):
         lanes += group.place_block(block_lo, block_hi).tolist()
     assert (lanes, group.lanes, group.peak_at_ns) == _heap_greedy(lo.tolist(), hi.tolist())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_peak_overlap_counts_what_the_allocator_reaches(seed):
+    """inspect's counting sweep, fed in other blocks than the allocator, reports the same
+    lane count and the same time the last lane opened."""
+    rng = np.random.default_rng(seed)
+    lo, hi = _random_slices(rng, 600)
+    allocator = GroupLanes()
+    allocator.place_block(lo, hi)
+    counter = PeakOverlap()
+    cuts = np.sort(rng.choice(np.arange(1, 600), rng.integers(0, 12), replace=False))
+    for block_lo, block_hi in zip(np.split(lo, cuts), np.split(hi, cuts)):
+        counter.add_block(block_lo, block_hi)
+    assert (counter.lanes, counter.peak_at_ns) == (allocator.lanes, allocator.peak_at_ns)
+    assert counter.lanes == peak_overlap(lo, hi)
+    assert len(counter.open_ends) <= counter.lanes  # only the slices alive are carried
+
+
+def test_peak_overlap_of_nested_and_touching_slices():
+    counter = PeakOverlap()
+    counter.add_block(np.array([0, 0, 10, 10]), np.array([10, 0, 20, 30]))
+    # the zero-length slice occupies its start; touching slices do not overlap
+    assert (counter.lanes, counter.peak_at_ns) == (2, 0)
+    counter.add_block(np.array([15, 25]), np.array([40, 26]))  # 20 and 30 still open at 15
+    assert (counter.lanes, counter.peak_at_ns) == (3, 15)
 
 
 def _reference_binding(kernels, flows, lane_of):
