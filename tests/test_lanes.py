@@ -178,7 +178,8 @@ def test_flows_bind_like_the_rule_says_across_blocks(seed):
     assert len(problems) == expected.count(None)
 
 
-@pytest.mark.parametrize("shape", ["ties in row order", "flows filed after slices",
+@pytest.mark.parametrize("shape", ["ties in row order", "ties never falling",
+                                   "flows filed after slices",
                                    "random ties", "one key", "wide keys", "tiny",
                                    "tracks by start"])
 def test_key_order_equals_lexsort(shape):
@@ -192,6 +193,8 @@ def test_key_order_equals_lexsort(shape):
         ties = np.where(flows, ties + (1 << 62), ties)
     elif shape == "random ties":
         ties = rng.integers(0, 50, count)
+    elif shape == "ties never falling":  # equal ties keep their rows' order, as in lexsort
+        ties = np.sort(rng.integers(0, 50, count))
     elif shape == "one key":
         keys[:] = 7
         ties = rng.permutation(count)
