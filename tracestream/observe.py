@@ -78,8 +78,9 @@ class _Args(msgspec.Struct, gc=False):
     provenance: Any = msgspec.field(default=msgspec.UNSET, name=PROVENANCE_KEY)
 
 
-class Event(msgspec.Struct, gc=False):
-    """The fields every event is classified by (everything else is skipped, but validated)."""
+class ReadEvent(msgspec.Struct, gc=False):
+    """The fields every event is classified by (everything else is skipped, but validated):
+    all that the read-only commands read."""
 
     ph: str | None = None
     cat: Any = None
@@ -88,12 +89,20 @@ class Event(msgspec.Struct, gc=False):
     tid: int | str | None = None
     ts: msgspec.Raw = msgspec.Raw()  # the exact number text
     dur: msgspec.Raw = msgspec.Raw()
-    id: Any = None
-    bp: Any = None
     args: _Args | None = None
 
 
+class Event(ReadEvent, gc=False):
+    """`ReadEvent` and what binding a flow reads (the rewrite's index pass)."""
+
+    id: Any = None
+    bp: Any = None
+
+
 _EVENTS = msgspec.json.Decoder(list[Event])
+_READ_EVENTS = msgspec.json.Decoder(list[ReadEvent])
+"""`id` and `bp` accept any value: skipping them refuses the same inputs, and saves ~3% of
+the decode where nothing binds flows."""
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 _INTERPRETED_KEY = re.compile(b"|".join(map(re.escape, _INTERPRETED_KEYS)))
@@ -205,10 +214,11 @@ class ChunkError(Exception):
         return type(self), (self.message, self.offset, self.local)
 
 
-def decode_chunk(data: bytes, offset: int, doc=None) -> list[Event]:
+def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Event]:
     """The chunk's events; BadCut if the cut was wrong, ChunkError if the input is malformed.
 
     `doc`: the chunk between `[` and `]` where the caller has it so (else it is made).
+    `decoder`: `_EVENTS`, or `_READ_EVENTS` where no flow is bound (see `decoder_for`).
     """
     if not data.isascii():
         try:
@@ -218,7 +228,7 @@ def decode_chunk(data: bytes, offset: int, doc=None) -> list[Event]:
     if doc is None:
         doc = b"".join((b"[", data, b"]"))  # one copy of the chunk, not two
     try:
-        return _EVENTS.decode(doc)
+        return decoder.decode(doc)
     except msgspec.ValidationError as exc:
         local = _validation_index(exc)
         starts = event_starts(data, None)
@@ -280,9 +290,15 @@ def event_starts(data: bytes, count: int | None) -> list[int]:
     return event_spans(data, count)[0].tolist()
 
 
+def decoder_for(ctx: Context) -> msgspec.json.Decoder:
+    """The events' decoder: flows are bound (their `id` and `bp` read) only where the
+    chunk's candidates are numbered for a rewrite (see `_Observer.run`)."""
+    return _EVENTS if ctx.records or ctx.moves_gpu else _READ_EVENTS
+
+
 def observe_chunk(data: bytes, offset: int, ctx: Context, doc=None) -> ChunkFacts:
     """The index pass's view of one chunk (see module docstring; `doc` as decode_chunk's)."""
-    events = decode_chunk(data, offset, doc)
+    events = decode_chunk(data, offset, doc, decoder_for(ctx))
     return _Observer(data, offset, ctx, events).run()
 
 
