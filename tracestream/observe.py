@@ -48,6 +48,7 @@ from tracestream.keyscan import (
     splice_positions,
 )
 from tracestream.matches import AS_TEXT, MATCH_DTYPE, number_forms
+from tracestream.spill import take_rows
 from tracestream.workers import received_view
 
 FLOW = 8  # candidate kind of flow events
@@ -351,6 +352,7 @@ class _Observer:
         self.groups: dict[tuple, int] = {}
         self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
         self.odd: dict[int, str] = {}  # unread events with an odd ts/dur -> what is odd
+        self._kernel_hits: dict | None = None  # name -> patterns, where `_anchor_kernels` ran
 
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
@@ -740,7 +742,8 @@ class _Observer:
             counted = native.name_counts(events, slices, kernels, [0] * len(slices))
         except TypeError:
             return None
-        return native.named(events, slices, kernels, self._pattern_hits(counted.get(0, {})))
+        self._kernel_hits = self._pattern_hits(counted.get(0, {}))
+        return native.named(events, slices, kernels, self._kernel_hits)
 
     def _matching(self, slices, sev, kind_list) -> list[int]:
         """Positions (among the slices) of the kernels whose name matches a pattern."""
@@ -754,6 +757,8 @@ class _Observer:
     def _matched_kernels(self, slices, kernels) -> tuple[list[int], dict]:
         """The kernels whose name matches a pattern (positions among the slices, in order),
         and the patterns each distinct name matches (see `_hits`)."""
+        if self._kernel_hits is not None:  # `_anchor_kernels` kept the matched kernels only
+            return kernels, self._kernel_hits
         native = speedups.native
         if native is not None:
             try:
@@ -828,9 +833,9 @@ class _Observer:
             else:
                 keep = np.flatnonzero(np.array([p in hits[n] for n in names_list],
                                                bool)[packed["name"]])
-                rows = packed[keep]
+                rows = take_rows(packed, keep)
                 texts = {new: as_text[old] for new, old in enumerate(keep.tolist())
-                         if old in as_text}
+                         if old in as_text} if as_text else {}
             out[p] = (rows, names_list, streams_list, texts)
         return out
 
