@@ -326,3 +326,21 @@ def test_read_only_decode_reads_flows_whatever_their_id_and_bp():
     facts = observe_chunk(b", ".join(events), 0, Context(count_names=True, records=False))
     assert facts.flow_categories == {"ac2g": 2} and facts.phase_counts == {"f": 2}
     assert observe.decoder_for(Context(records=False)) is not observe.decoder_for(Context())
+
+
+def test_the_category_memo_is_shared_by_chunks_and_bounded(monkeypatch):
+    """A process classifies each category once for all its chunks (not once per chunk), and
+    a trace of ever new categories cannot grow the memo past its bound plus one chunk's."""
+    monkeypatch.setattr(observe, "_CATEGORY_KINDS", observe.CategoryKinds())
+    monkeypatch.setattr(observe, "_MAX_CATEGORIES", 10)
+    odd = [b'{"ph": "X", "cat": "odd%d", "name": "n", "pid": 1, "tid": 1, "ts": %d, "dur": 1}'
+           % (k, k) for k in range(50)]
+    observe_chunk(b", ".join(odd), 0, Context(count_names=True, records=False))
+    assert len(observe._CATEGORY_KINDS) == 50
+    kernel = (b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
+              b'"args": {"device": 0}}')
+    facts = observe_chunk(kernel, 0, Context(count_names=True, records=False))
+    assert dict(observe._CATEGORY_KINDS) == {"kernel": KERNEL}  # emptied, then refilled
+    assert facts.slices["kind"].tolist() == [KERNEL]
+    observe_chunk(b", ".join(odd[:3]), 0, Context(count_names=True, records=False))
+    assert len(observe._CATEGORY_KINDS) == 4  # kept across chunks below the bound
