@@ -10,6 +10,7 @@ from tracestream.lanes import (
     FLOW_KIND,
     NEXT_FLOW_KIND,
     GroupLanes,
+    PeakOverlap,
     Sweep,
     allocate,
     peak_overlap,
@@ -101,6 +102,32 @@ def test_blockwise_lanes_equal_the_per_slice_heap(seed):
     assert (lanes, group.lanes, group.peak_at_ns) == _heap_greedy(lo.tolist(), hi.tolist())
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_peak_overlap_counts_what_the_allocator_reaches(seed):
+    """inspect's counting sweep, fed in other blocks than the allocator, reports the same
+    lane count and the same time the last lane opened."""
+    rng = np.random.default_rng(seed)
+    lo, hi = _random_slices(rng, 600)
+    allocator = GroupLanes()
+    allocator.place_block(lo, hi)
+    counter = PeakOverlap()
+    cuts = np.sort(rng.choice(np.arange(1, 600), rng.integers(0, 12), replace=False))
+    for block_lo, block_hi in zip(np.split(lo, cuts), np.split(hi, cuts)):
+        counter.add_block(block_lo, block_hi)
+    assert (counter.lanes, counter.peak_at_ns) == (allocator.lanes, allocator.peak_at_ns)
+    assert counter.lanes == peak_overlap(lo, hi)
+    assert len(counter.open_ends) <= counter.lanes  # only the slices alive are carried
+
+
+def test_peak_overlap_of_nested_and_touching_slices():
+    counter = PeakOverlap()
+    counter.add_block(np.array([0, 0, 10, 10]), np.array([10, 0, 20, 30]))
+    # the zero-length slice occupies its start; touching slices do not overlap
+    assert (counter.lanes, counter.peak_at_ns) == (2, 0)
+    counter.add_block(np.array([15, 25]), np.array([40, 26]))  # 20 and 30 still open at 15
+    assert (counter.lanes, counter.peak_at_ns) == (3, 15)
+
+
 def _reference_binding(kernels, flows, lane_of):
     """Flow -> kernel per the rule: the one starting exactly at its time, else the one
     containing it, unless it ends there and another kernel on its lane (`lane_of`) starts
@@ -151,7 +178,8 @@ def test_flows_bind_like_the_rule_says_across_blocks(seed):
     assert len(problems) == expected.count(None)
 
 
-@pytest.mark.parametrize("shape", ["ties in row order", "flows filed after slices",
+@pytest.mark.parametrize("shape", ["ties in row order", "ties never falling",
+                                   "flows filed after slices",
                                    "random ties", "one key", "wide keys", "tiny",
                                    "tracks by start"])
 def test_key_order_equals_lexsort(shape):
@@ -165,6 +193,8 @@ def test_key_order_equals_lexsort(shape):
         ties = np.where(flows, ties + (1 << 62), ties)
     elif shape == "random ties":
         ties = rng.integers(0, 50, count)
+    elif shape == "ties never falling":  # equal ties keep their rows' order, as in lexsort
+        ties = np.sort(rng.integers(0, 50, count))
     elif shape == "one key":
         keys[:] = 7
         ties = rng.permutation(count)

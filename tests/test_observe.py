@@ -293,3 +293,54 @@ def test_end_out_of_range_is_found_without_overflowing():
     start = np.array([1_700_000_000_000_000_000, -limit + 1, 0, limit - 1, 5], np.int64)
     dur = np.array([8_000_000_000_000_000_000, limit - 1, limit - 1, 1, 0], np.int64)
     assert end_out_of_range(start, dur).tolist() == [True, False, False, True, False]
+
+
+_MALFORMED_CHUNKS = [
+    b'{"ph": "s", "cat": "ac2g", "id": [1, {"a": }], "pid": 0, "tid": 7, "ts": 1}',
+    b'{"ph": "f", "cat": "ac2g", "id": 1, "bp": "e\\x", "pid": 0, "tid": 7, "ts": 1}',
+    b'{"ph": "s", "cat": "ac2g", "id": ' + b"[" * 2000 + b"]" * 2000 + b', "pid": 0}',
+    b'{"ph": "s", "cat": "ac2g", "id": 1, "pid": 1.5, "tid": 7, "ts": 1}',
+    b'{"ph": "X", "cat": "kernel", "id": 1, "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
+    b'"args": {"device": 0}, "bp": nul}',
+    b'{"ph": 5, "id": {"bp": "e"}}',
+    b'{"ph": "s", "id": "\xff"}',
+]
+
+
+@pytest.mark.parametrize("chunk", _MALFORMED_CHUNKS)
+def test_read_only_decode_refuses_what_the_full_decode_refuses(chunk):
+    """The read-only commands skip `id` and `bp` (observe.decoder_for) yet refuse the same
+    malformed events with the same message, event and byte."""
+    good = b'{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "x"}}'
+    refusals = []
+    for ctx in (Context(), Context(count_names=True, records=False)):
+        with pytest.raises(ChunkError) as refused:
+            observe_chunk(b", ".join([good, chunk]), 100, ctx)
+        refusals.append((refused.value.message, refused.value.offset, refused.value.local))
+    assert refusals[0] == refusals[1]
+
+
+def test_read_only_decode_reads_flows_whatever_their_id_and_bp():
+    events = [b'{"ph": "f", "cat": "ac2g", "id": %b, "bp": %b, "pid": 0, "tid": 7, "ts": %d}'
+              % (i, bp, k) for k, (i, bp) in enumerate([(b'{"x": [1]}', b"[]"), (b"3", b'"e"')])]
+    facts = observe_chunk(b", ".join(events), 0, Context(count_names=True, records=False))
+    assert facts.flow_categories == {"ac2g": 2} and facts.phase_counts == {"f": 2}
+    assert observe.decoder_for(Context(records=False)) is not observe.decoder_for(Context())
+
+
+def test_the_category_memo_is_shared_by_chunks_and_bounded(monkeypatch):
+    """A process classifies each category once for all its chunks (not once per chunk), and
+    a trace of ever new categories cannot grow the memo past its bound plus one chunk's."""
+    monkeypatch.setattr(observe, "_CATEGORY_KINDS", observe.CategoryKinds())
+    monkeypatch.setattr(observe, "_MAX_CATEGORIES", 10)
+    odd = [b'{"ph": "X", "cat": "odd%d", "name": "n", "pid": 1, "tid": 1, "ts": %d, "dur": 1}'
+           % (k, k) for k in range(50)]
+    observe_chunk(b", ".join(odd), 0, Context(count_names=True, records=False))
+    assert len(observe._CATEGORY_KINDS) == 50
+    kernel = (b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
+              b'"args": {"device": 0}}')
+    facts = observe_chunk(kernel, 0, Context(count_names=True, records=False))
+    assert dict(observe._CATEGORY_KINDS) == {"kernel": KERNEL}  # emptied, then refilled
+    assert facts.slices["kind"].tolist() == [KERNEL]
+    observe_chunk(b", ".join(odd[:3]), 0, Context(count_names=True, records=False))
+    assert len(observe._CATEGORY_KINDS) == 4  # kept across chunks below the bound

@@ -439,3 +439,22 @@ def test_the_quick_undo_is_the_regular_expressions_one(events, separator):
 ])
 def test_the_quick_undo_refuses_as_the_reference(chunk):
     assert C.undo_relocations(chunk) == _numpy(edit.undo_relocations, chunk)
+
+
+@needs_c
+@pytest.mark.parametrize("distinct", [31, 32, 33, 100])
+def test_kernel_names_past_the_c_tally_are_counted_as_a_counter_counts(distinct):
+    """The C count buffers a few dozen distinct names at a time: past that, between groups
+    and around names that are not strings, counts, order and types stay a Counter's."""
+    names = [b'"name %d"' % (k % distinct) for k in range(3 * distinct)]
+    names[distinct // 2] = b"7"
+    names[distinct] = b'"\\u006eame 1"'  # "name 1", escaped
+    events = b", ".join(
+        b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
+        b'"args": {"device": %d}}' % (name, (k // 40) % 2) for k, name in enumerate(names))
+    context = observe.Context(count_names=True, records=False)
+    with_c = observe.observe_chunk(events, 0, context).kernel_names
+    with_numpy = _numpy(observe.observe_chunk, events, 0, context).kernel_names
+    assert [(g, list(c.items())) for g, c in with_c.items()] == [
+        (g, list(c.items())) for g, c in with_numpy.items()]
+    assert sum(sum(c.values()) for c in with_c.values()) == len(names)

@@ -1077,6 +1077,56 @@ PyDoc_STRVAR(name_counts_doc,
 "counted as one key, as Counter counts them (observe._Observer._kernel_names).\n"
 "A TypeError for an unhashable name.");
 
+/* Names counted in a small buffer before they reach a group's dict: most kernels of a
+   chunk share a dozen names, and adding 1 in the dict for each (hashing every decoded
+   name once, a new int each time) cost more than finding the name among the few seen.
+   Names in order of first appearance; only exact str (equal iff same length, kind and
+   code units), so a dict's notion of equality (1 == 1.0 == True) never comes up. */
+#define TALLY_NAMES 32
+
+typedef struct {
+    Py_ssize_t used;
+    PyObject *name[TALLY_NAMES]; /* strong references */
+    Py_ssize_t count[TALLY_NAMES];
+} Tally;
+
+static int
+same_str(PyObject *a, PyObject *b)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    return a == b || (PyUnicode_GET_LENGTH(b) == length && PyUnicode_KIND(a) == PyUnicode_KIND(b)
+                      && memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b),
+                                length * PyUnicode_KIND(a)) == 0);
+}
+
+/* Add `n` to `name`'s count in `counts`; -1 with an exception. */
+static int
+count_name(PyObject *counts, PyObject *name, Py_ssize_t n)
+{
+    PyObject *count = PyDict_GetItemWithError(counts, name);
+    if (count == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *more = PyLong_FromSsize_t((count != NULL ? PyLong_AsSsize_t(count) : 0) + n);
+    int stored = more != NULL ? PyDict_SetItem(counts, name, more) : -1;
+    Py_XDECREF(more);
+    return stored;
+}
+
+/* Move the buffered counts into `counts` (when given), in the order the names came, and
+   empty the buffer; -1 on error. */
+static int
+flush_tally(Tally *tally, PyObject *counts)
+{
+    int result = 0;
+    for (Py_ssize_t j = 0; j < tally->used; j++) {
+        if (result == 0 && counts != NULL && count_name(counts, tally->name[j], tally->count[j]) < 0)
+            result = -1;
+        Py_DECREF(tally->name[j]);
+    }
+    tally->used = 0;
+    return result;
+}
+
 static PyObject *
 name_counts(PyObject *module, PyObject *args)
 {
@@ -1089,12 +1139,15 @@ name_counts(PyObject *module, PyObject *args)
         return NULL;
     Field name_field = {"name", NULL, -1};
     PyObject *group = NULL, *counts = NULL; /* borrowed: the last group and its counts */
+    Tally tally = {0};
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
         PyObject *k = PyList_GET_ITEM(kernels, i);
         PyObject *its_group = item_at(groups, k);
         if (its_group == NULL)
             goto fail;
         if (its_group != group) {
+            if (flush_tally(&tally, counts) < 0)
+                goto fail;
             group = its_group;
             counts = PyDict_GetItemWithError(out, group);
             if (counts == NULL) {
@@ -1109,18 +1162,38 @@ name_counts(PyObject *module, PyObject *args)
         PyObject *name = kernel_name(events, slices, k, &name_field);
         if (name == NULL)
             goto fail;
-        PyObject *count = PyDict_GetItemWithError(counts, name);
-        PyObject *more = count != NULL ? PyLong_FromSsize_t(PyLong_AsSsize_t(count) + 1)
-                         : PyErr_Occurred() ? NULL : PyLong_FromLong(1);
-        int stored = more != NULL ? PyDict_SetItem(counts, name, more) : -1;
-        Py_DECREF(name);
-        Py_XDECREF(more);
-        if (stored < 0)
-            goto fail;
+        if (!PyUnicode_CheckExact(name)) { /* counted in the dict, after the names before */
+            int counted = flush_tally(&tally, counts) == 0 ? count_name(counts, name, 1) : -1;
+            Py_DECREF(name);
+            if (counted < 0)
+                goto fail;
+            continue;
+        }
+        Py_ssize_t j = 0;
+        while (j < tally.used && !same_str(tally.name[j], name))
+            j++;
+        if (j < tally.used) {
+            Py_DECREF(name);
+        } else {
+            if (j == TALLY_NAMES) {
+                if (flush_tally(&tally, counts) < 0) {
+                    Py_DECREF(name);
+                    goto fail;
+                }
+                j = 0;
+            }
+            tally.name[j] = name; /* the buffer's reference now */
+            tally.count[j] = 0;
+            tally.used = j + 1;
+        }
+        tally.count[j]++;
     }
+    if (flush_tally(&tally, counts) < 0)
+        goto fail;
     return out;
 
 fail:
+    flush_tally(&tally, NULL);
     Py_DECREF(out);
     return NULL;
 }

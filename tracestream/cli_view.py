@@ -7,7 +7,7 @@ import click
 
 def register(main) -> None:
     """Add `view` to the `tracestream` group."""
-    from tracestream.view import DEFAULT_UI_URL
+    from tracestream.ui import DEFAULT_UI_URL  # not tracestream.view: its imports are heavy
 
     @main.command("view")
     @click.option("--trace", "trace_path", required=True, type=click.Path(path_type=Path),

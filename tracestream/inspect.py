@@ -25,7 +25,7 @@ from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.jsontext import RawJSON, RawNumber, dumps
-from tracestream.lanes import GroupLanes
+from tracestream.lanes import PeakOverlap
 from tracestream.matches import AS_TEXT, INTEGER, THREE_DECIMALS, MatchView
 from tracestream.progress import Progress
 from tracestream.source import TraceSource
@@ -272,17 +272,17 @@ def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True,
 # -- inspect -----------------------------------------------------------------
 
 
-def peak_overlaps(index: TraceIndex, groups: set[int]) -> dict[int, GroupLanes]:
-    """The greedy lane allocator over each activity group: lanes = peak overlap (= what
-    compaction would need), and the time the last lane opened. The read-only index's
-    sweep holds slices only (index.PEAK_DTYPE)."""
-    states: dict[int, GroupLanes] = {g: GroupLanes() for g in groups}
+def peak_overlaps(index: TraceIndex, groups: set[int]) -> dict[int, PeakOverlap]:
+    """Per activity group, what the greedy lane allocator would reach: lanes = peak overlap
+    (= what compaction would need), and the time the last lane opened. The read-only
+    index's sweep holds slices only (index.PEAK_DTYPE)."""
+    states: dict[int, PeakOverlap] = {g: PeakOverlap() for g in groups}
     for block in index.sweep.sorted_blocks():
         for g in groups:
             mask = block["group"] == g
             if not mask.any():
                 continue
-            states[g].place_block(block["key"][mask], block["hi"][mask])
+            states[g].add_block(block["key"][mask], block["hi"][mask])
     return states
 
 
@@ -316,7 +316,7 @@ def _processes(index: TraceIndex, activity: Counter, scopes: Counter) -> list[di
     return rows
 
 
-def _gpu_row(index: TraceIndex, g: int, lanes: GroupLanes, origin_ns: int, top: int) -> dict:
+def _gpu_row(index: TraceIndex, g: int, lanes: PeakOverlap, origin_ns: int, top: int) -> dict:
     pid, device = index.groups[g]
     stats = index.group_stats[g]
     names = index.kernel_names.get(g, Counter())

@@ -103,6 +103,42 @@ class GroupLanes:
         return lane
 
 
+@dataclass
+class PeakOverlap:
+    """What `GroupLanes` reports of a group (its lane count and the time its last lane
+    opened) without choosing any lane: `inspect`'s peak overlaps.
+
+    Greedy allocation opens a lane exactly where the overlap of the slices seen so far
+    reaches a new maximum, so counting is enough: a slice's overlap is itself plus the
+    earlier slices whose occupied end lies past its start. Ends at or before a block's
+    last start cannot overlap any later slice; only the others are carried (as many as
+    slices alive at that time), so a block costs one sort and one search, not the
+    allocator's lexsort and lane bookkeeping.
+    """
+
+    lanes: int = 0
+    peak_at_ns: int | None = None  # start of the slice that raised the overlap to `lanes`
+    open_ends: np.ndarray = field(default_factory=lambda: _EMPTY)  # sorted
+
+    def add_block(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Count slices in start order with bounds [lo, hi] (int64 arrays)."""
+        n = len(lo)
+        if not n:
+            return
+        lo = np.asarray(lo, np.int64)
+        ends = np.concatenate([self.open_ends, occupied_end(lo, np.asarray(hi, np.int64))])
+        ends.sort()
+        # slice i: the carried ends, the block's ends and itself, less the ends by its start
+        # (a block slice after i ends past lo[i]: it is among those, as it should not count)
+        overlap = np.arange(len(self.open_ends) + 1, len(self.open_ends) + 1 + n)
+        overlap -= np.searchsorted(ends, lo, "right")
+        k = int(np.argmax(overlap))  # the first slice to reach the block's peak
+        if int(overlap[k]) > self.lanes:
+            self.lanes = int(overlap[k])
+            self.peak_at_ns = int(lo[k])
+        self.open_ends = ends[np.searchsorted(ends, lo[-1], "right"):]
+
+
 def occupied_end(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """End of the nanoseconds [lo, end) a slice occupies on a lane: at least its first one.
 

@@ -82,10 +82,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from tracestream.errors import TraceError
 from tracestream.source import is_zstd_skippable, zstd_blocks
+from tracestream.ui import DEFAULT_UI_URL
 
 __all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "describe_trace", "view_trace"]
 
-DEFAULT_UI_URL = "https://ui.perfetto.dev"
 LOOPBACK = "127.0.0.1"
 BLOCK_SIZE = 1 << 20  # bytes per read from disk: this bounds the server's memory
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

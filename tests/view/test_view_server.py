@@ -659,3 +659,20 @@ def _status_or_none(server):
         return get(server, "/")[0]
     except OSError:
         return None
+
+
+def test_other_commands_do_not_import_the_view_server():
+    """Registering `view` on the CLI costs no HTTP server imports: every command would pay
+    them at start-up (~20 ms). Its default UI address is still shown."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, tracestream.cli, tracestream.inspect; "
+             "print(sorted(m for m in ('tracestream.view', 'http.server') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]"
+    from click.testing import CliRunner
+
+    from tracestream.cli import main
+    assert view.DEFAULT_UI_URL in CliRunner().invoke(main, ["view", "--help"]).output
