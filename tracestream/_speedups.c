@@ -592,13 +592,15 @@ PyDoc_STRVAR(decimal_column_doc,
 "decimal_column(events, key, signed) -> (ns, shapes)\n\n"
 "The events' `key` field (msgspec.Raw number texts, empty where absent) as a ts or\n"
 "dur column, each value by its own shape: 0 absent, 1 an integer, 2 a number with\n"
-"three decimals (Kineto's shapes: below 9e15 us, not negative unless `signed`),\n"
+"one to three decimals (exact in ns: Kineto's shapes and floats such as 68.0; below\n"
+"9e15 us, not negative unless `signed`),\n"
 "3 anything else (read one by one by the caller). Gives the values in ns (int64\n"
 "bytearray, 0 where absent or of shape 3) and the shapes (a bytearray), so one odd\n"
 "value costs its own event, not its chunk (observe.kineto_shapes and observe._ints).");
 
 #define MAX_WHOLE_DIGITS 16 /* integer digits of a value below 9e15 us */
-enum { SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_THREE, SHAPE_OTHER };
+#define MAX_FAST_DECIMALS 3 /* decimals of a value exact in ns (observe.MAX_FAST_DECIMALS) */
+enum { SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_DECIMAL, SHAPE_OTHER };
 
 static PyObject *
 decimal_column(PyObject *module, PyObject *args)
@@ -625,7 +627,7 @@ decimal_column(PyObject *module, PyObject *args)
             goto fail;
         const unsigned char *t = view.buf;
         Py_ssize_t len = view.len, at = 0;
-        int three = 0, ok = 1, negative = 0;
+        int decimals = 0, ok = 1, negative = 0;
         int64_t value = 0;
         ns[i] = 0;
         if (len == 0) {
@@ -638,16 +640,18 @@ decimal_column(PyObject *module, PyObject *args)
             at = 1;
             ok = is_signed;
         }
-        if (len >= 5 && t[len - 4] == '.')
-            three = 1;
-        Py_ssize_t whole = len - at - (three ? 4 : 0);
+        for (int d = 1; !decimals && d <= MAX_FAST_DECIMALS; d++) {
+            if (len >= d + 2 && t[len - 1 - d] == '.')
+                decimals = d;
+        }
+        Py_ssize_t whole = len - at - (decimals ? decimals + 1 : 0);
         if (whole < 1 || whole > MAX_WHOLE_DIGITS
             || (whole == MAX_WHOLE_DIGITS && t[at] > '8'))
             ok = 0;
         for (Py_ssize_t k = at; ok && k < len; k++) {
             if (t[k] >= '0' && t[k] <= '9')
                 value = 10 * value + (t[k] - '0');
-            else if (!(three && k == len - 4))
+            else if (!(decimals && k == len - 1 - decimals))
                 ok = 0;
         }
         PyBuffer_Release(&view);
@@ -655,9 +659,9 @@ decimal_column(PyObject *module, PyObject *args)
             shapes[i] = SHAPE_OTHER;
             continue;
         }
-        shapes[i] = three ? SHAPE_THREE : SHAPE_INTEGER;
-        if (!three)
-            value *= 1000;
+        shapes[i] = decimals ? SHAPE_DECIMAL : SHAPE_INTEGER;
+        for (int d = decimals; d < 3; d++)
+            value *= 10; /* to ns: 1000 for an integer, 100 for one decimal, ... */
         ns[i] = negative ? -value : value;
     }
     return Py_BuildValue("(NN)", ns_obj, shapes_obj);

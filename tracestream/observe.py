@@ -491,8 +491,9 @@ class _Observer:
         event.
 
         Absent values are 0 (their events are never read). Each value is parsed by
-        its own shape: Kineto's (three decimals, or integers) a shape group at a
-        time (by the C extension where it is built, else in numpy), anything else
+        its own shape: integers and numbers with one to three decimals (Kineto's
+        shapes, and floats such as `68.0`) a shape group at a time (by the C
+        extension where it is built, else in numpy), anything else
         one by one (and marked in `self.inexact` when it has digits below 1 ns).
         So `"ts": 0` on metadata among epoch values with three decimals costs its
         own event, not its chunk. Non-numbers and values out of range are refused
@@ -506,7 +507,7 @@ class _Observer:
             ns, shapes = kineto_column(list(map(attrgetter(key), self.events)),
                                        signed=key != "dur")
         integer = shapes == SHAPE_INTEGER
-        has = (shapes == SHAPE_INTEGER) | (shapes == SHAPE_THREE)
+        has = (shapes == SHAPE_INTEGER) | (shapes == SHAPE_DECIMAL)
         odd = np.flatnonzero(shapes == SHAPE_OTHER)
         if len(odd):
             self._parse_one_by_one(odd.tolist(), key, strict, ns, integer, has)
@@ -972,18 +973,27 @@ def _holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
     return np.searchsorted(positions, ends) > np.searchsorted(positions, starts)
 
 
-SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_THREE, SHAPE_OTHER = 0, 1, 2, 3
+SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_DECIMAL, SHAPE_OTHER = 0, 1, 2, 3
 """The shape of one ts/dur text, as the C extension's decimal_column codes it."""
+MAX_FAST_DECIMALS = 3
+"""Decimals a value may have and still be read as a column: 1 to 3 are exact in ns (Kineto
+writes three; older exporters write floats such as `68.0`)."""
 
 
 def kineto_shapes(blob: bytes, lengths: np.ndarray, *, signed: bool) -> np.ndarray:
     """Per text (JSON values of `lengths` bytes each, joined by commas in `blob`): its
-    shape, SHAPE_THREE for a number with three decimals, SHAPE_INTEGER for an integer,
-    both below 9e15 µs (and not negative unless `signed`), else SHAPE_OTHER.
+    shape, SHAPE_DECIMAL for a number with one to three decimals, SHAPE_INTEGER for an
+    integer, both below 9e15 µs (and not negative unless `signed`), else SHAPE_OTHER."""
+    return _shapes_and_decimals(blob, lengths, signed=signed)[0]
+
+
+def _shapes_and_decimals(blob: bytes, lengths: np.ndarray, *,
+                         signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`kineto_shapes` and each text's number of decimals (0 for the other shapes).
 
     The texts are valid JSON, so a text of only digits, `.` and `-` is a number
     without an exponent; counting its bytes of each kind and indexing its first
-    and fourth-to-last bytes settles the rest, for every text at once.
+    byte and the bytes where a dot may stand settles the rest, for every text at once.
     """
     view = np.frombuffer(blob, np.uint8)
     ends = np.cumsum(lengths + 1) - 1  # each text's comma (or the blob's end)
@@ -998,21 +1008,25 @@ def kineto_shapes(blob: bytes, lengths: np.ndarray, *, signed: bool) -> np.ndarr
     dots = per_text(view == 0x2E)
     minus = per_text(view == 0x2D)
     negative = view[starts] == 0x2D
-    three = (lengths >= 5) & (view[np.maximum(ends - 4, 0)] == 0x2E) & (dots == 1)
-    digits = lengths - negative - 4 * three
+    decimals = np.zeros(len(lengths), np.int64)
+    for d in range(MAX_FAST_DECIMALS, 0, -1):  # the first dot from the end wins, as in C
+        dot = (lengths >= d + 2) & (view[np.maximum(ends - d - 1, 0)] == 0x2E)
+        decimals[dot] = d
+    decimal = (decimals > 0) & (dots == 1)
+    digits = lengths - negative - np.where(decimal, decimals + 1, 0)
     first_digit = view[np.minimum(starts + negative, len(view) - 1)]
-    regular = ((odd_bytes == 0) & (minus == negative) & ((dots == 0) | three)
+    regular = ((odd_bytes == 0) & (minus == negative) & ((dots == 0) | decimal)
                & (digits >= 1) & (digits <= _MAX_DIGITS)
                & ~((digits == _MAX_DIGITS) & (first_digit > ord("8"))))
     if not signed:
         regular &= ~negative
-    return np.where(regular, np.where(three, SHAPE_THREE, SHAPE_INTEGER),
-                    SHAPE_OTHER).astype(np.int8)
+    shapes = np.where(regular, np.where(decimal, SHAPE_DECIMAL, SHAPE_INTEGER), SHAPE_OTHER)
+    return shapes.astype(np.int8), np.where(regular & decimal, decimals, 0)
 
 
 def kineto_column(texts: list, *, signed: bool) -> tuple[np.ndarray, np.ndarray]:
     """The numpy twin of the C extension's decimal_column: (ns, shape) per text (empty
-    where absent), the values of each Kineto shape parsed a group at a time."""
+    where absent), the values of each regular shape parsed a group at a time."""
     lengths = np.fromiter(map(len, texts), np.int64, len(texts))
     shapes = np.zeros(len(texts), np.int8)  # SHAPE_ABSENT
     ns = np.zeros(len(texts), np.int64)
@@ -1022,13 +1036,17 @@ def kineto_column(texts: list, *, signed: bool) -> tuple[np.ndarray, np.ndarray]
     whole = len(present) == len(texts)
     chosen = texts if whole else list(map(texts.__getitem__, present.tolist()))
     blob = b",".join(chosen)
-    shapes[present] = kineto_shapes(blob, lengths[present], signed=signed)
-    for shape, scale in ((SHAPE_THREE, 1), (SHAPE_INTEGER, 1000)):
-        at = np.flatnonzero(shapes == shape)
+    shapes[present], decimals_present = _shapes_and_decimals(blob, lengths[present],
+                                                             signed=signed)
+    decimals = np.zeros(len(texts), np.int64)
+    decimals[present] = decimals_present
+    for places in range(MAX_FAST_DECIMALS + 1):  # 0: the integers
+        at = np.flatnonzero((shapes == (SHAPE_DECIMAL if places else SHAPE_INTEGER))
+                            & (decimals == places))
         if not len(at):
             continue
         group = blob if len(at) == len(chosen) else b",".join(map(texts.__getitem__, at.tolist()))
-        ns[at] = _ints(group.replace(b".", b"") if shape == SHAPE_THREE else group) * scale
+        ns[at] = _ints(group.replace(b".", b"") if places else group) * 10 ** (3 - places)
     return ns, shapes
 
 
