@@ -309,6 +309,17 @@ def observe_received_chunk(slot: int, length: int, offset: int, ctx: Context) ->
     return observe_chunk(bytes(doc[1:-1]), offset, ctx, doc)
 
 
+@dataclass
+class FlowColumns:
+    """What the index keeps of a chunk's flow events, a column each (`_Observer._flows`)."""
+
+    track_keys: list  # the distinct (pid, tid), in order of first appearance
+    track_codes: np.ndarray  # int32 per flow: its key's position in track_keys
+    binds_next: np.ndarray  # bool: an `f` without "bp": "e" (see binds_next)
+    ids: np.ndarray  # int64, NO_ID where the id is no integer within +-2**62
+    categories: Counter  # how often each category (its str when no string) occurs
+
+
 class _Texts:
     """The `ts` or `dur` texts of a chunk's events, read where one is needed."""
 
@@ -418,8 +429,7 @@ class _Observer:
         metas = np.flatnonzero(is_meta).tolist()
         guides = np.flatnonzero(kind_of == LAYER_GUIDE).tolist()
         others = np.flatnonzero(~(is_slice | is_flow | is_meta)).tolist()
-        keys = [(events[i].pid, events[i].tid) for i in others]
-        other = dict(zip(reversed(keys), reversed(others)))  # first event per track wins
+        other = self._first_on_track(others)
         annotations = ([events[i].name for i in np.flatnonzero(kind_of == CPU_ANNOTATION).tolist()]
                        if self.ctx.count_names else [])
         origin = self._chunk_origin(metas, ts_texts, ts_ns, has_ts)
@@ -471,6 +481,20 @@ class _Observer:
             odd_values=len(self.odd),
             first_odd=min(self.odd.items()) if self.odd else None,
         )
+
+    def _first_on_track(self, others: list[int]) -> dict[tuple, int]:
+        """{(pid, tid): the first of `others` on that track}, keyed in order of each track's
+        last event, latest first (the order `track` numbers them in); by the C extension
+        where it is built."""
+        native = speedups.native
+        if native is None:
+            keys = [(self.events[i].pid, self.events[i].tid) for i in others]
+            return dict(zip(reversed(keys), reversed(others)))  # first event per track wins
+        codes, keys = native.track_keys(self.events, others)
+        codes = np.frombuffer(codes, np.int32)
+        first = np.unique(codes, return_index=True)[1]  # per code (0, 1, ...): first position
+        last = len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]
+        return {keys[code]: others[first[code]] for code in np.argsort(-last).tolist()}
 
     def _classified(self, kinds: CategoryKinds) -> tuple | None:
         """(phase codes, category kinds, has a pid and a tid, phase counts) of the events,
@@ -888,23 +912,41 @@ class _Observer:
     def _flows(self, flows, ts_ns, cand_of) -> tuple:
         if not flows:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
-        fev = [self.events[i] for i in flows]
-        categories = Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev)
+        columns = self._flow_columns(flows)
         if cand_of is None:  # no rewrite: only the categories are reported
-            return np.zeros(0, FLOW_DTYPE), {}, categories
+            return np.zeros(0, FLOW_DTYPE), {}, columns.categories
         rows = np.empty(len(flows), FLOW_DTYPE)
         rows["cand"] = cand_of[flows]
-        rows["track"] = _intern(self.track, [(e.pid, e.tid) for e in fev])
+        tracks = np.array([self.track(*key) for key in columns.track_keys], np.int64)
+        rows["track"] = tracks[columns.track_codes]  # numbered as _intern numbers them
         rows["ts"] = ts_ns[flows]
-        rows["binds_next"] = [binds_next(e.ph, e.bp) for e in fev]
-        fids = [e.id for e in fev]
-        packed = [fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID for fid in fids]
-        rows["id"] = packed
+        rows["binds_next"] = columns.binds_next
+        rows["id"] = columns.ids
         ids: dict[int, Any] = {}  # candidate -> id, for ids that are no such integer
-        if NO_ID in packed:
-            ids = {int(cand): fid for cand, fid, kept in zip(rows["cand"].tolist(), fids, packed)
-                   if kept == NO_ID}
-        return rows, ids, categories
+        for k in np.flatnonzero(rows["id"] == NO_ID).tolist():
+            ids[int(rows["cand"][k])] = self.events[flows[k]].id
+        return rows, ids, columns.categories
+
+    def _flow_columns(self, flows: list[int]) -> FlowColumns:
+        """The flows' (pid, tid) keys, whether each binds to the next slice, their ids
+        packed and their category counts (see FlowColumns); by the C extension where it
+        is built."""
+        native = speedups.native
+        if native is not None:
+            codes, keys, binds, packed, categories = native.flow_columns(self.events, flows,
+                                                                         NO_ID)
+            return FlowColumns(keys, np.frombuffer(codes, np.int32), np.frombuffer(binds, bool),
+                               np.frombuffer(packed, np.int64), Counter(categories))
+        fev = [self.events[i] for i in flows]
+        pairs = [(e.pid, e.tid) for e in fev]
+        code = {key: k for k, key in enumerate(dict.fromkeys(pairs))}
+        fids = [e.id for e in fev]
+        return FlowColumns(
+            list(code), np.array([code[pair] for pair in pairs], np.int32),
+            np.array([binds_next(e.ph, e.bp) for e in fev], bool),
+            np.array([fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID
+                      for fid in fids], np.int64),
+            Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev))
 
     def _metadata(self, metas: list[int]) -> tuple[list, list, list]:
         thread_meta = []
