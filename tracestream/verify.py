@@ -1148,8 +1148,8 @@ class _PlannedStream:
             yield from piece
         if plan.appended:
             lead = b"" if (not index.layout.event_count or ends_dropped) else b",\n"
-            for block in plan.appended.blocks():
-                yield lead + b",\n".join(block)
+            for text in plan.appended.texts():
+                yield lead + text
                 lead = b",\n"
 
     def _next(self, ends_dropped: bool) -> tuple[tuple[bytes, ...], bool]:
