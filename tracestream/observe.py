@@ -916,10 +916,11 @@ class _Observer:
         if cand_of is None:  # no rewrite: only the categories are reported
             return np.zeros(0, FLOW_DTYPE), {}, columns.categories
         rows = np.empty(len(flows), FLOW_DTYPE)
-        rows["cand"] = cand_of[flows]
+        at = np.array(flows, np.int64)  # converted once, not by each index below
+        rows["cand"] = cand_of[at]
         tracks = np.array([self.track(*key) for key in columns.track_keys], np.int64)
         rows["track"] = tracks[columns.track_codes]  # numbered as _intern numbers them
-        rows["ts"] = ts_ns[flows]
+        rows["ts"] = ts_ns[at]
         rows["binds_next"] = columns.binds_next
         rows["id"] = columns.ids
         ids: dict[int, Any] = {}  # candidate -> id, for ids that are no such integer
