@@ -190,20 +190,26 @@ class GuideRows:
 
     def _native_rows(self, native, block: GuideBlock, labels: _Labels,
                      parts: tuple) -> bytes | None:
-        """The block's rows joined, from the C extension's json_rows (None where it declines
-        a relative ms, or the times lie too far from the origin: see relative_ms_column)."""
+        """The block's rows joined, from the C extension's json_rows. Where it cannot write
+        a relative ms itself (it declines one, or the times lie too far from the origin:
+        see relative_ms_column), it takes them as the texts Python writes."""
         starts, ends = _offsets(block.start_floor_ns, self.origin_ns), _offsets(
             block.end_floor_ns, self.origin_ns)
-        if starts is None or ends is None:
-            return None
-        text = native.json_rows(len(block.kind), parts, (
+        columns = [
             (native.INTEGERS, _int64(block.pass_index)), (native.INTEGERS, _int64(block.layer_id)),
             (native.INTEGERS, _int64(block.anchor_index)),
             (native.CODED, *labels.coded_names(block)), (native.CODED, *labels.coded_tids(block)),
             (native.TEXTS, block.start_text),
             (native.TEXTS, block.end_text), (native.INTEGERS, _int64(block.guide_start_us)),
             (native.INTEGERS, _int64(block.guide_end_us)), (native.SHORTEST, starts, 6),
-            (native.SHORTEST, ends, 6), (native.CODED, _int64(block.kind), _KINDS)), b",\n")
+            (native.SHORTEST, ends, 6), (native.CODED, _int64(block.kind), _KINDS)]
+        text = None
+        if starts is not None and ends is not None:
+            text = native.json_rows(len(block.kind), parts, tuple(columns), b",\n")
+        if text is None:
+            columns[9] = (native.TEXTS, self._relative_ms(block.start_floor_ns))
+            columns[10] = (native.TEXTS, self._relative_ms(block.end_floor_ns))
+            text = native.json_rows(len(block.kind), parts, tuple(columns), b",\n")
         if text is not None:
             if self.first is None:
                 self.first = self._row_at(block, labels, 0)
