@@ -14,9 +14,9 @@ import numpy as np
 import orjson
 import pytest
 
-from tracestream import verify
+from tracestream import guidetext, speedups, verify
 from tracestream.guides import LayerSpec, build_guides
-from tracestream.guidetext import GuideEvents, GuideRows
+from tracestream.guidetext import ROWS_DEPTH, GuideEvents, GuideRows
 from tracestream.jsontext import write_pretty
 from tracestream.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
 from tracestream.verify import _guide_problems, _OutputChecks
@@ -113,6 +113,35 @@ def test_report_rows_are_streamed_to_the_report(guides):
     assert size > guides * 300  # every row written
     assert rows.last["layer_id"] == LAYERS - 1 and rows.last["pass_index"] == guides // LAYERS - 1
     assert used < BOUND
+
+
+class _NoPythonRows:
+    """Stands for the report row template of the per-row Python path: using it fails."""
+
+    def __mod__(self, values):
+        raise AssertionError("a report row written one at a time in Python")
+
+
+@pytest.mark.skipif(speedups.built is None, reason="tracestream._speedups is not built")
+def test_report_rows_far_from_the_origin_are_still_written_a_block_at_a_time(monkeypatch):
+    """Guides more than 2**50 ns (13 days) after the trace's origin (a long capture, or a
+    trace replicated in time) have their relative ms rounded in Python, as a column; their
+    rows are still written a block at a time by the C extension, the bytes of the rows
+    written one at a time."""
+    anchors, terminals, spec = labelled(3_000)
+    guides = build_guides(anchors, terminals, spec)
+    origin = EPOCH_NS - (1 << 51)  # every guide ~26 days after the origin
+
+    def written() -> tuple[bytes, dict, dict]:
+        rows = GuideRows(guides, origin)
+        return b",\n".join(rows.pretty_blocks(ROWS_DEPTH)), rows.first, rows.last
+
+    monkeypatch.setattr(speedups, "native", None)
+    one_at_a_time = written()
+    monkeypatch.setattr(speedups, "native", speedups.built)
+    monkeypatch.setattr(guidetext, "_ROW", _NoPythonRows())
+    assert written() == one_at_a_time
+    assert one_at_a_time[2]["start_relative_ms"] > 2**51 / 1e6
 
 
 @pytest.mark.parametrize("guides", [1_000, 30_000])

@@ -29,6 +29,7 @@ from kineto import anchor_trace, kernel, write_trace
 from samples.generate import DRAFT_ANCHOR, TraceConfig, generate
 from tracestream import LayerSpec, add_layer_guides
 from tracestream.document import DocumentScanner
+from tracestream.guidetext import GuideEvents
 
 
 def raw_events(path: Path) -> list[bytes]:
@@ -342,6 +343,24 @@ def test_library_api_from_a_notebook(decode_trace, tmp_path):
         evidence="checked in the model config", passes=2, extra_anchors_per_pass=1))
     assert report.data["layers"][0]["anchor_index"] == 9
     assert "L0 … L7" in report.summary()
+
+
+def test_guide_events_go_out_as_the_blocks_of_text_they_are_made_as(decode_trace, tmp_path,
+                                                                    monkeypatch):
+    """The rewrite writes each block of guide events as the one text it is made as, never
+    split into a bytes object per guide and joined again (a nightly job writes 10^5-10^6
+    guides); the events are those of the one-by-one blocks."""
+    monkeypatch.setattr(GuideEvents, "blocks", lambda self: pytest.fail(
+        "the guide events were split one by one"))
+    trace, _ = decode_trace
+    out = tmp_path / "out.json"
+    add_layer_guides(trace, out, LayerSpec(
+        anchor_regex=ANCHOR, num_layers=8, anchor_offset=0, phase="target-verify",
+        evidence="test", passes=6, extra_anchors_per_pass=1, end_anchor_regex=TERMINAL))
+    guides = guides_in(out)
+    assert [g["name"] for g in guides] == [f"L{i}" for i in range(8)] * 6
+    monkeypatch.undo()
+    assert_verified(trace, out)
 
 
 REAL_ANCHORS = {  # name: (a pattern of one kernel name, layers: its first matches in one pass)

@@ -16,9 +16,9 @@ from tracestream.events import KERNEL, MEMCPY
 from tracestream.observe import (
     FLOW,
     META,
+    SHAPE_DECIMAL,
     SHAPE_INTEGER,
     SHAPE_OTHER,
-    SHAPE_THREE,
     ChunkError,
     Context,
     Event,
@@ -30,7 +30,7 @@ from tracestream.observe import (
 pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
 
 # what the column fast path accepts, written out as the regular expressions it replaces
-_THREE_DECIMALS = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})\.[0-9]{3}")
+_DECIMAL = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})\.[0-9]{1,3}")
 _INTEGER = re.compile(rb"-?(?:[0-9]{1,15}|[1-8][0-9]{15})")
 
 
@@ -38,8 +38,8 @@ def reference(text: bytes, signed: bool) -> int:
     """The shape of one text, by regular expression."""
     if not signed and text.startswith(b"-"):
         return SHAPE_OTHER
-    if _THREE_DECIMALS.fullmatch(text):
-        return SHAPE_THREE
+    if _DECIMAL.fullmatch(text):
+        return SHAPE_DECIMAL
     if _INTEGER.fullmatch(text):
         return SHAPE_INTEGER
     return SHAPE_OTHER
@@ -113,18 +113,21 @@ def low_enough(text: bytes, key: str) -> bool:
 
 def test_kineto_shapes():
     ts = [b"1764400000000000.000", b"1764400000000012.345", b"-5.000"]
-    assert shapes_of(ts, signed=True) == [SHAPE_THREE] * 3
-    assert shapes_of(ts, signed=False) == [SHAPE_THREE, SHAPE_THREE, SHAPE_OTHER]  # a dur < 0
+    assert shapes_of(ts, signed=True) == [SHAPE_DECIMAL] * 3
+    assert shapes_of(ts, signed=False) == [SHAPE_DECIMAL, SHAPE_DECIMAL, SHAPE_OTHER]  # a dur < 0
     ints = [b"17", b"8999999999999999"]
     assert shapes_of(ints, signed=False) == [SHAPE_INTEGER] * 2
     too_big = [b"9000000000000000.000"]  # 9e15 µs: past int64 nanoseconds' safe range
     assert shapes_of(too_big, signed=True) == [SHAPE_OTHER]
-    mixed = [b"1.000", b"2", b"[1,2]", b"1.5", b"3"]
-    assert shapes_of(mixed, signed=True) == [SHAPE_THREE, SHAPE_INTEGER, SHAPE_OTHER,
+    mixed = [b"1.000", b"2", b"[1,2]", b"1.2345", b"3"]
+    assert shapes_of(mixed, signed=True) == [SHAPE_DECIMAL, SHAPE_INTEGER, SHAPE_OTHER,
                                              SHAPE_OTHER, SHAPE_INTEGER]
+    floats = [b"68.0", b"0.25", b"-1.5", b"8999999999999999.9", b"1.", b".5", b"1.5.0"]
+    assert shapes_of(floats, signed=True) == [SHAPE_DECIMAL] * 4 + [SHAPE_OTHER] * 3
 
 
-@pytest.mark.parametrize("odd", [b"0", b"12", b"1764400000000001.5", b"null"])
+@pytest.mark.parametrize("odd", [b"0", b"12", b"1764400000000001.5",
+                                 b"1764400000000001.5000", b"null"])
 def test_one_odd_ts_in_a_chunk_is_read_alone(odd, monkeypatch):
     """`"ts": 0` on metadata among three-decimal epoch values (or integer µs among
     fractional ones, or an odd value) is read by its own shape: the regular values are
@@ -142,6 +145,21 @@ def test_one_odd_ts_in_a_chunk_is_read_alone(odd, monkeypatch):
     assert one_by_one == ([] if reference(odd, True) != SHAPE_OTHER else [odd])
     expected = [(timebase.parse_decimal(t).floor_ns(), timebase.is_integer_text(t), True)
                 if t != b"null" else (0, False, False) for t in texts]
+    assert list(zip(ns.tolist(), integer.tolist(), present.tolist())) == expected
+
+
+def test_float_durations_are_read_as_a_column(monkeypatch):
+    """Older exporters write `dur` as a float (`"dur": 68.0` next to integer `ts`): one to
+    three decimals are exact in ns, so such a chunk is parsed as columns, none of its
+    values one by one, and each value is the one timebase reads."""
+    texts = [b"68.0", b"0.5", b"1346.25", b"7", b"12.125"] * 40
+    events = [Event(dur=msgspec.Raw(t)) for t in texts]
+    observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
+    monkeypatch.setattr(observe, "_time_value", lambda text, key: pytest.fail(
+        f"{text!r} read one by one"))
+    ns, integer, present = observer._column("dur", np.ones(len(texts), bool))
+    expected = [(timebase.parse_decimal(t).floor_ns(), timebase.is_integer_text(t), True)
+                for t in texts]
     assert list(zip(ns.tolist(), integer.tolist(), present.tolist())) == expected
 
 

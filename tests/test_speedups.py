@@ -291,6 +291,64 @@ def test_matched_kernels_get_the_same_stream_and_name_codes_either_way(kernels, 
                       for _, names, streams, _ in with_numpy[2].values()]
 
 
+_FLOW_IDS = st.one_of(st.integers(-(2**63), 2**63), st.sampled_from(
+    [b"4611686018427387903", b"4611686018427387904", b"-4611686018427387904", b"1.0", b"true",
+     b'"7"', b"null", b"[7]", None]))
+_CATEGORIES = st.sampled_from([b'"ac2g"', b'"async_gpu"', b'"\\u0061c2g"', b"1", b"1.0", b"true",
+                               b"null", b"[1]", b'{"c": 1}', None])
+
+
+def _flow_member(key: bytes, value) -> bytes:
+    if value is None:
+        return b""
+    return b', "%b": %b' % (key, value if isinstance(value, bytes) else b"%d" % value)
+
+
+@needs_c
+@given(st.lists(st.tuples(st.sampled_from([b"s", b"t", b"f"]),
+                          st.sampled_from([b'"e"', b'"\\u0065"', b'"n"', b"1", b"null", None]),
+                          _FLOW_IDS, _CATEGORIES, _KEY_MEMBERS.filter(_int_or_text),
+                          st.integers(0, 3)),
+                min_size=1, max_size=40),
+       st.booleans())
+def test_flows_are_kept_alike_either_way(flows, records):
+    """A chunk's flows: tracks numbered in order of first appearance, which bind to the
+    next slice (`f` without "bp": "e", however `e` is spelled), ids packed where they are
+    integers within +-2**62 (the others kept as they are) and the categories counted by
+    their text, the same with the C extension and without."""
+    events = b", ".join(
+        b'{"ph": "%b", "pid": %b, "tid": %d, "ts": %d%b%b%b}'
+        % (ph, _member(pid), tid, k, _flow_member(b"bp", bp), _flow_member(b"id", fid),
+           _flow_member(b"cat", cat))
+        for k, (ph, bp, fid, cat, pid, tid) in enumerate(flows))
+    context = observe.Context(records=records)
+
+    def facts(events, context):
+        found = observe.observe_chunk(events, 0, context)
+        return (found.tracks, found.flows.tobytes(), found.flow_ids,
+                list(found.flow_categories.items()))
+
+    assert facts(events, context) == _numpy(facts, events, context)
+
+
+@needs_c
+@given(st.lists(st.tuples(st.sampled_from([b"i", b"X", b"B", b"C"]),
+                          _KEY_MEMBERS.filter(_int_or_text), st.integers(0, 3)),
+                min_size=1, max_size=60))
+def test_the_first_event_on_each_track_is_found_alike_either_way(events):
+    """Events that are neither GPU activity, flows nor metadata: the first one on each
+    track, and the tracks numbered in the same order, with the C extension and without."""
+    chunk = b", ".join(b'{"ph": "%b", "cat": "cpu_op", "name": "n%d", "pid": %b, "tid": %d, '
+                       b'"ts": %d}' % (ph, k, _member(pid), tid, k)
+                       for k, (ph, pid, tid) in enumerate(events))
+
+    def facts(chunk):
+        found = observe.observe_chunk(chunk, 0, observe.Context())
+        return found.tracks, list(found.other_on_track.items())
+
+    assert facts(chunk) == _numpy(facts, chunk)
+
+
 def _both_ways(*args) -> tuple[bytes, bytes]:
     """The output and then the report of one CLI run with the C extension and one with
     numpy (each in its own folder: the output names its report)."""

@@ -592,13 +592,15 @@ PyDoc_STRVAR(decimal_column_doc,
 "decimal_column(events, key, signed) -> (ns, shapes)\n\n"
 "The events' `key` field (msgspec.Raw number texts, empty where absent) as a ts or\n"
 "dur column, each value by its own shape: 0 absent, 1 an integer, 2 a number with\n"
-"three decimals (Kineto's shapes: below 9e15 us, not negative unless `signed`),\n"
+"one to three decimals (exact in ns: Kineto's shapes and floats such as 68.0; below\n"
+"9e15 us, not negative unless `signed`),\n"
 "3 anything else (read one by one by the caller). Gives the values in ns (int64\n"
 "bytearray, 0 where absent or of shape 3) and the shapes (a bytearray), so one odd\n"
 "value costs its own event, not its chunk (observe.kineto_shapes and observe._ints).");
 
 #define MAX_WHOLE_DIGITS 16 /* integer digits of a value below 9e15 us */
-enum { SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_THREE, SHAPE_OTHER };
+#define MAX_FAST_DECIMALS 3 /* decimals of a value exact in ns (observe.MAX_FAST_DECIMALS) */
+enum { SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_DECIMAL, SHAPE_OTHER };
 
 static PyObject *
 decimal_column(PyObject *module, PyObject *args)
@@ -625,7 +627,7 @@ decimal_column(PyObject *module, PyObject *args)
             goto fail;
         const unsigned char *t = view.buf;
         Py_ssize_t len = view.len, at = 0;
-        int three = 0, ok = 1, negative = 0;
+        int decimals = 0, ok = 1, negative = 0;
         int64_t value = 0;
         ns[i] = 0;
         if (len == 0) {
@@ -638,16 +640,18 @@ decimal_column(PyObject *module, PyObject *args)
             at = 1;
             ok = is_signed;
         }
-        if (len >= 5 && t[len - 4] == '.')
-            three = 1;
-        Py_ssize_t whole = len - at - (three ? 4 : 0);
+        for (int d = 1; !decimals && d <= MAX_FAST_DECIMALS; d++) {
+            if (len >= d + 2 && t[len - 1 - d] == '.')
+                decimals = d;
+        }
+        Py_ssize_t whole = len - at - (decimals ? decimals + 1 : 0);
         if (whole < 1 || whole > MAX_WHOLE_DIGITS
             || (whole == MAX_WHOLE_DIGITS && t[at] > '8'))
             ok = 0;
         for (Py_ssize_t k = at; ok && k < len; k++) {
             if (t[k] >= '0' && t[k] <= '9')
                 value = 10 * value + (t[k] - '0');
-            else if (!(three && k == len - 4))
+            else if (!(decimals && k == len - 1 - decimals))
                 ok = 0;
         }
         PyBuffer_Release(&view);
@@ -655,9 +659,9 @@ decimal_column(PyObject *module, PyObject *args)
             shapes[i] = SHAPE_OTHER;
             continue;
         }
-        shapes[i] = three ? SHAPE_THREE : SHAPE_INTEGER;
-        if (!three)
-            value *= 1000;
+        shapes[i] = decimals ? SHAPE_DECIMAL : SHAPE_INTEGER;
+        for (int d = decimals; d < 3; d++)
+            value *= 10; /* to ns: 1000 for an integer, 100 for one decimal, ... */
         ns[i] = negative ? -value : value;
     }
     return Py_BuildValue("(NN)", ns_obj, shapes_obj);
@@ -1340,6 +1344,158 @@ match_keys(PyObject *module, PyObject *args)
     return Py_BuildValue("(NNNN)", stream_codes, stream_keys, name_codes, name_keys);
 }
 
+PyDoc_STRVAR(track_keys_doc,
+"track_keys(events, indices) -> (track codes, track keys)\n\n"
+"For the events at `indices`: each one's (pid, tid) as a code (int32 bytearray)\n"
+"into the distinct keys, listed in order of first appearance (slice_keys without\n"
+"the groups; observe._Observer._first_on_track).");
+
+static PyObject *
+track_keys(PyObject *module, PyObject *args)
+{
+    PyObject *events, *indices;
+    if (!PyArg_ParseTuple(args, "O!O!:track_keys", &PyList_Type, &events, &PyList_Type,
+                          &indices))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(indices);
+    PyObject *codes = PyByteArray_FromStringAndSize(NULL, n * 4);
+    PyObject *keys = PyList_New(0), *map = PyDict_New();
+    int ok = codes && keys && map;
+    Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
+    IntPairs pairs = {0};
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *event = item_at(events, PyList_GET_ITEM(indices, i));
+        PyObject *pid = event ? read_field(event, &pid_field) : NULL;
+        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
+        long code = tid ? cached_pair_code(&pairs, map, keys, pid, tid) : -1;
+        Py_XDECREF(pid);
+        Py_XDECREF(tid);
+        ok = code >= 0;
+        if (ok)
+            ((int32_t *)PyByteArray_AS_STRING(codes))[i] = (int32_t)code;
+    }
+    int_pairs_free(&pairs);
+    Py_XDECREF(map);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        Py_XDECREF(codes);
+        Py_XDECREF(keys);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", codes, keys);
+}
+
+PyDoc_STRVAR(flow_columns_doc,
+"flow_columns(events, flows, no_id)\n"
+"-> (track codes, track keys, binds next, ids, categories)\n\n"
+"For the flow events at `flows`: each one's (pid, tid) as a code (int32 bytearray)\n"
+"into the distinct keys, listed in order of first appearance; whether it binds to\n"
+"the next slice (ph \"f\" and bp not \"e\", a bool bytearray: observe.binds_next);\n"
+"its id where that is an int strictly between -2**62 and 2**62, else `no_id`\n"
+"(int64 bytearray); and how often each category occurs (str(cat) for one that is\n"
+"no string), in order of first appearance (observe._Observer._flows).");
+
+/* Add one to counts[key]; -1 on error. */
+static int
+count_key(PyObject *counts, PyObject *key)
+{
+    PyObject *count = PyDict_GetItemWithError(counts, key);
+    PyObject *more = count != NULL ? PyLong_FromSsize_t(PyLong_AsSsize_t(count) + 1)
+                     : PyErr_Occurred() ? NULL : PyLong_FromLong(1);
+    int stored = more != NULL ? PyDict_SetItem(counts, key, more) : -1;
+    Py_XDECREF(more);
+    return stored;
+}
+
+/* Whether `value` == the string `text` (as Python's == compares); -1 on error. */
+static int
+equals_text(PyObject *value, PyObject *text)
+{
+    return PyObject_RichCompareBool(value, text, Py_EQ);
+}
+
+static PyObject *
+flow_columns(PyObject *module, PyObject *args)
+{
+    PyObject *events, *flows;
+    long long no_id;
+    if (!PyArg_ParseTuple(args, "O!O!L:flow_columns", &PyList_Type, &events, &PyList_Type,
+                          &flows, &no_id))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(flows);
+    PyObject *track_codes = PyByteArray_FromStringAndSize(NULL, n * 4);
+    PyObject *binds = PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *ids = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *track_keys = PyList_New(0), *track_map = PyDict_New();
+    PyObject *categories = PyDict_New();
+    PyObject *f_text = PyUnicode_FromString("f"), *e_text = PyUnicode_FromString("e");
+    int ok = track_codes && binds && ids && track_keys && track_map && categories && f_text
+             && e_text;
+    Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
+    Field ph_field = {"ph", NULL, -1}, bp_field = {"bp", NULL, -1};
+    Field id_field = {"id", NULL, -1}, cat_field = {"cat", NULL, -1};
+    IntPairs pairs = {0};
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        ok = 0;
+        PyObject *event = item_at(events, PyList_GET_ITEM(flows, i));
+        if (event == NULL)
+            break;
+        PyObject *pid = read_field(event, &pid_field);
+        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
+        long track = tid ? cached_pair_code(&pairs, track_map, track_keys, pid, tid) : -1;
+        Py_XDECREF(pid);
+        Py_XDECREF(tid);
+        if (track < 0)
+            break;
+        ((int32_t *)PyByteArray_AS_STRING(track_codes))[i] = (int32_t)track;
+        PyObject *ph = read_field(event, &ph_field);
+        int is_f = ph != NULL ? equals_text(ph, f_text) : -1;
+        Py_XDECREF(ph);
+        int next = 0;
+        if (is_f > 0) {
+            PyObject *bp = read_field(event, &bp_field);
+            int is_e = bp != NULL ? equals_text(bp, e_text) : -1;
+            Py_XDECREF(bp);
+            if (is_e < 0)
+                break;
+            next = !is_e;
+        }
+        else if (is_f < 0)
+            break;
+        PyByteArray_AS_STRING(binds)[i] = (char)next;
+        PyObject *id = read_field(event, &id_field);
+        if (id == NULL)
+            break;
+        int64_t value;
+        int packed = exact_int(id, &value) && value > -(INT64_C(1) << 62)
+                     && value < (INT64_C(1) << 62);
+        Py_DECREF(id);
+        ((int64_t *)PyByteArray_AS_STRING(ids))[i] = packed ? value : (int64_t)no_id;
+        PyObject *cat = read_field(event, &cat_field);
+        PyObject *key = cat == NULL ? NULL : PyUnicode_Check(cat) ? Py_NewRef(cat)
+                                                                 : PyObject_Str(cat);
+        Py_XDECREF(cat);
+        ok = key != NULL && count_key(categories, key) == 0;
+        Py_XDECREF(key);
+    }
+    int_pairs_free(&pairs);
+    Py_XDECREF(track_map);
+    Py_XDECREF(f_text);
+    Py_XDECREF(e_text);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        Py_XDECREF(track_codes);
+        Py_XDECREF(binds);
+        Py_XDECREF(ids);
+        Py_XDECREF(track_keys);
+        Py_XDECREF(categories);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNNN)", track_codes, track_keys, binds, ids, categories);
+}
+
 /* -- the anchors report's JSON rows (inspect.MatchRows.json_text) ----------------------- */
 
 enum { TEXTS, INTEGERS, FIXED, SHORTEST, CODED, COLUMN_KINDS };
@@ -1864,6 +2020,8 @@ static PyMethodDef methods[] = {
      first_unhashable_device_doc},
     {"named", named, METH_VARARGS, named_doc},
     {"match_keys", match_keys, METH_VARARGS, match_keys_doc},
+    {"flow_columns", flow_columns, METH_VARARGS, flow_columns_doc},
+    {"track_keys", track_keys, METH_VARARGS, track_keys_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
     {"undo_relocations", undo_relocations, METH_O, undo_relocations_doc},

@@ -10,6 +10,7 @@ by those very functions, with placeholders for the values.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterator
 from dataclasses import fields
@@ -61,15 +62,34 @@ class _Labels:
         self._names: dict[int, bytes] = {}
         self._tids: dict[int, bytes] = {}
 
+    def name(self, i: int) -> bytes:
+        text = self._names.get(i)
+        if text is None:
+            text = self._names[i] = orjson.dumps(self.table.names[i])
+        return text
+
+    def tid(self, track: int) -> bytes:
+        text = self._tids.get(track)
+        if text is None:
+            text = self._tids[track] = orjson.dumps(self.table.tid_of(track))
+        return text
+
     def names(self, block: GuideBlock) -> list[bytes]:
-        ids = block.anchor_name.tolist()
-        return [self._names.get(i) or self._names.setdefault(
-            i, orjson.dumps(self.table.names[i])) for i in ids]
+        return list(map(self.name, block.anchor_name.tolist()))
 
     def tids(self, block: GuideBlock) -> list[bytes]:
-        tracks = block.anchor_track.tolist()
-        return [self._tids.get(t) or self._tids.setdefault(
-            t, orjson.dumps(self.table.tid_of(t))) for t in tracks]
+        return list(map(self.tid, block.anchor_track.tolist()))
+
+    def coded_names(self, block: GuideBlock) -> tuple[np.ndarray, list[bytes]]:
+        """`names` as the C extension's CODED column takes them: a code per guide into
+        the texts of the block's distinct names (no list entry per guide)."""
+        ids, codes = np.unique(block.anchor_name, return_inverse=True)
+        return _int64(codes), list(map(self.name, ids.tolist()))
+
+    def coded_tids(self, block: GuideBlock) -> tuple[np.ndarray, list[bytes]]:
+        """`tids` as a CODED column (see coded_names)."""
+        ids, codes = np.unique(block.anchor_track, return_inverse=True)
+        return _int64(codes), list(map(self.tid, ids.tolist()))
 
 
 class GuideEvents:
@@ -83,27 +103,31 @@ class GuideEvents:
     def __len__(self) -> int:
         return len(self.guides)
 
-    def blocks(self) -> Iterator[list[bytes]]:
+    def texts(self) -> Iterator[bytes]:
+        """Each block's events as the trace holds them, joined by ",\\n" (never split
+        into one object per guide)."""
         pid, tid, phase, evidence, notice = self._fixed
         labels = _Labels(self.guides)
         native = speedups.native
         for block in self.guides.blocks():
-            if native is not None:  # the same bytes, written by the C extension; a raw
-                # newline is never inside a JSON string, so the events split at theirs
+            if native is not None:  # the same bytes, written by the C extension
                 yield native.json_rows(len(block.kind), _EVENT_PARTS,
-                                       self._event_columns(native, block, labels),
-                                       b",\n").split(b",\n")
+                                       self._event_columns(native, block, labels), b",\n")
                 continue
             columns = zip(block.layer_id.tolist(), block.guide_start_us.tolist(),
                           block.guide_end_us.tolist(), block.pass_index.tolist(),
                           block.anchor_index.tolist(), labels.names(block), labels.tids(block),
                           block.start_text, block.end_text, block.kind.tolist())
-            yield [_EVENT % (layer, pid, tid, start, end - start, p, layer, index, name,
-                             anchor_tid, start_text, end_text, _KINDS[kind], phase, evidence,
-                             notice)
-                   for (layer, start, end, p, index, name, anchor_tid, start_text, end_text,
-                        kind) in columns]
+            yield b",\n".join([
+                _EVENT % (layer, pid, tid, start, end - start, p, layer, index, name, anchor_tid,
+                          start_text, end_text, _KINDS[kind], phase, evidence, notice)
+                for (layer, start, end, p, index, name, anchor_tid, start_text, end_text,
+                     kind) in columns])
 
+    def blocks(self) -> Iterator[list[bytes]]:
+        """Each block's events, one bytes each (a raw newline is never inside a JSON
+        string, so the events split at theirs; the joined text is freed once split)."""
+        return map(_split_events, self.texts())
 
     def _event_columns(self, native, block: GuideBlock, labels: _Labels) -> tuple:
         """The columns of _EVENT's values, as the C extension's json_rows takes them."""
@@ -114,9 +138,13 @@ class GuideEvents:
         return (layer, pid, tid, (native.INTEGERS, start), (native.INTEGERS, end - start),
                 (native.INTEGERS, _int64(block.pass_index)), layer,
                 (native.INTEGERS, _int64(block.anchor_index)),
-                (native.TEXTS, labels.names(block)), (native.TEXTS, labels.tids(block)),
+                (native.CODED, *labels.coded_names(block)),
+                (native.CODED, *labels.coded_tids(block)),
                 (native.TEXTS, block.start_text), (native.TEXTS, block.end_text),
                 (native.CODED, _int64(block.kind), _KINDS), phase, evidence, notice)
+
+
+_split_events = operator.methodcaller("split", b",\n")
 
 
 def _int64(column: np.ndarray) -> np.ndarray:
@@ -162,19 +190,26 @@ class GuideRows:
 
     def _native_rows(self, native, block: GuideBlock, labels: _Labels,
                      parts: tuple) -> bytes | None:
-        """The block's rows joined, from the C extension's json_rows (None where it declines
-        a relative ms, or the times lie too far from the origin: see relative_ms_column)."""
+        """The block's rows joined, from the C extension's json_rows. Where it cannot write
+        a relative ms itself (it declines one, or the times lie too far from the origin:
+        see relative_ms_column), it takes them as the texts Python writes."""
         starts, ends = _offsets(block.start_floor_ns, self.origin_ns), _offsets(
             block.end_floor_ns, self.origin_ns)
-        if starts is None or ends is None:
-            return None
-        text = native.json_rows(len(block.kind), parts, (
+        columns = [
             (native.INTEGERS, _int64(block.pass_index)), (native.INTEGERS, _int64(block.layer_id)),
-            (native.INTEGERS, _int64(block.anchor_index)), (native.TEXTS, labels.names(block)),
-            (native.TEXTS, labels.tids(block)), (native.TEXTS, block.start_text),
+            (native.INTEGERS, _int64(block.anchor_index)),
+            (native.CODED, *labels.coded_names(block)), (native.CODED, *labels.coded_tids(block)),
+            (native.TEXTS, block.start_text),
             (native.TEXTS, block.end_text), (native.INTEGERS, _int64(block.guide_start_us)),
             (native.INTEGERS, _int64(block.guide_end_us)), (native.SHORTEST, starts, 6),
-            (native.SHORTEST, ends, 6), (native.CODED, _int64(block.kind), _KINDS)), b",\n")
+            (native.SHORTEST, ends, 6), (native.CODED, _int64(block.kind), _KINDS)]
+        text = None
+        if starts is not None and ends is not None:
+            text = native.json_rows(len(block.kind), parts, tuple(columns), b",\n")
+        if text is None:
+            columns[9] = (native.TEXTS, self._relative_ms(block.start_floor_ns))
+            columns[10] = (native.TEXTS, self._relative_ms(block.end_floor_ns))
+            text = native.json_rows(len(block.kind), parts, tuple(columns), b",\n")
         if text is not None:
             if self.first is None:
                 self.first = self._row_at(block, labels, 0)

@@ -339,6 +339,17 @@ def _category_kinds() -> CategoryKinds:
     return _CATEGORY_KINDS
 
 
+@dataclass
+class FlowColumns:
+    """What the index keeps of a chunk's flow events, a column each (`_Observer._flows`)."""
+
+    track_keys: list  # the distinct (pid, tid), in order of first appearance
+    track_codes: np.ndarray  # int32 per flow: its key's position in track_keys
+    binds_next: np.ndarray  # bool: an `f` without "bp": "e" (see binds_next)
+    ids: np.ndarray  # int64, NO_ID where the id is no integer within +-2**62
+    categories: Counter  # how often each category (its str when no string) occurs
+
+
 class _Texts:
     """The `ts` or `dur` texts of a chunk's events, read where one is needed."""
 
@@ -449,8 +460,7 @@ class _Observer:
         metas = np.flatnonzero(is_meta).tolist()
         guides = np.flatnonzero(kind_of == LAYER_GUIDE).tolist()
         others = np.flatnonzero(~(is_slice | is_flow | is_meta)).tolist()
-        keys = [(events[i].pid, events[i].tid) for i in others]
-        other = dict(zip(reversed(keys), reversed(others)))  # first event per track wins
+        other = self._first_on_track(others)
         annotations = ([events[i].name for i in np.flatnonzero(kind_of == CPU_ANNOTATION).tolist()]
                        if self.ctx.count_names else [])
         origin = self._chunk_origin(metas, ts_texts, ts_ns, has_ts)
@@ -503,6 +513,20 @@ class _Observer:
             first_odd=min(self.odd.items()) if self.odd else None,
         )
 
+    def _first_on_track(self, others: list[int]) -> dict[tuple, int]:
+        """{(pid, tid): the first of `others` on that track}, keyed in order of each track's
+        last event, latest first (the order `track` numbers them in); by the C extension
+        where it is built."""
+        native = speedups.native
+        if native is None:
+            keys = [(self.events[i].pid, self.events[i].tid) for i in others]
+            return dict(zip(reversed(keys), reversed(others)))  # first event per track wins
+        codes, keys = native.track_keys(self.events, others)
+        codes = np.frombuffer(codes, np.int32)
+        first = np.unique(codes, return_index=True)[1]  # per code (0, 1, ...): first position
+        last = len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]
+        return {keys[code]: others[first[code]] for code in np.argsort(-last).tolist()}
+
     def _classified(self, kinds: CategoryKinds) -> tuple | None:
         """(phase codes, category kinds, has a pid and a tid, phase counts) of the events,
         from the C extension; None without it, or where it declines (an unhashable
@@ -522,8 +546,9 @@ class _Observer:
         event.
 
         Absent values are 0 (their events are never read). Each value is parsed by
-        its own shape: Kineto's (three decimals, or integers) a shape group at a
-        time (by the C extension where it is built, else in numpy), anything else
+        its own shape: integers and numbers with one to three decimals (Kineto's
+        shapes, and floats such as `68.0`) a shape group at a time (by the C
+        extension where it is built, else in numpy), anything else
         one by one (and marked in `self.inexact` when it has digits below 1 ns).
         So `"ts": 0` on metadata among epoch values with three decimals costs its
         own event, not its chunk. Non-numbers and values out of range are refused
@@ -537,7 +562,7 @@ class _Observer:
             ns, shapes = kineto_column(list(map(attrgetter(key), self.events)),
                                        signed=key != "dur")
         integer = shapes == SHAPE_INTEGER
-        has = (shapes == SHAPE_INTEGER) | (shapes == SHAPE_THREE)
+        has = (shapes == SHAPE_INTEGER) | (shapes == SHAPE_DECIMAL)
         odd = np.flatnonzero(shapes == SHAPE_OTHER)
         if len(odd):
             self._parse_one_by_one(odd.tolist(), key, strict, ns, integer, has)
@@ -921,23 +946,42 @@ class _Observer:
     def _flows(self, flows, ts_ns, cand_of) -> tuple:
         if not flows:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
-        fev = [self.events[i] for i in flows]
-        categories = Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev)
+        columns = self._flow_columns(flows)
         if cand_of is None:  # no rewrite: only the categories are reported
-            return np.zeros(0, FLOW_DTYPE), {}, categories
+            return np.zeros(0, FLOW_DTYPE), {}, columns.categories
         rows = np.empty(len(flows), FLOW_DTYPE)
-        rows["cand"] = cand_of[flows]
-        rows["track"] = _intern(self.track, [(e.pid, e.tid) for e in fev])
-        rows["ts"] = ts_ns[flows]
-        rows["binds_next"] = [binds_next(e.ph, e.bp) for e in fev]
-        fids = [e.id for e in fev]
-        packed = [fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID for fid in fids]
-        rows["id"] = packed
+        at = np.array(flows, np.int64)  # converted once, not by each index below
+        rows["cand"] = cand_of[at]
+        tracks = np.array([self.track(*key) for key in columns.track_keys], np.int64)
+        rows["track"] = tracks[columns.track_codes]  # numbered as _intern numbers them
+        rows["ts"] = ts_ns[at]
+        rows["binds_next"] = columns.binds_next
+        rows["id"] = columns.ids
         ids: dict[int, Any] = {}  # candidate -> id, for ids that are no such integer
-        if NO_ID in packed:
-            ids = {int(cand): fid for cand, fid, kept in zip(rows["cand"].tolist(), fids, packed)
-                   if kept == NO_ID}
-        return rows, ids, categories
+        for k in np.flatnonzero(rows["id"] == NO_ID).tolist():
+            ids[int(rows["cand"][k])] = self.events[flows[k]].id
+        return rows, ids, columns.categories
+
+    def _flow_columns(self, flows: list[int]) -> FlowColumns:
+        """The flows' (pid, tid) keys, whether each binds to the next slice, their ids
+        packed and their category counts (see FlowColumns); by the C extension where it
+        is built."""
+        native = speedups.native
+        if native is not None:
+            codes, keys, binds, packed, categories = native.flow_columns(self.events, flows,
+                                                                         NO_ID)
+            return FlowColumns(keys, np.frombuffer(codes, np.int32), np.frombuffer(binds, bool),
+                               np.frombuffer(packed, np.int64), Counter(categories))
+        fev = [self.events[i] for i in flows]
+        pairs = [(e.pid, e.tid) for e in fev]
+        code = {key: k for k, key in enumerate(dict.fromkeys(pairs))}
+        fids = [e.id for e in fev]
+        return FlowColumns(
+            list(code), np.array([code[pair] for pair in pairs], np.int32),
+            np.array([binds_next(e.ph, e.bp) for e in fev], bool),
+            np.array([fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID
+                      for fid in fids], np.int64),
+            Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev))
 
     def _metadata(self, metas: list[int]) -> tuple[list, list, list]:
         thread_meta = []
@@ -1006,18 +1050,27 @@ def _holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
     return np.searchsorted(positions, ends) > np.searchsorted(positions, starts)
 
 
-SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_THREE, SHAPE_OTHER = 0, 1, 2, 3
+SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_DECIMAL, SHAPE_OTHER = 0, 1, 2, 3
 """The shape of one ts/dur text, as the C extension's decimal_column codes it."""
+MAX_FAST_DECIMALS = 3
+"""Decimals a value may have and still be read as a column: 1 to 3 are exact in ns (Kineto
+writes three; older exporters write floats such as `68.0`)."""
 
 
 def kineto_shapes(blob: bytes, lengths: np.ndarray, *, signed: bool) -> np.ndarray:
     """Per text (JSON values of `lengths` bytes each, joined by commas in `blob`): its
-    shape, SHAPE_THREE for a number with three decimals, SHAPE_INTEGER for an integer,
-    both below 9e15 µs (and not negative unless `signed`), else SHAPE_OTHER.
+    shape, SHAPE_DECIMAL for a number with one to three decimals, SHAPE_INTEGER for an
+    integer, both below 9e15 µs (and not negative unless `signed`), else SHAPE_OTHER."""
+    return _shapes_and_decimals(blob, lengths, signed=signed)[0]
+
+
+def _shapes_and_decimals(blob: bytes, lengths: np.ndarray, *,
+                         signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`kineto_shapes` and each text's number of decimals (0 for the other shapes).
 
     The texts are valid JSON, so a text of only digits, `.` and `-` is a number
     without an exponent; counting its bytes of each kind and indexing its first
-    and fourth-to-last bytes settles the rest, for every text at once.
+    byte and the bytes where a dot may stand settles the rest, for every text at once.
     """
     view = np.frombuffer(blob, np.uint8)
     ends = np.cumsum(lengths + 1) - 1  # each text's comma (or the blob's end)
@@ -1032,21 +1085,25 @@ def kineto_shapes(blob: bytes, lengths: np.ndarray, *, signed: bool) -> np.ndarr
     dots = per_text(view == 0x2E)
     minus = per_text(view == 0x2D)
     negative = view[starts] == 0x2D
-    three = (lengths >= 5) & (view[np.maximum(ends - 4, 0)] == 0x2E) & (dots == 1)
-    digits = lengths - negative - 4 * three
+    decimals = np.zeros(len(lengths), np.int64)
+    for d in range(MAX_FAST_DECIMALS, 0, -1):  # the first dot from the end wins, as in C
+        dot = (lengths >= d + 2) & (view[np.maximum(ends - d - 1, 0)] == 0x2E)
+        decimals[dot] = d
+    decimal = (decimals > 0) & (dots == 1)
+    digits = lengths - negative - np.where(decimal, decimals + 1, 0)
     first_digit = view[np.minimum(starts + negative, len(view) - 1)]
-    regular = ((odd_bytes == 0) & (minus == negative) & ((dots == 0) | three)
+    regular = ((odd_bytes == 0) & (minus == negative) & ((dots == 0) | decimal)
                & (digits >= 1) & (digits <= _MAX_DIGITS)
                & ~((digits == _MAX_DIGITS) & (first_digit > ord("8"))))
     if not signed:
         regular &= ~negative
-    return np.where(regular, np.where(three, SHAPE_THREE, SHAPE_INTEGER),
-                    SHAPE_OTHER).astype(np.int8)
+    shapes = np.where(regular, np.where(decimal, SHAPE_DECIMAL, SHAPE_INTEGER), SHAPE_OTHER)
+    return shapes.astype(np.int8), np.where(regular & decimal, decimals, 0)
 
 
 def kineto_column(texts: list, *, signed: bool) -> tuple[np.ndarray, np.ndarray]:
     """The numpy twin of the C extension's decimal_column: (ns, shape) per text (empty
-    where absent), the values of each Kineto shape parsed a group at a time."""
+    where absent), the values of each regular shape parsed a group at a time."""
     lengths = np.fromiter(map(len, texts), np.int64, len(texts))
     shapes = np.zeros(len(texts), np.int8)  # SHAPE_ABSENT
     ns = np.zeros(len(texts), np.int64)
@@ -1056,13 +1113,17 @@ def kineto_column(texts: list, *, signed: bool) -> tuple[np.ndarray, np.ndarray]
     whole = len(present) == len(texts)
     chosen = texts if whole else list(map(texts.__getitem__, present.tolist()))
     blob = b",".join(chosen)
-    shapes[present] = kineto_shapes(blob, lengths[present], signed=signed)
-    for shape, scale in ((SHAPE_THREE, 1), (SHAPE_INTEGER, 1000)):
-        at = np.flatnonzero(shapes == shape)
+    shapes[present], decimals_present = _shapes_and_decimals(blob, lengths[present],
+                                                             signed=signed)
+    decimals = np.zeros(len(texts), np.int64)
+    decimals[present] = decimals_present
+    for places in range(MAX_FAST_DECIMALS + 1):  # 0: the integers
+        at = np.flatnonzero((shapes == (SHAPE_DECIMAL if places else SHAPE_INTEGER))
+                            & (decimals == places))
         if not len(at):
             continue
         group = blob if len(at) == len(chosen) else b",".join(map(texts.__getitem__, at.tolist()))
-        ns[at] = _ints(group.replace(b".", b"") if shape == SHAPE_THREE else group) * scale
+        ns[at] = _ints(group.replace(b".", b"") if places else group) * 10 ** (3 - places)
     return ns, shapes
 
 

@@ -91,6 +91,14 @@ class AppendedEvents:
         if self.guides is not None:
             yield from self.guides.blocks()
 
+    def texts(self) -> Iterator[bytes]:
+        """The events in order, a non-empty block at a time, joined by ",\\n" as the trace
+        holds them (the guides' never split into one object each)."""
+        if self.metadata:
+            yield b",\n".join(self.metadata)
+        if self.guides is not None:
+            yield from self.guides.texts()
+
     def __iter__(self) -> Iterator[bytes]:
         for block in self.blocks():
             yield from block

@@ -451,8 +451,9 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         cursor.copy_to(out, insert_at)
     if plan.appended:
         lead = b"" if (not layout.event_count or ends_dropped) else b",\n"
-        for block in plan.appended.blocks():  # guide events: made a block at a time
-            out.write(lead + b",\n".join(block))
+        for text in plan.appended.texts():  # guide events: made a block at a time
+            out.write(lead)
+            out.write(text)
             lead = b",\n"
     elif ends_dropped:
         raise TraceError("internal error: a dropped last event left a dangling separator")

@@ -54,8 +54,8 @@ from tracestream.events import (
 )
 from tracestream.index import TraceIndex
 from tracestream.observe import (
+    SHAPE_DECIMAL,
     SHAPE_INTEGER,
-    SHAPE_THREE,
     binds_next,
     double_values,
     duplicate_key,
@@ -699,7 +699,7 @@ class NumberColumn:
     """ts or dur texts as Perfetto imports them, a column at a time: the exact value in ns
     (floor and ceil agree on these shapes), llround(double(text) * 1000) and its truncated
     variant (integer literals are exact), and which texts are in Kineto's shapes (integer
-    or three decimals, see observe.kineto_shapes); the others are left to timebase."""
+    or one to three decimals, see observe.kineto_shapes); the others are left to timebase."""
 
     exact: np.ndarray
     rounded: np.ndarray
@@ -710,7 +710,7 @@ class NumberColumn:
     def parse(cls, texts: list) -> NumberColumn:
         exact, shapes = kineto_column(texts, signed=True)
         integer = shapes == SHAPE_INTEGER
-        regular = integer | (shapes == SHAPE_THREE)
+        regular = integer | (shapes == SHAPE_DECIMAL)
         product = double_values(np.where(regular, exact, 0), texts) * 1000.0
         return cls(exact, np.where(integer, exact, llround_column(product)),
                    np.where(integer, exact, np.trunc(product).astype(np.int64)), regular)
@@ -1148,8 +1148,8 @@ class _PlannedStream:
             yield from piece
         if plan.appended:
             lead = b"" if (not index.layout.event_count or ends_dropped) else b",\n"
-            for block in plan.appended.blocks():
-                yield lead + b",\n".join(block)
+            for text in plan.appended.texts():
+                yield lead + text
                 lead = b",\n"
 
     def _next(self, ends_dropped: bool) -> tuple[tuple[bytes, ...], bool]:
