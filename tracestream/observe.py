@@ -946,9 +946,12 @@ class _Observer:
     def _flows(self, flows, ts_ns, cand_of) -> tuple:
         if not flows:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
+        if cand_of is None:  # no rewrite: only the categories are reported (and the
+            # read-only decode has no `id` or `bp` to bind by)
+            cats = (self.events[i].cat for i in flows)
+            return (np.zeros(0, FLOW_DTYPE), {},
+                    Counter(c if isinstance(c, str) else str(c) for c in cats))
         columns = self._flow_columns(flows)
-        if cand_of is None:  # no rewrite: only the categories are reported
-            return np.zeros(0, FLOW_DTYPE), {}, columns.categories
         rows = np.empty(len(flows), FLOW_DTYPE)
         at = np.array(flows, np.int64)  # converted once, not by each index below
         rows["cand"] = cand_of[at]
