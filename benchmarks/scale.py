@@ -88,7 +88,8 @@ WORKLOADS = ("nightly", "nightly-no-terminal", "compact", "gpus8", "inspect", "a
              "verify", "real")
 LARGE_WORKLOADS = ("nightly", "verify")
 # A kernel that runs once per step in each real trace, chosen with `tracestream anchors`
-# (docs/notes-issue23.md has the evidence). Per copy: the number of its matches.
+# (docs/performance.md, "Real traces, replicated", says why each). Per copy: the number of
+# its matches.
 REAL_ANCHORS = {
     # 5 matches, one per ProfilerStep (gaps 215-217 ms = the step time)
     "hta_train_6streams": "^void split_embedding_codegen_forward_unweighted_kernel<",
