@@ -652,15 +652,28 @@ class _GuidesSeen(list):
         self.append((start, end, name))
 
 
-def observed_chunk(path: str, offset: int, length: int, first: int,
-                   synthetic: dict[tuple, str]) -> tuple:
-    """The output-only checks' facts of a chunk of a plain output file (in a worker)."""
-    checks = _OutputChecks.of_chunk(synthetic)
-    checks.observe_chunk(first, None, read_span(path, offset, length))
-    facts = checks.facts()
-    del checks
+def observed_file_chunk(path: str, offset: int, length: int, first: int,
+                        synthetic: dict[tuple, str]) -> tuple | None:
+    """`observed_chunk` of a span of a plain file, read by the worker itself."""
+    return observed_chunk(read_span(path, offset, length), first, synthetic)
+
+
+def observed_chunk(content: bytes, first: int, synthetic: dict[tuple, str]) -> tuple | None:
+    """The output-only checks' facts of a run of events (`content`, the first numbered
+    `first` in the output), in a worker; None when they are not JSON (the per-event
+    comparison then names what is wrong)."""
+    facts = _facts_of(content, first, synthetic)
     _worker_trim()
     return facts
+
+
+def _facts_of(content: bytes, first: int, synthetic: dict[tuple, str]) -> tuple | None:
+    checks = _OutputChecks.of_chunk(synthetic)
+    try:
+        checks.observe_chunk(first, None, content)
+    except msgspec.DecodeError:
+        return None
+    return checks.facts()
 
 
 class _Origin(msgspec.Struct):
@@ -990,11 +1003,10 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     restoring = (pool.submit(restored_sha256, annotated.path, undo)
                  if annotated.path is not None else None)
     checks = _OutputChecks(data, tmpdir)
-    planned = _PlannedStream(source, index, plan, dict(retired), pool)
+    planned = _PlannedStream(source, index, plan, dict(retired), pool, checks)
     try:
         out_scan = DocumentScanner(annotated.read(ReadStats()))
-        by_path = annotated.plain_path if pool.workers else None
-        if not _as_planned(out_scan, planned, checks, pool, by_path):
+        if not _as_planned(out_scan, planned):
             return False
         if restoring is None:
             restoring = pool.submit(partial(_restored_from, quick=True), annotated, undo)
@@ -1009,14 +1021,10 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
         checks.close()
 
 
-def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream, checks: _OutputChecks,
-                pool, by_path: str | None) -> bool:
+def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream) -> bool:
     """Whether the output's events and the separators between them are the planned bytes
-    (each chunk is observed by `checks` as it passes, in the workers when they can read
-    the output file `by_path`)."""
-    window = 2 * max(pool.workers, 1)
+    (whose events the output-only checks observe as they are made, see `_PlannedStream`)."""
     expected = _Sequential(planned.pieces())
-    observing: deque = deque()  # the workers' chunks of output-only checks, in order
     base = None
     end = 0  # where the last chunk ended, from the first event on
     for number, chunk in enumerate(out_scan.chunks()):
@@ -1034,16 +1042,8 @@ def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream, checks: _Out
         if not expected.matches(content):
             return False
         end = start + len(content)
-        if by_path is None:
-            checks.observe_chunk(chunk.first_ordinal, chunk.events, content)
-            continue
-        observing.append(pool.submit(observed_chunk, by_path, chunk.offset, len(content),
-                                     chunk.first_ordinal, checks.synthetic))
-        while len(observing) > window:
-            checks.merge(outcome(observing.popleft()))
-    while observing:
-        checks.merge(outcome(observing.popleft()))
-    return base is not None and expected.ended() and planned.retired_ok
+    return (base is not None and expected.ended() and planned.retired_ok
+            and planned.observed_ok)
 
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
@@ -1104,40 +1104,56 @@ class _Sequential:
 class _PlannedStream:
     """The rewrite's output from the first event to the end of the added events, made again
     a chunk at a time (as `rewrite._rewrite` does) with the splice's numpy twin; the report's
-    retired events are compared with the source's on the way (`retired_ok`)."""
+    retired events are compared with the source's on the way (`retired_ok`).
+
+    The output-only checks (`checks`) observe the planned events in the workers, as each
+    chunk is made: where the output is byte for byte these pieces, they are its events,
+    numbered as in the output, so the output is never decoded (`observed_ok` is False when
+    a piece is not JSON: the per-event comparison then says what is wrong)."""
 
     def __init__(self, source: TraceSource, index: TraceIndex, plan: Plan, retired_map: dict,
-                 pool):
+                 pool, checks: _OutputChecks):
         self._source, self._index, self._plan = source, index, plan
         self._retired = retired_map
         self._pool = pool
+        self._checks = checks
         self._pending: deque = deque()
         self.retired_ok = True
+        self.observed_ok = True
 
     def pieces(self) -> Iterator[bytes]:
         index, plan, pool, pending = self._index, self._plan, self._pool, self._pending
         cursor = StreamCursor(self._source.read(ReadStats()))
         window = 2 * max(pool.workers, 1)
         by_path = self._source.plain_path if pool.workers else None
+        synthetic = self._checks.synthetic
         ends_dropped = False
         first = True
+        dropped_before = 0  # retired events before this chunk: output ordinals lag by them
         for chunk, rows, actions in chunk_edits(index, plan):
             separator = cursor.take(chunk.offset - cursor.pos)
-            dropping = bool(len(rows)) and bool((actions == DELETE).any())
+            dropping = int((actions == DELETE).sum()) if len(rows) else 0
+            out_first = chunk.first_ordinal - dropped_before
+            dropped_before += dropping
             # a worker hands its chunk back in a shared slot when one is free
             slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
             if len(rows) and by_path is not None and not dropping:
                 cursor.skip(chunk.length)
                 payload = pool.submit(planned_file_chunk, by_path, chunk.offset, chunk.length,
-                                      rows, actions, plan.targets, slot)
+                                      rows, actions, plan.targets, slot, out_first, synthetic)
             elif len(rows):
                 data = cursor.take(chunk.length)
                 if dropping:
                     self._check_retired(data, chunk.offset, rows, actions)
                 payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
-                                      plan.targets, slot)
+                                      plan.targets, slot, out_first, synthetic)
             else:
-                payload = cursor.take(chunk.length)
+                data = cursor.take(chunk.length)
+                observing = (pool.submit(observed_file_chunk, by_path, chunk.offset,
+                                         chunk.length, out_first, synthetic)
+                             if by_path is not None else
+                             pool.submit(observed_chunk, data, out_first, synthetic))
+                payload = (data, observing)
             pending.append((b"" if first else separator, payload, not first, slot))
             first = False
             while len(pending) > window:
@@ -1147,18 +1163,41 @@ class _PlannedStream:
             piece, ends_dropped = self._next(ends_dropped)
             yield from piece
         if plan.appended:
-            lead = b"" if (not index.layout.event_count or ends_dropped) else b",\n"
-            for text in plan.appended.texts():
-                yield lead + text
-                lead = b",\n"
+            yield from self._appended(index.layout.event_count - dropped_before, ends_dropped,
+                                      window)
+
+    def _appended(self, out_first: int, ends_dropped: bool, window: int) -> Iterator[bytes]:
+        """The plan's added events, a block at a time, observed in the workers meanwhile."""
+        lead = b"" if (not self._index.layout.event_count or ends_dropped) else b",\n"
+        observing: deque = deque()
+        for content in self._plan.appended.texts():
+            observing.append(self._pool.submit(observed_chunk, content, out_first,
+                                               self._checks.synthetic))
+            out_first += content.count(b",\n") + 1  # (no raw newline inside a JSON string)
+            yield lead + content
+            lead = b",\n"
+            while len(observing) > window:
+                self._merge(outcome(observing.popleft()))
+        while observing:
+            self._merge(outcome(observing.popleft()))
+
+    def _merge(self, facts: tuple | None) -> None:
+        if facts is None:
+            self.observed_ok = False
+        elif self.observed_ok:
+            self._checks.merge(facts)
 
     def _next(self, ends_dropped: bool) -> tuple[tuple[bytes, ...], bool]:
-        """The next chunk's separator and bytes, and whether its last event was dropped."""
+        """The next chunk's separator and bytes, and whether its last event was dropped
+        (its checks' facts merged on the way)."""
         separator, payload, conditional, slot = self._pending.popleft()
         lead = b"" if conditional and ends_dropped else separator
-        if isinstance(payload, bytes):
-            return (lead, payload), False
-        spliced, dropped = outcome(payload)
+        if isinstance(payload, tuple):
+            data, observing = payload
+            self._merge(outcome(observing))
+            return (lead, data), False
+        spliced, dropped, facts = outcome(payload)
+        self._merge(facts)
         if isinstance(spliced, int):  # its length, in the slot
             spliced = self._pool.slots.read(slot, spliced)
         if slot is not None:
@@ -1178,28 +1217,33 @@ class _PlannedStream:
         """Drop the chunks still being made (the comparison stopped early; their slots stay
         taken, a worker may still write in them)."""
         for _, payload, _, _ in self._pending:
-            if not isinstance(payload, bytes):
-                payload.cancel()
+            (payload[1] if isinstance(payload, tuple) else payload).cancel()
         self._pending.clear()
 
 
 def planned_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
-                       actions: np.ndarray, targets: dict, slot: int | None
-                       ) -> tuple[bytes | int, tuple[bytes, ...]]:
+                       actions: np.ndarray, targets: dict, slot: int | None, first: int,
+                       synthetic: dict[tuple, str]
+                       ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
     """`planned_chunk` of a span of a plain file, read by the worker itself."""
-    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets, slot)
+    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets, slot,
+                         first, synthetic)
 
 
 def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
-                  targets: dict, slot: int | None) -> tuple[bytes | int, tuple[bytes, ...]]:
+                  targets: dict, slot: int | None, first: int, synthetic: dict[tuple, str]
+                  ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
     """A source chunk as the plan makes it, spliced without the C extension (in a worker:
-    handed back in `slot` if it has one, see workers.deliver), and the separators its
-    dropped events took."""
+    handed back in `slot` if it has one, see workers.deliver), the separators its dropped
+    events took, and the output-only checks' facts of its events (the first numbered
+    `first` in the output; see `observed_chunk`)."""
     spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
     result = deliver(spliced, slot)
-    del data, spliced
+    del data
+    facts = _facts_of(spliced, first, synthetic)
+    del spliced
     _worker_trim()
-    return result, dropped
+    return result, dropped, facts
 
 
 _worker_tasks = itertools.count(1)
