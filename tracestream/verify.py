@@ -40,7 +40,7 @@ import numpy as np
 
 from tracestream import timebase
 from tracestream.api import build_plan
-from tracestream.document import DocumentScanner, Layout, iter_events
+from tracestream.document import SETTLE, DocumentScanner, Layout, iter_events
 from tracestream.edit import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.errors import TraceError
 from tracestream.events import (
@@ -395,7 +395,7 @@ class _OutputChecks:
                 self.kernels[(pid, device)] = self.kernels.get((pid, device), 0) + found
         for key, found in Counter(map(keys.__getitem__, synthetic)).items():
             self.lane_slices[key] = self.lane_slices.get(key, 0) + found
-        guides = [(i, events[i].name) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
+        guides = [(i, _name(events[i])) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
         modes = {i: _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
                  for i in flows.tolist()}
         self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)),
@@ -447,7 +447,7 @@ class _OutputChecks:
                 depth.append(k)
                 tracks.append(track(key))
                 if e.cat == GUIDE_CATEGORY:
-                    guides.append((k, e.name))
+                    guides.append((k, _name(e)))
             if origin is not None and activity:
                 binds.append((k, track((origin.pid, origin.tid)), track(key), _ACTIVITY))
         self._emit(first, timed, depth, tracks, binds, guides)
@@ -668,31 +668,39 @@ def observed_chunk(content: bytes, first: int, synthetic: dict[tuple, str]) -> t
 
 
 def _facts_of(content: bytes, first: int, synthetic: dict[tuple, str]) -> tuple | None:
+    """What `observed_chunk` says, in the calling process. The decode and the UTF-8 check
+    are those the output's scan would make: an output that is these bytes is valid where
+    they are."""
     checks = _OutputChecks.of_chunk(synthetic)
     try:
+        if not content.isascii():
+            content.decode("utf-8")
         checks.observe_chunk(first, None, content)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     return checks.facts()
 
 
-class _Origin(msgspec.Struct):
+# gc=False: values decoded from JSON hold no cycles, and untracked structs are quicker to
+# make (a chunk's thousands of events are decoded at once)
+class _Origin(msgspec.Struct, gc=False):
     pid: Any = None
     tid: Any = None
 
 
-class _CheckArgs(msgspec.Struct):
+class _CheckArgs(msgspec.Struct, gc=False):
     device: Any = None
     origin: _Origin | None = msgspec.field(default=None, name=PROVENANCE_KEY)
 
 
-class _CheckEvent(msgspec.Struct):
+class _CheckEvent(msgspec.Struct, gc=False):
     """What the output-only checks read of an event (`Head`'s fields, the exact ts/dur
-    texts and the provenance's pid and tid), for a chunk at a time."""
+    texts and the provenance's pid and tid), for a chunk at a time. The name is kept as
+    its JSON text: only guides' names are read (`_name`)."""
 
     ph: str | None = None
     cat: Any = None
-    name: Any = None
+    name: msgspec.Raw = msgspec.Raw()
     pid: int | str | None = None
     tid: int | str | None = None
     ts: msgspec.Raw = msgspec.Raw()
@@ -702,6 +710,12 @@ class _CheckEvent(msgspec.Struct):
 
 
 _CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
+
+
+def _name(event: _CheckEvent) -> Any:
+    """An event's name as `decode_head` reads it (None when it has none)."""
+    return msgspec.json.decode(event.name) if len(event.name) else None
+
 _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _PHASE, _ARGS, _PID, _TID = (attrgetter(name) for name in ("ph", "args", "pid", "tid"))
 _FLOW_PHASES = frozenset(("s", "t", "f"))
@@ -1005,7 +1019,9 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     checks = _OutputChecks(data, tmpdir)
     planned = _PlannedStream(source, index, plan, dict(retired), pool, checks)
     try:
-        out_scan = DocumentScanner(annotated.read(ReadStats()))
+        # cut where events seem to end, not decoded: each chunk is compared with the
+        # planned bytes, which the workers decode (see `_PlannedStream`)
+        out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True)
         if not _as_planned(out_scan, planned):
             return False
         if restoring is None:
@@ -1027,23 +1043,36 @@ def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream) -> bool:
     expected = _Sequential(planned.pieces())
     base = None
     end = 0  # where the last chunk ended, from the first event on
-    for number, chunk in enumerate(out_scan.chunks()):
-        if number % _TRIM_EVERY == 0:
-            release_memory()  # chunk buffers come and go: give their pages back
-        content = chunk.content()
-        if base is None:
-            base = chunk.offset
-        start = chunk.offset - base
-        if start < end:
-            return False
-        gap = expected.take(start - end)
-        if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
-            return False
-        if not expected.matches(content):
-            return False
-        end = start + len(content)
+    try:
+        for number, chunk in enumerate(out_scan.chunks()):
+            if chunk is SETTLE:  # every speculative chunk is confirmed as it is compared
+                continue
+            if number % _TRIM_EVERY == 0:
+                release_memory()  # chunk buffers come and go: give their pages back
+            if not _chunk_as_planned(chunk, base, end, expected):
+                return False
+            if base is None:
+                base = chunk.offset
+            end = chunk.offset - base + chunk.length
+            if chunk.events is None:
+                out_scan.confirm(chunk)
+    except TraceError:  # a cut inside a string, or a malformed output: `_compare` says which
+        return False
     return (base is not None and expected.ended() and planned.retired_ok
             and planned.observed_ok)
+
+
+def _chunk_as_planned(chunk, base: int | None, end: int, expected: _Sequential) -> bool:
+    """Whether an output chunk, and the separator before it (after `end`, from the first
+    event at `base`), are the next planned bytes."""
+    content = chunk.content()
+    start = 0 if base is None else chunk.offset - base
+    if start < end:
+        return False
+    gap = expected.take(start - end)
+    if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
+        return False
+    return expected.matches(content)
 
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
