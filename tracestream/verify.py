@@ -354,7 +354,8 @@ class _OutputChecks:
         keys = list(zip(map(_PID, events), map(_TID, events)))
         is_x = phases == "X"
         moved = np.not_equal(np.array(origins, object), None)
-        flows = np.flatnonzero(moved & ((phases == "s") | (phases == "t") | (phases == "f")))
+        is_flow = (phases == "s") | (phases == "t") | (phases == "f")
+        flows = np.flatnonzero(moved & is_flow)
         on_synthetic = is_x & np.fromiter(map(self.synthetic.__contains__, keys), bool, count)
         timed_ok = ts.regular & dur.regular
         if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
@@ -364,15 +365,16 @@ class _OutputChecks:
         kind[xs] = list(map(self.kinds.__getitem__, [events[i].cat for i in xs]))
         activity = np.flatnonzero(is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
         synthetic = np.flatnonzero(on_synthetic).tolist()
-        moved_activity = np.flatnonzero(moved & is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
-        bound = sorted(flows.tolist() + moved_activity)
-        origin_keys = {i: (origins[i].pid, origins[i].tid) for i in bound}
+        # flows and moved activities, in event order
+        at = np.flatnonzero(moved & (is_flow | (is_x & np.isin(kind, ACTIVITY_KINDS))))
+        bound = at.tolist()
+        origin_keys = [(origins[i].pid, origins[i].tid) for i in bound]
         # tracks are numbered as `observe` meets them: per event, its synthetic track,
         # then (moved) its original track and its lane
         met: dict[tuple, int] = {}
         lanes = list(map(keys.__getitem__, bound))
         on_tracks = list(map(keys.__getitem__, synthetic))
-        for tracks, positions in ((list(origin_keys.values()), [3 * i + 1 for i in bound]),
+        for tracks, positions in ((origin_keys, [3 * i + 1 for i in bound]),
                                   (lanes, [3 * i + 2 for i in bound]),
                                   (on_tracks, [3 * i for i in synthetic])):
             for key, position in dict(zip(reversed(tracks), reversed(positions))).items():
@@ -396,11 +398,15 @@ class _OutputChecks:
         for key, found in Counter(map(keys.__getitem__, synthetic)).items():
             self.lane_slices[key] = self.lane_slices.get(key, 0) + found
         guides = [(i, _name(events[i])) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
-        modes = {i: _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
-                 for i in flows.tolist()}
-        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)),
-                   [(i, track_ids[origin_keys[i]], track_ids[lane], modes.get(i, _ACTIVITY))
-                    for i, lane in zip(bound, lanes)], guides)
+        mode = np.full(len(at), _ACTIVITY, np.int64)
+        mode[np.searchsorted(at, flows)] = [
+            _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
+            for i in flows.tolist()]
+        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)), [],
+                   guides)
+        self._emit_binds(first, timed, at,
+                         np.array(list(map(track_ids.__getitem__, origin_keys)), np.int64),
+                         np.array(list(map(track_ids.__getitem__, lanes)), np.int64), mode)
         return True
 
     def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
@@ -476,15 +482,24 @@ class _OutputChecks:
             self.guides.observe(start, start + int(dur.rounded[k]), name)
         guides.clear()
         if binds:
-            at, source, lane, mode = (np.array(column, np.int64) for column in zip(*binds))
-            start = ts.exact[at]
-            end = np.where(mode == _ACTIVITY, start + dur.exact[at], start)
-            for side, sides in (("source", source), ("lane", lane)):
-                records = np.empty(len(at), _BIND_DTYPE)
-                records["track"], records["key"], records["end"] = sides, start, end
-                records["mode"], records["ordinal"] = mode, at + first
-                self.binding[side].append(records)
+            self._emit_binds(first, timed, *(np.array(column, np.int64)
+                                             for column in zip(*binds)))
             binds.clear()
+
+    def _emit_binds(self, first: int, timed: _Timed, at: np.ndarray, source: np.ndarray,
+                    lane: np.ndarray, mode: np.ndarray) -> None:
+        """`_emit`'s flows and moved activities, as columns (event, source track, lane
+        track, mode)."""
+        if not len(at):
+            return
+        ts, dur = timed
+        start = ts.exact[at]
+        end = np.where(mode == _ACTIVITY, start + dur.exact[at], start)
+        for side, sides in (("source", source), ("lane", lane)):
+            records = np.empty(len(at), _BIND_DTYPE)
+            records["track"], records["key"], records["end"] = sides, start, end
+            records["mode"], records["ordinal"] = mode, at + first
+            self.binding[side].append(records)
 
     def _flush(self) -> None:
         for variant, rows in self._rows.items():
