@@ -304,6 +304,23 @@ def test_chunked_comparison_is_the_per_event_one(compacted, monkeypatch, workers
     assert fast.to_json() == slow.to_json()
 
 
+def test_chunked_comparison_of_gzip_files_is_the_per_event_one(compacted, monkeypatch,
+                                                                tmp_path):
+    """A compressed source's chunks reach the workers through the shared slots, the
+    planned bytes come back in the same slot: the same verdict as event by event."""
+    import gzip
+
+    source = tmp_path / "source.json.gz"
+    source.write_bytes(gzip.compress(compacted[0].read_bytes(), compresslevel=1))
+    out = tmp_path / "annotated.json.gz"
+    result = run(*layers_args(source, out, "--max-gpu-lanes", "10", "--end-anchor-regex",
+                              TERMINAL, passes=3))
+    assert result.returncode == 0, result.stderr.decode()
+    fast, slow, settled = chunked_and_per_event(monkeypatch, source, out, workers=2)
+    assert settled and fast.ok
+    assert fast.to_json() == slow.to_json()
+
+
 def _plus_one(match: re.Match) -> str:
     return f"{match.group(1)}{int(match.group(2)) + 1}"
 

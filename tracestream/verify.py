@@ -70,7 +70,7 @@ from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import deliver, outcome, pool_for, release_memory
+from tracestream.workers import deliver, outcome, pool_for, received, release_memory
 
 _MAX_LISTED = 5
 # Chunks between heap trims (workers.release_memory). Each trim hands freed pages back
@@ -1216,8 +1216,12 @@ class _PlannedStream:
                 data = cursor.take(chunk.length)
                 if dropping:
                     self._check_retired(data, chunk.offset, rows, actions)
-                payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
-                                      plan.targets, slot, out_first, synthetic)
+                if slot is not None and pool.slots.put(slot, data):  # no pickle, no pipe
+                    payload = pool.submit(planned_slot_chunk, slot, len(data), chunk.offset,
+                                          rows, actions, plan.targets, out_first, synthetic)
+                else:
+                    payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
+                                          plan.targets, slot, out_first, synthetic)
             else:
                 data = cursor.take(chunk.length)
                 observing = (pool.submit(observed_file_chunk, by_path, chunk.offset,
@@ -1299,6 +1303,16 @@ def planned_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
     """`planned_chunk` of a span of a plain file, read by the worker itself."""
     return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets, slot,
                          first, synthetic)
+
+
+def planned_slot_chunk(slot: int, length: int, offset: int, rows: np.ndarray,
+                       actions: np.ndarray, targets: dict, first: int,
+                       synthetic: dict[tuple, str]
+                       ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
+    """`planned_chunk` of the source bytes the parent put in `slot` (copied out first: the
+    planned bytes go back in the same slot)."""
+    return planned_chunk(received(slot, length), offset, rows, actions, targets, slot, first,
+                         synthetic)
 
 
 def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
