@@ -230,10 +230,11 @@ class _OutputChecks:
         return checks
 
     def facts(self) -> tuple:
-        """What `of_chunk` checks saw, for `merge`."""
+        """What `of_chunk` checks saw, for `merge` (each store's batches joined in order:
+        a chunk whose events went one at a time through `observe` made many small ones)."""
         self._flush()
-        return (list(self.track_ids), {v: kept.batches for v, kept in self.depth.items()},
-                {v: kept.batches for v, kept in self.binding.items()}, list(self.guides),
+        return (list(self.track_ids), {v: kept.joined() for v, kept in self.depth.items()},
+                {v: kept.joined() for v, kept in self.binding.items()}, list(self.guides),
                 self.kernels, self.streams, self.lane_slices, self.problems,
                 self.relocated_events, self.relocated_flows)
 
@@ -658,6 +659,12 @@ class _Kept:
 
     def append(self, batch: np.ndarray) -> None:
         self.batches.append(batch)
+
+    def joined(self) -> list[np.ndarray]:
+        """The batches as one, in order (none if there are none)."""
+        if len(self.batches) > 1:
+            self.batches = [np.concatenate(self.batches)]
+        return self.batches
 
 
 class _GuidesSeen(list):
