@@ -18,9 +18,11 @@ brings no follow-on failures.
 
 An output that is exactly as planned is settled a chunk at a time
 (`_fast_compare`): the planned chunks are made again by the splice's numpy twin in
-the workers and compared byte for byte, the output-only checks read each chunk's
-events at once in the workers, and restore's splice runs meanwhile. Anything that
-differs sends verify to the event-by-event comparison, which names it.
+the workers, which also run the output-only checks on the events of the chunk they
+made; the main process compares the output with those bytes, and restore's splice
+runs meanwhile. The output is read once there (and once by restore), never decoded:
+where it is byte for byte the planned chunks, their events are its events. Anything
+that differs sends verify to the event-by-event comparison, which names it.
 """
 
 from __future__ import annotations
@@ -1052,7 +1054,9 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     The planned output is made again a chunk at a time by the rewrite's splice, its
     numpy twin rather than the C extension the rewrite used (in the workers), and
     compared with the output's chunks as they are read; the output-only checks read
-    each chunk's events at once (`_OutputChecks.observe_chunk`). A source event with
+    each planned chunk's events at once, in the worker that made it
+    (`_OutputChecks.observe_chunk`): the output is those bytes wherever this returns
+    True. A source event with
     provenance in its `args` (the plan refuses those when it relocates) leaves this to
     `_compare`, which locates provenance the exact way.
     """
