@@ -1013,12 +1013,13 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     # workers fork before the reader threads start
     with pool_for(trace, workers) as pool, TraceSource(trace) as source, \
             TraceSource(output) as annotated:
+        restoring = _Restoring(data, retired, annotated, pool)
         try:
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
                 report_name=data.get("report_file", report_path.name),
                 command=data.get("command", ""), tmpdir=tmpdir, pool=pool,
-                source_name=data.get("source_file"),
+                source_name=data.get("source_file"), after_index=restoring.start,
             )
         except TraceError as exc:
             if source.first_stats is None:
@@ -1030,7 +1031,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
             if not _fast_compare(source, annotated, index, plan, data, retired, verdict,
-                                 tmpdir, pool):
+                                 tmpdir, pool, restoring):
                 _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
         finally:
             index.close()
@@ -1046,8 +1047,25 @@ def _sha_problem(source: TraceSource, data: dict) -> list[str]:
             "(a report from another source?)"]
 
 
+class _Restoring:
+    """Restore's quick splice of the output file, in a worker, started (`start`) once the
+    index pass is done: it needs no plan, and the plan is made on one core."""
+
+    def __init__(self, data: dict, retired, annotated: TraceSource, pool):
+        try:
+            self.undo = Undo.from_report(data, retired, annotated.name)
+        except TraceError:  # `_compare` says why
+            self.undo = None
+        self._annotated, self._pool = annotated, pool
+        self.task = None
+
+    def start(self) -> None:
+        if self.undo is not None and self._annotated.path is not None:
+            self.task = self._pool.submit(restored_sha256, self._annotated.path, self.undo)
+
+
 def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
-                  verdict: Verdict, tmpdir, pool) -> bool:
+                  verdict: Verdict, tmpdir, pool, restoring: _Restoring) -> bool:
     """Every check, when the output is byte for byte what the plan makes of the source
     (True); else False with nothing added to `verdict`, and `_compare` names what differs.
 
@@ -1056,19 +1074,15 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     compared with the output's chunks as they are read; the output-only checks read
     each planned chunk's events at once, in the worker that made it
     (`_OutputChecks.observe_chunk`): the output is those bytes wherever this returns
-    True. A source event with
-    provenance in its `args` (the plan refuses those when it relocates) leaves this to
-    `_compare`, which locates provenance the exact way.
+    True. Restore's splice has been running since the index pass (`restoring`). A
+    source event with provenance in its `args` (the plan refuses those when it
+    relocates) leaves this to `_compare`, which locates provenance the exact way.
     """
-    if index.provenance_ordinal is not None:
-        return False
-    try:
-        undo = Undo.from_report(data, retired, annotated.name)
-    except TraceError:
+    undo = restoring.undo
+    if index.provenance_ordinal is not None or undo is None:
         return False
     # restore's splice runs in a worker meanwhile (it reads the output file itself)
-    restoring = (pool.submit(restored_sha256, annotated.path, undo)
-                 if annotated.path is not None else None)
+    restored = restoring.task
     checks = _OutputChecks(data, tmpdir)
     planned = _PlannedStream(source, index, plan, dict(retired), pool, checks)
     try:
@@ -1077,9 +1091,9 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
         out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True)
         if not _as_planned(out_scan, planned):
             return False
-        if restoring is None:
-            restoring = pool.submit(partial(_restored_from, quick=True), annotated, undo)
-        problem, digest = outcome(restoring)
+        if restored is None:
+            restored = pool.submit(partial(_restored_from, quick=True), annotated, undo)
+        problem, digest = outcome(restored)
         if problem or _digest_problems(digest, source, undo):
             return False
         _add_checks(verdict, [], digest, [], True, index.layout, out_scan.layout, plan, checks,
