@@ -1143,6 +1143,7 @@ def _chunk_as_planned(chunk, base: int | None, end: int, expected: _Sequential) 
 
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
+_TRAILING_SEPARATOR = re.compile(rb"(?:[ \t\r\n]*,[ \t\r\n]*)?\Z")
 
 
 class _Sequential:
@@ -1350,6 +1351,8 @@ def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
     result = deliver(spliced, slot)
     del data
+    if dropped_last(dropped):  # it ends with the separator before its dropped last event
+        spliced = spliced[: _TRAILING_SEPARATOR.search(spliced).start()]
     facts = _facts_of(spliced, first, synthetic)
     del spliced
     _worker_trim()
