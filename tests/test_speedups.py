@@ -516,3 +516,17 @@ def test_kernel_names_past_the_c_tally_are_counted_as_a_counter_counts(distinct)
     assert [(g, list(c.items())) for g, c in with_c.items()] == [
         (g, list(c.items())) for g, c in with_numpy.items()]
     assert sum(sum(c.values()) for c in with_c.values()) == len(names)
+
+
+@needs_c
+@given(st.lists(number_texts, max_size=10))
+def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
+    """verify's ts/dur columns of a chunk's events, read by the C extension, are those its
+    numpy twin parses (values whose double needs their text included)."""
+    from tracestream.verify import NumberColumn, _CheckEvent
+
+    events = [_CheckEvent(ts=msgspec.Raw(t)) for t in texts]
+    with_c = NumberColumn.of_events(events, "ts")
+    with_numpy = _numpy(NumberColumn.of_events, events, "ts")
+    for name in ("exact", "rounded", "truncated", "regular"):
+        assert getattr(with_c, name).tolist() == getattr(with_numpy, name).tolist(), name

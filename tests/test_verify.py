@@ -304,6 +304,55 @@ def test_chunked_comparison_is_the_per_event_one(compacted, monkeypatch, workers
     assert fast.to_json() == slow.to_json()
 
 
+def test_chunked_comparison_of_gzip_files_is_the_per_event_one(compacted, monkeypatch,
+                                                                tmp_path):
+    """A compressed source's chunks reach the workers through the shared slots, the
+    planned bytes come back in the same slot: the same verdict as event by event."""
+    import gzip
+
+    source = tmp_path / "source.json.gz"
+    source.write_bytes(gzip.compress(compacted[0].read_bytes(), compresslevel=1))
+    out = tmp_path / "annotated.json.gz"
+    result = run(*layers_args(source, out, "--max-gpu-lanes", "10", "--end-anchor-regex",
+                              TERMINAL, passes=3))
+    assert result.returncode == 0, result.stderr.decode()
+    fast, slow, settled = chunked_and_per_event(monkeypatch, source, out, workers=2)
+    assert settled and fast.ok
+    assert fast.to_json() == slow.to_json()
+
+
+def test_chunked_checks_hold_the_per_event_records(compacted, monkeypatch):
+    """The output-only checks of the planned chunks (many, retired events between them)
+    hold the records the per-event comparison makes of the output's events: the same
+    slices, flows and output ordinals, so any failure would name the same events."""
+    from tracestream import api
+    from tracestream import verify as module
+
+    held = []
+    close = module._OutputChecks.close
+
+    def keep_then_close(checks):
+        stores = {**checks.binding, **checks.depth}
+        held.append(({name: [row for block in store.sorted_blocks() for row in block.tolist()]
+                      for name, store in stores.items()},
+                     checks.relocated_events, checks.relocated_flows, checks.lane_slices))
+        close(checks)
+
+    run_index = api.run_index
+
+    def small_chunks(source, options, **kwargs):
+        options.chunk_bytes = 3000
+        return run_index(source, options, **kwargs)
+
+    monkeypatch.setattr(module._OutputChecks, "close", keep_then_close)
+    monkeypatch.setattr(api, "run_index", small_chunks)
+    fast, slow, settled = chunked_and_per_event(monkeypatch, *compacted, workers=0)
+    assert settled and fast.ok and slow.ok
+    chunked, per_event = held
+    assert chunked == per_event
+    assert chunked[2] and all(len(rows) for rows in chunked[0].values())
+
+
 def _plus_one(match: re.Match) -> str:
     return f"{match.group(1)}{int(match.group(2)) + 1}"
 

@@ -145,3 +145,42 @@ def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cut
         if not equal:
             return
     assert matching.ended() == taking.ended()
+
+
+def _merged(facts_list) -> dict:
+    """The records a main process's checks hold after merging chunks' facts, per store."""
+    from tracestream.verify import _OutputChecks
+
+    checks = _OutputChecks({}, None)
+    try:
+        for facts in facts_list:
+            checks.merge(facts)
+        stores = {**{f"depth {v}": s for v, s in checks.depth.items()},
+                  **{f"binding {v}": s for v, s in checks.binding.items()}}
+        return {name: np.concatenate(list(store.sorted_blocks())).tolist()
+                for name, store in stores.items()}
+    finally:
+        checks.close()
+
+
+def test_a_chunk_read_event_by_event_hands_back_one_batch_per_store():
+    """A chunk whose numbers are not all in Kineto's shapes goes through `observe` event by
+    event, yet its facts hold one batch per record store (thousands of small arrays would
+    be pickled, merged and spilled one by one), with the records those events make."""
+    from tracestream.edit import relocate
+    from tracestream.verify import _facts_of
+
+    synthetic = {(1, 100): "lane tid 100 of pid 1"}
+    events = []
+    for k in range(400):
+        ts = f"{1000 + 10 * k}.{'5' if k % 2 else '500'}"  # every other one not Kineto's
+        raw = (f'{{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": {ts}, '
+               f'"dur": 2, "args": {{"device": 0}}}}').encode()
+        events.append(relocate(raw, b"100", k))
+    content = b",\n".join(events)
+    facts = _facts_of(content, 0, synthetic)
+    depth, binding = facts[1], facts[2]
+    assert all(len(batches) == 1 for batches in [*depth.values(), *binding.values()])
+    one_by_one = [_facts_of(event, k, synthetic) for k, event in enumerate(events)]
+    assert _merged([facts]) == _merged(one_by_one)
+    assert len(_merged([facts])["depth exact"]) == 400

@@ -160,8 +160,11 @@ def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin
 def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
                compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
                command: str, tmpdir: str | None = None, progress=None, pool=None,
-               source_name: str | None = None):
-    """Index pass and plan: (index, plan). Every refusal happens here; nothing is written."""
+               source_name: str | None = None, after_index=None):
+    """Index pass and plan: (index, plan). Every refusal happens here; nothing is written.
+
+    `after_index()`, when given, is called between the two: the plan is made on one core,
+    so work that needs no plan can start there (verify starts restore's splice)."""
     patterns = {}
     if layer_spec is not None:
         patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "anchor_regex")
@@ -172,6 +175,8 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
     options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
     index = run_index(source, options, progress=progress, pool=pool)
     source.start_hashing()  # while the plan runs on one core (the report names the hash)
+    if after_index is not None:
+        after_index()
     try:
         planner = Planner(index, output_name=output_name, report_name=report_name,
                           source_name=source_name)

@@ -18,9 +18,11 @@ brings no follow-on failures.
 
 An output that is exactly as planned is settled a chunk at a time
 (`_fast_compare`): the planned chunks are made again by the splice's numpy twin in
-the workers and compared byte for byte, the output-only checks read each chunk's
-events at once in the workers, and restore's splice runs meanwhile. Anything that
-differs sends verify to the event-by-event comparison, which names it.
+the workers, which also run the output-only checks on the events of the chunk they
+made; the main process compares the output with those bytes, and restore's splice
+runs meanwhile. The output is read once there (and once by restore), never decoded:
+where it is byte for byte the planned chunks, their events are its events. Anything
+that differs sends verify to the event-by-event comparison, which names it.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tracestream import timebase
+from tracestream import speedups, timebase
 from tracestream.api import build_plan
-from tracestream.document import DocumentScanner, Layout, iter_events
+from tracestream.document import SETTLE, DocumentScanner, Layout, iter_events
 from tracestream.edit import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.errors import TraceError
 from tracestream.events import (
@@ -70,7 +72,7 @@ from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
 from tracestream.spill import RecordStore
-from tracestream.workers import deliver, outcome, pool_for, release_memory
+from tracestream.workers import deliver, outcome, pool_for, received, release_memory
 
 _MAX_LISTED = 5
 # Chunks between heap trims (workers.release_memory). Each trim hands freed pages back
@@ -230,10 +232,11 @@ class _OutputChecks:
         return checks
 
     def facts(self) -> tuple:
-        """What `of_chunk` checks saw, for `merge`."""
+        """What `of_chunk` checks saw, for `merge` (each store's batches joined in order:
+        a chunk whose events went one at a time through `observe` made many small ones)."""
         self._flush()
-        return (list(self.track_ids), {v: kept.batches for v, kept in self.depth.items()},
-                {v: kept.batches for v, kept in self.binding.items()}, list(self.guides),
+        return (list(self.track_ids), {v: kept.joined() for v, kept in self.depth.items()},
+                {v: kept.joined() for v, kept in self.binding.items()}, list(self.guides),
                 self.kernels, self.streams, self.lane_slices, self.problems,
                 self.relocated_events, self.relocated_flows)
 
@@ -354,7 +357,8 @@ class _OutputChecks:
         keys = list(zip(map(_PID, events), map(_TID, events)))
         is_x = phases == "X"
         moved = np.not_equal(np.array(origins, object), None)
-        flows = np.flatnonzero(moved & ((phases == "s") | (phases == "t") | (phases == "f")))
+        is_flow = (phases == "s") | (phases == "t") | (phases == "f")
+        flows = np.flatnonzero(moved & is_flow)
         on_synthetic = is_x & np.fromiter(map(self.synthetic.__contains__, keys), bool, count)
         timed_ok = ts.regular & dur.regular
         if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
@@ -364,15 +368,16 @@ class _OutputChecks:
         kind[xs] = list(map(self.kinds.__getitem__, [events[i].cat for i in xs]))
         activity = np.flatnonzero(is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
         synthetic = np.flatnonzero(on_synthetic).tolist()
-        moved_activity = np.flatnonzero(moved & is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
-        bound = sorted(flows.tolist() + moved_activity)
-        origin_keys = {i: (origins[i].pid, origins[i].tid) for i in bound}
+        # flows and moved activities, in event order
+        at = np.flatnonzero(moved & (is_flow | (is_x & np.isin(kind, ACTIVITY_KINDS))))
+        bound = at.tolist()
+        origin_keys = [(origins[i].pid, origins[i].tid) for i in bound]
         # tracks are numbered as `observe` meets them: per event, its synthetic track,
         # then (moved) its original track and its lane
         met: dict[tuple, int] = {}
         lanes = list(map(keys.__getitem__, bound))
         on_tracks = list(map(keys.__getitem__, synthetic))
-        for tracks, positions in ((list(origin_keys.values()), [3 * i + 1 for i in bound]),
+        for tracks, positions in ((origin_keys, [3 * i + 1 for i in bound]),
                                   (lanes, [3 * i + 2 for i in bound]),
                                   (on_tracks, [3 * i for i in synthetic])):
             for key, position in dict(zip(reversed(tracks), reversed(positions))).items():
@@ -395,12 +400,16 @@ class _OutputChecks:
                 self.kernels[(pid, device)] = self.kernels.get((pid, device), 0) + found
         for key, found in Counter(map(keys.__getitem__, synthetic)).items():
             self.lane_slices[key] = self.lane_slices.get(key, 0) + found
-        guides = [(i, events[i].name) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
-        modes = {i: _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
-                 for i in flows.tolist()}
-        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)),
-                   [(i, track_ids[origin_keys[i]], track_ids[lane], modes.get(i, _ACTIVITY))
-                    for i, lane in zip(bound, lanes)], guides)
+        guides = [(i, _name(events[i])) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
+        mode = np.full(len(at), _ACTIVITY, np.int64)
+        mode[np.searchsorted(at, flows)] = [
+            _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
+            for i in flows.tolist()]
+        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)), [],
+                   guides)
+        self._emit_binds(first, timed, at,
+                         np.array(list(map(track_ids.__getitem__, origin_keys)), np.int64),
+                         np.array(list(map(track_ids.__getitem__, lanes)), np.int64), mode)
         return True
 
     def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
@@ -447,7 +456,7 @@ class _OutputChecks:
                 depth.append(k)
                 tracks.append(track(key))
                 if e.cat == GUIDE_CATEGORY:
-                    guides.append((k, e.name))
+                    guides.append((k, _name(e)))
             if origin is not None and activity:
                 binds.append((k, track((origin.pid, origin.tid)), track(key), _ACTIVITY))
         self._emit(first, timed, depth, tracks, binds, guides)
@@ -476,15 +485,24 @@ class _OutputChecks:
             self.guides.observe(start, start + int(dur.rounded[k]), name)
         guides.clear()
         if binds:
-            at, source, lane, mode = (np.array(column, np.int64) for column in zip(*binds))
-            start = ts.exact[at]
-            end = np.where(mode == _ACTIVITY, start + dur.exact[at], start)
-            for side, sides in (("source", source), ("lane", lane)):
-                records = np.empty(len(at), _BIND_DTYPE)
-                records["track"], records["key"], records["end"] = sides, start, end
-                records["mode"], records["ordinal"] = mode, at + first
-                self.binding[side].append(records)
+            self._emit_binds(first, timed, *(np.array(column, np.int64)
+                                             for column in zip(*binds)))
             binds.clear()
+
+    def _emit_binds(self, first: int, timed: _Timed, at: np.ndarray, source: np.ndarray,
+                    lane: np.ndarray, mode: np.ndarray) -> None:
+        """`_emit`'s flows and moved activities, as columns (event, source track, lane
+        track, mode)."""
+        if not len(at):
+            return
+        ts, dur = timed
+        start = ts.exact[at]
+        end = np.where(mode == _ACTIVITY, start + dur.exact[at], start)
+        for side, sides in (("source", source), ("lane", lane)):
+            records = np.empty(len(at), _BIND_DTYPE)
+            records["track"], records["key"], records["end"] = sides, start, end
+            records["mode"], records["ordinal"] = mode, at + first
+            self.binding[side].append(records)
 
     def _flush(self) -> None:
         for variant, rows in self._rows.items():
@@ -644,6 +662,12 @@ class _Kept:
     def append(self, batch: np.ndarray) -> None:
         self.batches.append(batch)
 
+    def joined(self) -> list[np.ndarray]:
+        """The batches as one, in order (none if there are none)."""
+        if len(self.batches) > 1:
+            self.batches = [np.concatenate(self.batches)]
+        return self.batches
+
 
 class _GuidesSeen(list):
     """A chunk's guides as `GuideOrder.observe` would get them: (start, end, name)."""
@@ -652,34 +676,55 @@ class _GuidesSeen(list):
         self.append((start, end, name))
 
 
-def observed_chunk(path: str, offset: int, length: int, first: int,
-                   synthetic: dict[tuple, str]) -> tuple:
-    """The output-only checks' facts of a chunk of a plain output file (in a worker)."""
-    checks = _OutputChecks.of_chunk(synthetic)
-    checks.observe_chunk(first, None, read_span(path, offset, length))
-    facts = checks.facts()
-    del checks
+def observed_file_chunk(path: str, offset: int, length: int, first: int,
+                        synthetic: dict[tuple, str]) -> tuple | None:
+    """`observed_chunk` of a span of a plain file, read by the worker itself."""
+    return observed_chunk(read_span(path, offset, length), first, synthetic)
+
+
+def observed_chunk(content: bytes, first: int, synthetic: dict[tuple, str]) -> tuple | None:
+    """The output-only checks' facts of a run of events (`content`, the first numbered
+    `first` in the output), in a worker; None when they are not JSON (the per-event
+    comparison then names what is wrong)."""
+    facts = _facts_of(content, first, synthetic)
     _worker_trim()
     return facts
 
 
-class _Origin(msgspec.Struct):
+def _facts_of(content: bytes, first: int, synthetic: dict[tuple, str]) -> tuple | None:
+    """What `observed_chunk` says, in the calling process. The decode and the UTF-8 check
+    are those the output's scan would make: an output that is these bytes is valid where
+    they are."""
+    checks = _OutputChecks.of_chunk(synthetic)
+    try:
+        if not content.isascii():
+            content.decode("utf-8")
+        checks.observe_chunk(first, None, content)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    return checks.facts()
+
+
+# gc=False: values decoded from JSON hold no cycles, and untracked structs are quicker to
+# make (a chunk's thousands of events are decoded at once)
+class _Origin(msgspec.Struct, gc=False):
     pid: Any = None
     tid: Any = None
 
 
-class _CheckArgs(msgspec.Struct):
+class _CheckArgs(msgspec.Struct, gc=False):
     device: Any = None
     origin: _Origin | None = msgspec.field(default=None, name=PROVENANCE_KEY)
 
 
-class _CheckEvent(msgspec.Struct):
+class _CheckEvent(msgspec.Struct, gc=False):
     """What the output-only checks read of an event (`Head`'s fields, the exact ts/dur
-    texts and the provenance's pid and tid), for a chunk at a time."""
+    texts and the provenance's pid and tid), for a chunk at a time. The name is kept as
+    its JSON text: only guides' names are read (`_name`)."""
 
     ph: str | None = None
     cat: Any = None
-    name: Any = None
+    name: msgspec.Raw = msgspec.Raw()
     pid: int | str | None = None
     tid: int | str | None = None
     ts: msgspec.Raw = msgspec.Raw()
@@ -689,6 +734,12 @@ class _CheckEvent(msgspec.Struct):
 
 
 _CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
+
+
+def _name(event: _CheckEvent) -> Any:
+    """An event's name as `decode_head` reads it (None when it has none)."""
+    return msgspec.json.decode(event.name) if len(event.name) else None
+
 _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _PHASE, _ARGS, _PID, _TID = (attrgetter(name) for name in ("ph", "args", "pid", "tid"))
 _FLOW_PHASES = frozenset(("s", "t", "f"))
@@ -708,7 +759,20 @@ class NumberColumn:
 
     @classmethod
     def parse(cls, texts: list) -> NumberColumn:
-        exact, shapes = kineto_column(texts, signed=True)
+        return cls._of(*kineto_column(texts, signed=True), texts)
+
+    @classmethod
+    def of_events(cls, events: list, key: str) -> NumberColumn:
+        """`parse` of the events' `key` texts (msgspec.Raw), read by the C extension's
+        decimal_column where it is built (kineto_column is its tested numpy twin)."""
+        if speedups.native is None:
+            return cls.parse(list(map(attrgetter(key), events)))
+        exact, shapes = speedups.native.decimal_column(events, key, True)
+        return cls._of(np.frombuffer(exact, np.int64), np.frombuffer(shapes, np.int8),
+                       _FieldTexts(events, key))
+
+    @classmethod
+    def _of(cls, exact: np.ndarray, shapes: np.ndarray, texts) -> NumberColumn:
         integer = shapes == SHAPE_INTEGER
         regular = integer | (shapes == SHAPE_DECIMAL)
         product = double_values(np.where(regular, exact, 0), texts) * 1000.0
@@ -720,8 +784,22 @@ class _Timed(tuple):
     """(ts, dur) NumberColumns of a chunk's events."""
 
     def __new__(cls, events: list) -> _Timed:
-        return super().__new__(cls, (NumberColumn.parse([e.ts for e in events]),
-                                     NumberColumn.parse([e.dur for e in events])))
+        return super().__new__(cls, (NumberColumn.of_events(events, "ts"),
+                                     NumberColumn.of_events(events, "dur")))
+
+
+class _FieldTexts:
+    """The `key` texts of `events`, read one at a time (double_values reads the few it
+    cannot compute from the exact ns)."""
+
+    def __init__(self, events: list, key: str):
+        self._events, self._key = events, key
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, k: int):
+        return getattr(self._events[k], self._key)
 
 
 _ACTIVITY, _FLOW, _NEXT_FLOW = range(3)
@@ -935,12 +1013,13 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     # workers fork before the reader threads start
     with pool_for(trace, workers) as pool, TraceSource(trace) as source, \
             TraceSource(output) as annotated:
+        restoring = _Restoring(data, retired, annotated, pool)
         try:
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
                 report_name=data.get("report_file", report_path.name),
                 command=data.get("command", ""), tmpdir=tmpdir, pool=pool,
-                source_name=data.get("source_file"),
+                source_name=data.get("source_file"), after_index=restoring.start,
             )
         except TraceError as exc:
             if source.first_stats is None:
@@ -952,7 +1031,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
             if not _fast_compare(source, annotated, index, plan, data, retired, verdict,
-                                 tmpdir, pool):
+                                 tmpdir, pool, restoring):
                 _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
         finally:
             index.close()
@@ -968,37 +1047,53 @@ def _sha_problem(source: TraceSource, data: dict) -> list[str]:
             "(a report from another source?)"]
 
 
+class _Restoring:
+    """Restore's quick splice of the output file, in a worker, started (`start`) once the
+    index pass is done: it needs no plan, and the plan is made on one core."""
+
+    def __init__(self, data: dict, retired, annotated: TraceSource, pool):
+        try:
+            self.undo = Undo.from_report(data, retired, annotated.name)
+        except TraceError:  # `_compare` says why
+            self.undo = None
+        self._annotated, self._pool = annotated, pool
+        self.task = None
+
+    def start(self) -> None:
+        if self.undo is not None and self._annotated.path is not None:
+            self.task = self._pool.submit(restored_sha256, self._annotated.path, self.undo)
+
+
 def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
-                  verdict: Verdict, tmpdir, pool) -> bool:
+                  verdict: Verdict, tmpdir, pool, restoring: _Restoring) -> bool:
     """Every check, when the output is byte for byte what the plan makes of the source
     (True); else False with nothing added to `verdict`, and `_compare` names what differs.
 
     The planned output is made again a chunk at a time by the rewrite's splice, its
     numpy twin rather than the C extension the rewrite used (in the workers), and
     compared with the output's chunks as they are read; the output-only checks read
-    each chunk's events at once (`_OutputChecks.observe_chunk`). A source event with
-    provenance in its `args` (the plan refuses those when it relocates) leaves this to
-    `_compare`, which locates provenance the exact way.
+    each planned chunk's events at once, in the worker that made it
+    (`_OutputChecks.observe_chunk`): the output is those bytes wherever this returns
+    True. Restore's splice has been running since the index pass (`restoring`). A
+    source event with provenance in its `args` (the plan refuses those when it
+    relocates) leaves this to `_compare`, which locates provenance the exact way.
     """
-    if index.provenance_ordinal is not None:
-        return False
-    try:
-        undo = Undo.from_report(data, retired, annotated.name)
-    except TraceError:
+    undo = restoring.undo
+    if index.provenance_ordinal is not None or undo is None:
         return False
     # restore's splice runs in a worker meanwhile (it reads the output file itself)
-    restoring = (pool.submit(restored_sha256, annotated.path, undo)
-                 if annotated.path is not None else None)
+    restored = restoring.task
     checks = _OutputChecks(data, tmpdir)
-    planned = _PlannedStream(source, index, plan, dict(retired), pool)
+    planned = _PlannedStream(source, index, plan, dict(retired), pool, checks)
     try:
-        out_scan = DocumentScanner(annotated.read(ReadStats()))
-        by_path = annotated.plain_path if pool.workers else None
-        if not _as_planned(out_scan, planned, checks, pool, by_path):
+        # cut where events seem to end, not decoded: each chunk is compared with the
+        # planned bytes, which the workers decode (see `_PlannedStream`)
+        out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True)
+        if not _as_planned(out_scan, planned):
             return False
-        if restoring is None:
-            restoring = pool.submit(partial(_restored_from, quick=True), annotated, undo)
-        problem, digest = outcome(restoring)
+        if restored is None:
+            restored = pool.submit(partial(_restored_from, quick=True), annotated, undo)
+        problem, digest = outcome(restored)
         if problem or _digest_problems(digest, source, undo):
             return False
         _add_checks(verdict, [], digest, [], True, index.layout, out_scan.layout, plan, checks,
@@ -1009,44 +1104,46 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
         checks.close()
 
 
-def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream, checks: _OutputChecks,
-                pool, by_path: str | None) -> bool:
+def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream) -> bool:
     """Whether the output's events and the separators between them are the planned bytes
-    (each chunk is observed by `checks` as it passes, in the workers when they can read
-    the output file `by_path`)."""
-    window = 2 * max(pool.workers, 1)
+    (whose events the output-only checks observe as they are made, see `_PlannedStream`)."""
     expected = _Sequential(planned.pieces())
-    observing: deque = deque()  # the workers' chunks of output-only checks, in order
     base = None
     end = 0  # where the last chunk ended, from the first event on
-    for number, chunk in enumerate(out_scan.chunks()):
-        if number % _TRIM_EVERY == 0:
-            release_memory()  # chunk buffers come and go: give their pages back
-        content = chunk.content()
-        if base is None:
-            base = chunk.offset
-        start = chunk.offset - base
-        if start < end:
-            return False
-        gap = expected.take(start - end)
-        if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
-            return False
-        if not expected.matches(content):
-            return False
-        end = start + len(content)
-        if by_path is None:
-            checks.observe_chunk(chunk.first_ordinal, chunk.events, content)
-            continue
-        observing.append(pool.submit(observed_chunk, by_path, chunk.offset, len(content),
-                                     chunk.first_ordinal, checks.synthetic))
-        while len(observing) > window:
-            checks.merge(outcome(observing.popleft()))
-    while observing:
-        checks.merge(outcome(observing.popleft()))
-    return base is not None and expected.ended() and planned.retired_ok
+    try:
+        for number, chunk in enumerate(out_scan.chunks()):
+            if chunk is SETTLE:  # every speculative chunk is confirmed as it is compared
+                continue
+            if number % _TRIM_EVERY == 0:
+                release_memory()  # chunk buffers come and go: give their pages back
+            if not _chunk_as_planned(chunk, base, end, expected):
+                return False
+            if base is None:
+                base = chunk.offset
+            end = chunk.offset - base + chunk.length
+            if chunk.events is None:
+                out_scan.confirm(chunk)
+    except TraceError:  # a cut inside a string, or a malformed output: `_compare` says which
+        return False
+    return (base is not None and expected.ended() and planned.retired_ok
+            and planned.observed_ok)
+
+
+def _chunk_as_planned(chunk, base: int | None, end: int, expected: _Sequential) -> bool:
+    """Whether an output chunk, and the separator before it (after `end`, from the first
+    event at `base`), are the next planned bytes."""
+    content = chunk.content()
+    start = 0 if base is None else chunk.offset - base
+    if start < end:
+        return False
+    gap = expected.take(start - end)
+    if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
+        return False
+    return expected.matches(content)
 
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
+_TRAILING_SEPARATOR = re.compile(rb"(?:[ \t\r\n]*,[ \t\r\n]*)?\Z")
 
 
 class _Sequential:
@@ -1104,40 +1201,60 @@ class _Sequential:
 class _PlannedStream:
     """The rewrite's output from the first event to the end of the added events, made again
     a chunk at a time (as `rewrite._rewrite` does) with the splice's numpy twin; the report's
-    retired events are compared with the source's on the way (`retired_ok`)."""
+    retired events are compared with the source's on the way (`retired_ok`).
+
+    The output-only checks (`checks`) observe the planned events in the workers, as each
+    chunk is made: where the output is byte for byte these pieces, they are its events,
+    numbered as in the output, so the output is never decoded (`observed_ok` is False when
+    a piece is not JSON: the per-event comparison then says what is wrong)."""
 
     def __init__(self, source: TraceSource, index: TraceIndex, plan: Plan, retired_map: dict,
-                 pool):
+                 pool, checks: _OutputChecks):
         self._source, self._index, self._plan = source, index, plan
         self._retired = retired_map
         self._pool = pool
+        self._checks = checks
         self._pending: deque = deque()
         self.retired_ok = True
+        self.observed_ok = True
 
     def pieces(self) -> Iterator[bytes]:
         index, plan, pool, pending = self._index, self._plan, self._pool, self._pending
         cursor = StreamCursor(self._source.read(ReadStats()))
         window = 2 * max(pool.workers, 1)
         by_path = self._source.plain_path if pool.workers else None
+        synthetic = self._checks.synthetic
         ends_dropped = False
         first = True
+        dropped_before = 0  # retired events before this chunk: output ordinals lag by them
         for chunk, rows, actions in chunk_edits(index, plan):
             separator = cursor.take(chunk.offset - cursor.pos)
-            dropping = bool(len(rows)) and bool((actions == DELETE).any())
+            dropping = int((actions == DELETE).sum()) if len(rows) else 0
+            out_first = chunk.first_ordinal - dropped_before
+            dropped_before += dropping
             # a worker hands its chunk back in a shared slot when one is free
             slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
             if len(rows) and by_path is not None and not dropping:
                 cursor.skip(chunk.length)
                 payload = pool.submit(planned_file_chunk, by_path, chunk.offset, chunk.length,
-                                      rows, actions, plan.targets, slot)
+                                      rows, actions, plan.targets, slot, out_first, synthetic)
             elif len(rows):
                 data = cursor.take(chunk.length)
                 if dropping:
                     self._check_retired(data, chunk.offset, rows, actions)
-                payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
-                                      plan.targets, slot)
+                if slot is not None and pool.slots.put(slot, data):  # no pickle, no pipe
+                    payload = pool.submit(planned_slot_chunk, slot, len(data), chunk.offset,
+                                          rows, actions, plan.targets, out_first, synthetic)
+                else:
+                    payload = pool.submit(planned_chunk, data, chunk.offset, rows, actions,
+                                          plan.targets, slot, out_first, synthetic)
             else:
-                payload = cursor.take(chunk.length)
+                data = cursor.take(chunk.length)
+                observing = (pool.submit(observed_file_chunk, by_path, chunk.offset,
+                                         chunk.length, out_first, synthetic)
+                             if by_path is not None else
+                             pool.submit(observed_chunk, data, out_first, synthetic))
+                payload = (data, observing)
             pending.append((b"" if first else separator, payload, not first, slot))
             first = False
             while len(pending) > window:
@@ -1147,18 +1264,41 @@ class _PlannedStream:
             piece, ends_dropped = self._next(ends_dropped)
             yield from piece
         if plan.appended:
-            lead = b"" if (not index.layout.event_count or ends_dropped) else b",\n"
-            for text in plan.appended.texts():
-                yield lead + text
-                lead = b",\n"
+            yield from self._appended(index.layout.event_count - dropped_before, ends_dropped,
+                                      window)
+
+    def _appended(self, out_first: int, ends_dropped: bool, window: int) -> Iterator[bytes]:
+        """The plan's added events, a block at a time, observed in the workers meanwhile."""
+        lead = b"" if (not self._index.layout.event_count or ends_dropped) else b",\n"
+        observing: deque = deque()
+        for content in self._plan.appended.texts():
+            observing.append(self._pool.submit(observed_chunk, content, out_first,
+                                               self._checks.synthetic))
+            out_first += content.count(b",\n") + 1  # (no raw newline inside a JSON string)
+            yield lead + content
+            lead = b",\n"
+            while len(observing) > window:
+                self._merge(outcome(observing.popleft()))
+        while observing:
+            self._merge(outcome(observing.popleft()))
+
+    def _merge(self, facts: tuple | None) -> None:
+        if facts is None:
+            self.observed_ok = False
+        elif self.observed_ok:
+            self._checks.merge(facts)
 
     def _next(self, ends_dropped: bool) -> tuple[tuple[bytes, ...], bool]:
-        """The next chunk's separator and bytes, and whether its last event was dropped."""
+        """The next chunk's separator and bytes, and whether its last event was dropped
+        (its checks' facts merged on the way)."""
         separator, payload, conditional, slot = self._pending.popleft()
         lead = b"" if conditional and ends_dropped else separator
-        if isinstance(payload, bytes):
-            return (lead, payload), False
-        spliced, dropped = outcome(payload)
+        if isinstance(payload, tuple):
+            data, observing = payload
+            self._merge(outcome(observing))
+            return (lead, data), False
+        spliced, dropped, facts = outcome(payload)
+        self._merge(facts)
         if isinstance(spliced, int):  # its length, in the slot
             spliced = self._pool.slots.read(slot, spliced)
         if slot is not None:
@@ -1178,28 +1318,45 @@ class _PlannedStream:
         """Drop the chunks still being made (the comparison stopped early; their slots stay
         taken, a worker may still write in them)."""
         for _, payload, _, _ in self._pending:
-            if not isinstance(payload, bytes):
-                payload.cancel()
+            (payload[1] if isinstance(payload, tuple) else payload).cancel()
         self._pending.clear()
 
 
 def planned_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
-                       actions: np.ndarray, targets: dict, slot: int | None
-                       ) -> tuple[bytes | int, tuple[bytes, ...]]:
+                       actions: np.ndarray, targets: dict, slot: int | None, first: int,
+                       synthetic: dict[tuple, str]
+                       ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
     """`planned_chunk` of a span of a plain file, read by the worker itself."""
-    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets, slot)
+    return planned_chunk(read_span(path, offset, length), offset, rows, actions, targets, slot,
+                         first, synthetic)
+
+
+def planned_slot_chunk(slot: int, length: int, offset: int, rows: np.ndarray,
+                       actions: np.ndarray, targets: dict, first: int,
+                       synthetic: dict[tuple, str]
+                       ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
+    """`planned_chunk` of the source bytes the parent put in `slot` (copied out first: the
+    planned bytes go back in the same slot)."""
+    return planned_chunk(received(slot, length), offset, rows, actions, targets, slot, first,
+                         synthetic)
 
 
 def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
-                  targets: dict, slot: int | None) -> tuple[bytes | int, tuple[bytes, ...]]:
+                  targets: dict, slot: int | None, first: int, synthetic: dict[tuple, str]
+                  ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
     """A source chunk as the plan makes it, spliced without the C extension (in a worker:
-    handed back in `slot` if it has one, see workers.deliver), and the separators its
-    dropped events took."""
+    handed back in `slot` if it has one, see workers.deliver), the separators its dropped
+    events took, and the output-only checks' facts of its events (the first numbered
+    `first` in the output; see `observed_chunk`)."""
     spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
     result = deliver(spliced, slot)
-    del data, spliced
+    del data
+    if dropped_last(dropped):  # it ends with the separator before its dropped last event
+        spliced = spliced[: _TRAILING_SEPARATOR.search(spliced).start()]
+    facts = _facts_of(spliced, first, synthetic)
+    del spliced
     _worker_trim()
-    return result, dropped
+    return result, dropped, facts
 
 
 _worker_tasks = itertools.count(1)
