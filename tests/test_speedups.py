@@ -530,3 +530,22 @@ def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
     with_numpy = _numpy(NumberColumn.of_events, events, "ts")
     for name in ("exact", "rounded", "truncated", "regular"):
         assert getattr(with_c, name).tolist() == getattr(with_numpy, name).tolist(), name
+
+
+@pytest.mark.skipif(speedups.native is None, reason="the C extension is not built")
+def test_the_c_extension_reads_inherited_fields_from_their_slots():
+    """observe.Event extends ReadEvent, so its fields live in a base's slots: the C
+    extension must find them there, not fall back to a getattr per event (that made the
+    index pass of `compact` 40% slower per chunk)."""
+    reads = []
+
+    class Counting(observe.Event, gc=False):
+        def __getattribute__(self, name):
+            reads.append(name)
+            return object.__getattribute__(self, name)
+
+    events = msgspec.json.Decoder(list[Counting]).decode(
+        b'[{"ph": "X", "ts": 1.5, "dur": 2, "pid": 1, "tid": 2, "cat": "kernel", "name": "k"}]')
+    reads.clear()
+    ns, shapes = speedups.native.decimal_column(events, "ts", False)
+    assert np.frombuffer(ns, np.int64).tolist() == [1500] and reads == []

@@ -546,11 +546,19 @@ integer_ends(PyObject *module, PyObject *args)
 }
 
 /* Where `type` keeps the field `name` of its instances (a msgspec Struct's fields are
-   slots), or -1 when it is not a plain object slot. */
+   slots), or -1 when it is not a plain object slot. The field may be inherited (observe's
+   Event extends ReadEvent), so the types of the MRO are searched in order, as attribute
+   lookup does: a slot of a base keeps its offset in the subclass. */
 static Py_ssize_t
 slot_offset(PyTypeObject *type, const char *name)
 {
-    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);
+    PyObject *descr = NULL;
+    PyObject *mro = type->tp_mro;
+    Py_ssize_t bases = mro != NULL ? PyTuple_GET_SIZE(mro) : 0;
+    for (Py_ssize_t i = 0; i < bases && descr == NULL; i++) {
+        PyObject *dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+        descr = dict != NULL ? PyDict_GetItemString(dict, name) : NULL;
+    }
     if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
         return -1;
     PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
