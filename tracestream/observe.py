@@ -948,9 +948,7 @@ class _Observer:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
         if cand_of is None:  # no rewrite: only the categories are reported (and the
             # read-only decode has no `id` or `bp` to bind by)
-            cats = (self.events[i].cat for i in flows)
-            return (np.zeros(0, FLOW_DTYPE), {},
-                    Counter(c if isinstance(c, str) else str(c) for c in cats))
+            return np.zeros(0, FLOW_DTYPE), {}, _category_counts(self.events[i] for i in flows)
         columns = self._flow_columns(flows)
         rows = np.empty(len(flows), FLOW_DTYPE)
         at = np.array(flows, np.int64)  # converted once, not by each index below
@@ -984,7 +982,7 @@ class _Observer:
             np.array([binds_next(e.ph, e.bp) for e in fev], bool),
             np.array([fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID
                       for fid in fids], np.int64),
-            Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in fev))
+            _category_counts(fev))
 
     def _metadata(self, metas: list[int]) -> tuple[list, list, list]:
         thread_meta = []
@@ -1046,6 +1044,12 @@ def binds_next(ph: Any, bp: Any) -> bool:
     """Perfetto binds an `f` without `"bp": "e"` to the next slice that begins at or after it
     on its track; `s`, `t` and `f` with `"bp": "e"` to the slice enclosing it."""
     return ph == "f" and bp != "e"
+
+
+def _category_counts(events) -> Counter:
+    """How often each flow category occurs (its str when it is no string), as the C
+    extension's flow_columns counts them."""
+    return Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in events)
 
 
 def _holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
