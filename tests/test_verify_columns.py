@@ -269,3 +269,33 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
         chunk = raws[first:first + 300]
         assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
             _facts_one_at_a_time(chunk, first, synthetic))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2), st.booleans()), max_size=40))
+def test_grouped_rows_are_counted_in_the_order_first_met(rows):
+    from collections import Counter
+
+    from tracestream.verify import _grouped
+
+    columns = tuple(np.array(column, np.int64) for column in zip(*rows)) if rows else (
+        np.zeros(0, np.int64),)
+    found = [(tuple(values), count) for values, count in _grouped(columns)]
+    assert found == [((a, b, int(c)), n) for (a, b, c), n in Counter(rows).items()]
+
+
+def test_interned_values_share_a_number_as_a_dicts_keys_do():
+    from tracestream.verify import _Interned, _TrackCodes
+
+    interned = _Interned()
+    assert interned.of([7, "s", 7, None]).tolist() == [0, 1, 0, 2]
+    assert interned.of([1.0, "s", 7.0]).tolist() == [3, 1, 0]  # 7.0 == 7: one number
+    assert [interned.value(k) for k in range(4)] == [7, "s", None, 1.0]
+    codes = _TrackCodes()
+    tracks = codes.of([0, 0, "Spans"], [7, "s3", 7])
+    assert len(set(tracks.tolist())) == 3
+    assert [codes.key(c) for c in tracks.tolist()] == [(0, 7), (0, "s3"), ("Spans", 7)]
+    # pid 1 was never met; ("Spans", "s3") has a code (both were met) that no event holds
+    known = codes.known([(0, 7), ("Spans", "s3"), (1, 7)]).tolist()
+    assert len(known) == 2 and known[0] == tracks[0] and known[1] not in tracks.tolist()
+    assert codes.key(known[1]) == ("Spans", "s3")
