@@ -333,7 +333,7 @@ class _OutputChecks:
         whose numbers are not all written in Kineto's shapes goes an event at a time
         (`_observe_events`). (`raws` None: read from `content`.)
         """
-        document = b"[" + content + b"]"
+        document = b"".join((b"[", content, b"]"))  # one copy (a + b + c copies twice)
         try:
             events = _CHECK_EVENTS.decode(document)
         except msgspec.ValidationError:
