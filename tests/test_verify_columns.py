@@ -1,7 +1,11 @@
 """The output-only checks read in columns give the per-record rules' findings."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
+from conftest import REAL_WITH_GPU, real_trace, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -184,3 +188,114 @@ def test_a_chunk_read_event_by_event_hands_back_one_batch_per_store():
     one_by_one = [_facts_of(event, k, synthetic) for k, event in enumerate(events)]
     assert _merged([facts]) == _merged(one_by_one)
     assert len(_merged([facts])["depth exact"]) == 400
+
+
+def _facts_one_at_a_time(events: list[bytes], first: int, synthetic: dict) -> tuple:
+    """A chunk's facts as `observe` makes them, an event at a time (the reference)."""
+    from tracestream.verify import _OutputChecks
+
+    checks = _OutputChecks.of_chunk(synthetic)
+    for k, raw in enumerate(events):
+        checks.observe(first + k, raw)
+    return checks.facts()
+
+
+def _comparable(facts: tuple) -> tuple:
+    """A chunk's facts with every record batch as plain rows (tracks in the order met)."""
+    tracks, depth, binding, guides, kernels, streams, lanes, problems, moved, flows = facts
+    rows = {f"{side} {v}": np.concatenate(batches).tolist() if batches else []
+            for side, kept in (("depth", depth), ("binding", binding))
+            for v, batches in kept.items()}
+    return (tracks, rows, list(guides), kernels, streams, lanes, problems, moved, flows)
+
+
+def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
+    """`observe_chunk`'s columns (each track a number, streams and lane slices counted in
+    numpy) hand back what `observe` finds an event at a time: the tracks in the order
+    met, every record, guide, kernel and stream count, for moved kernels and flows (`bp`
+    or not), string and integer pids and tids, several devices, events without `args`."""
+    from tracestream.edit import relocate
+    from tracestream.verify import _facts_of
+
+    synthetic = {(1, 100): "lane tid 100 of pid 1", (1, 101): "lane tid 101 of pid 1",
+                 ("Spans", "guides"): "the guide track"}
+    events = []
+    for k in range(60):
+        stream = [7, 9, "s3"][k % 3]
+        device = [0, 1, None][k % 3 if k % 5 else 2]
+        shown = "null" if device is None else device
+        args = "" if device is None and k % 2 else f', "args": {{"device": {shown}}}'
+        raw = (f'{{"ph": "X", "cat": "{["kernel", "gpu_memcpy", "cpu_op"][k % 4 % 3]}", '
+               f'"name": "k{k}", "pid": 1, "tid": {stream!r}, "ts": {1000 + 10 * k}.250, '
+               f'"dur": 2.5{args}}}').replace("'", '"').encode()
+        events.append(relocate(raw, b"100" if k % 4 else b"101", k) if k % 7 else raw)
+        if k % 6 == 0:  # a flow finishing on the kernel, moved with it
+            bp = ', "bp": "e"' if k % 12 else ""
+            flow = (f'{{"ph": "f", "id": {k}, "pid": 1, "tid": {stream!r}, '
+                    f'"ts": {1000 + 10 * k}.250, "cat": "ac2g", "name": "ac2g"{bp}}}'
+                    ).replace("'", '"').encode()
+            events.append(relocate(flow, b"100" if k % 4 else b"101", k))
+        if k % 10 == 0:
+            events.append(f'{{"ph": "X", "cat": "tracestream_guide", "name": "L{k // 10}", '
+                          f'"pid": "Spans", "tid": "guides", "ts": {1000 + 10 * k}, '
+                          f'"dur": 10}}'.encode())
+            events.append(b'{"ph": "M", "name": "thread_name", "pid": 2, "tid": 3, '
+                          b'"args": {"name": "x"}}')
+    for first, cut in ((0, len(events)), (17, 25), (3, 1)):
+        chunk = events[:cut]
+        assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
+            _facts_one_at_a_time(chunk, first, synthetic))
+    whole = _facts_of(b",\n".join(events), 0, synthetic)
+    assert len(whole[4]) == len(whole[5]) == 3 and whole[9] == 10  # devices, flows
+
+
+@pytest.mark.parametrize("name", REAL_WITH_GPU)
+def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tmp_path):
+    """The same on `layers` outputs of the real traces (lanes, relocated flows and
+    scopes as Kineto writes them), a few hundred events at a time."""
+    from tracestream.document import DocumentScanner, iter_events
+    from tracestream.verify import _facts_of, _OutputChecks
+
+    trace = real_trace(name)
+    out = tmp_path / "out.json"
+    result = run("compact", "--trace", trace, "--output", out, "--quiet")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(next(tmp_path.glob("out.json.*.json")).read_text())
+    synthetic = _OutputChecks(report, None).synthetic
+    with open(out, "rb") as fh:
+        raws = [bytes(raw) for _, raw in iter_events(DocumentScanner([fh.read()]).chunks())]
+    assert synthetic and raws
+    for first in range(0, len(raws), 300):
+        chunk = raws[first:first + 300]
+        assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
+            _facts_one_at_a_time(chunk, first, synthetic))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2), st.booleans()), max_size=40))
+def test_grouped_rows_are_counted_in_the_order_first_met(rows):
+    from collections import Counter
+
+    from tracestream.verify import _grouped
+
+    columns = tuple(np.array(column, np.int64) for column in zip(*rows)) if rows else (
+        np.zeros(0, np.int64),)
+    found = [(tuple(values), count) for values, count in _grouped(columns)]
+    assert found == [((a, b, int(c)), n) for (a, b, c), n in Counter(rows).items()]
+
+
+def test_interned_values_share_a_number_as_a_dicts_keys_do():
+    from tracestream.verify import _Interned, _TrackCodes
+
+    interned = _Interned()
+    assert interned.of([7, "s", 7, None]).tolist() == [0, 1, 0, 2]
+    assert interned.of([1.0, "s", 7.0]).tolist() == [3, 1, 0]  # 7.0 == 7: one number
+    assert [interned.value(k) for k in range(4)] == [7, "s", None, 1.0]
+    codes = _TrackCodes()
+    tracks = codes.of([0, 0, "Spans"], [7, "s3", 7])
+    assert len(set(tracks.tolist())) == 3
+    assert [codes.key(c) for c in tracks.tolist()] == [(0, 7), (0, "s3"), ("Spans", 7)]
+    # pid 1 was never met; ("Spans", "s3") has a code (both were met) that no event holds
+    known = codes.known([(0, 7), ("Spans", "s3"), (1, 7)]).tolist()
+    assert len(known) == 2 and known[0] == tracks[0] and known[1] not in tracks.tolist()
+    assert codes.key(known[1]) == ("Spans", "s3")

@@ -566,7 +566,7 @@ class DocumentScanner:
     def _decode(self, data: bytes, base: int):
         """The chunk's events, or None when the cut itself was wrong; TraceError if malformed."""
         _check_utf8(data, base, "event data")
-        doc = b"[" + data + b"]"
+        doc = b"".join((b"[", data, b"]"))  # one copy (a + b + c copies twice)
         try:
             return _RAW_LIST.decode(doc)
         except (msgspec.DecodeError, RecursionError) as exc:

@@ -278,7 +278,7 @@ def event_spans(data: bytes, count: int | None) -> tuple[np.ndarray, np.ndarray]
     starts_l = []
     ends_l = []
     pos = 0
-    for raw in _RAW_LIST.decode(b"[" + data + b"]"):
+    for raw in _RAW_LIST.decode(b"".join((b"[", data, b"]"))):
         pos = data.find(b"{", pos)
         starts_l.append(pos)
         pos += len(raw)

@@ -30,11 +30,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import re
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 from typing import Any
 
 import msgspec
@@ -332,7 +333,7 @@ class _OutputChecks:
         whose numbers are not all written in Kineto's shapes goes an event at a time
         (`_observe_events`). (`raws` None: read from `content`.)
         """
-        document = b"[" + content + b"]"
+        document = b"".join((b"[", content, b"]"))  # one copy (a + b + c copies twice)
         try:
             events = _CHECK_EVENTS.decode(document)
         except msgspec.ValidationError:
@@ -348,68 +349,71 @@ class _OutputChecks:
 
     def _observe_columns(self, first: int, events: list, timed: _Timed) -> bool:
         """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
-        numbers `NumberColumn` leaves to timebase."""
+        numbers `NumberColumn` leaves to timebase.
+
+        This runs on every event of the output, so each event's fields are read once by
+        C-level maps (`getattr`'s default standing in for absent `args` or provenance) and
+        its track (pid, tid) becomes one integer (`_TrackCodes`); the rest is numpy."""
         ts, dur = timed
         count = len(events)
         phases = np.array(list(map(_PHASE, events)), object)
         args = list(map(_ARGS, events))
-        origins = [None if a is None else a.origin for a in args]
-        keys = list(zip(map(_PID, events), map(_TID, events)))
+        origins = list(map(getattr, args, repeat("origin"), repeat(None)))
         is_x = phases == "X"
-        moved = np.not_equal(np.array(origins, object), None)
+        moved = np.fromiter(map(is_not, origins, repeat(None)), bool, count)
         is_flow = (phases == "s") | (phases == "t") | (phases == "f")
         flows = np.flatnonzero(moved & is_flow)
-        on_synthetic = is_x & np.fromiter(map(self.synthetic.__contains__, keys), bool, count)
+        codes = _TrackCodes()
+        track = codes.of(list(map(_PID, events)), list(map(_TID, events)))
+        on_synthetic = is_x & np.isin(track, codes.known(self.synthetic))
         timed_ok = ts.regular & dur.regular
         if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
             return False
         xs = np.flatnonzero(is_x).tolist()
         kind = np.zeros(count, np.int8)
-        kind[xs] = list(map(self.kinds.__getitem__, [events[i].cat for i in xs]))
-        activity = np.flatnonzero(is_x & np.isin(kind, ACTIVITY_KINDS)).tolist()
-        synthetic = np.flatnonzero(on_synthetic).tolist()
+        kind[xs] = list(map(self.kinds.__getitem__, map(_CAT, map(events.__getitem__, xs))))
+        is_activity = is_x & np.isin(kind, ACTIVITY_KINDS)
+        synthetic = np.flatnonzero(on_synthetic)
         # flows and moved activities, in event order
-        at = np.flatnonzero(moved & (is_flow | (is_x & np.isin(kind, ACTIVITY_KINDS))))
-        bound = at.tolist()
-        origin_keys = [(origins[i].pid, origins[i].tid) for i in bound]
+        at = np.flatnonzero(moved & (is_flow | is_activity))
+        bound_origins = list(map(origins.__getitem__, at.tolist()))
+        origin = track.copy()  # an event's original track: its provenance's where moved
+        origin[at] = codes.of(list(map(_PID, bound_origins)), list(map(_TID, bound_origins)))
         # tracks are numbered as `observe` meets them: per event, its synthetic track,
         # then (moved) its original track and its lane
-        met: dict[tuple, int] = {}
-        lanes = list(map(keys.__getitem__, bound))
-        on_tracks = list(map(keys.__getitem__, synthetic))
-        for tracks, positions in ((origin_keys, [3 * i + 1 for i in bound]),
-                                  (lanes, [3 * i + 2 for i in bound]),
-                                  (on_tracks, [3 * i for i in synthetic])):
-            for key, position in dict(zip(reversed(tracks), reversed(positions))).items():
-                met[key] = min(position, met.get(key, position))
-        for key in sorted(met, key=met.__getitem__):
-            self._track(key)
-        track_ids = self.track_ids
+        met = np.concatenate((track[synthetic], origin[at], track[at]))
+        order = np.argsort(np.concatenate((3 * synthetic, 3 * at + 1, 3 * at + 2)), kind="stable")
+        distinct, first_met = np.unique(met[order], return_index=True)
+        numbered = np.empty(len(distinct), np.int64)
+        for k in np.argsort(first_met).tolist():
+            numbered[k] = self._track(codes.key(int(distinct[k])))
         self.relocated_events += int(moved.sum())
         self.relocated_flows += len(flows)
-        groups = Counter(
-            (key[0] if origin is None else origin.pid, None if a is None else a.device,
-             key[1] if origin is None else origin.tid, k == KERNEL)
-            for key, origin, a, k in zip(map(keys.__getitem__, activity),
-                                         map(origins.__getitem__, activity),
-                                         map(args.__getitem__, activity),
-                                         kind[activity].tolist()))
-        for (pid, device, tid, is_kernel), found in groups.items():
-            self.streams.setdefault((pid, device), set()).add(tid)
-            if is_kernel:
-                self.kernels[(pid, device)] = self.kernels.get((pid, device), 0) + found
-        for key, found in Counter(map(keys.__getitem__, synthetic)).items():
+        activity = np.flatnonzero(is_activity)
+        devices = _Interned()
+        device = devices.of(list(map(getattr, map(args.__getitem__, activity.tolist()),
+                                     repeat("device"), repeat(None))))
+        is_kernel = kind[activity] == KERNEL
+        for (stream, at_device, kernel), found in _grouped(
+                (origin[activity], device, is_kernel)):
+            pid, tid = codes.key(stream)
+            key = (pid, devices.value(at_device))
+            self.streams.setdefault(key, set()).add(tid)
+            if kernel:
+                self.kernels[key] = self.kernels.get(key, 0) + found
+        for (lane,), found in _grouped((track[synthetic],)):
+            key = codes.key(lane)
             self.lane_slices[key] = self.lane_slices.get(key, 0) + found
-        guides = [(i, _name(events[i])) for i in synthetic if events[i].cat == GUIDE_CATEGORY]
+        guides = [(i, _name(events[i])) for i in synthetic.tolist()
+                  if events[i].cat == GUIDE_CATEGORY]
         mode = np.full(len(at), _ACTIVITY, np.int64)
         mode[np.searchsorted(at, flows)] = [
             _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
             for i in flows.tolist()]
-        self._emit(first, timed, synthetic, list(map(track_ids.__getitem__, on_tracks)), [],
+        ids = partial(_numbered, distinct, numbered)
+        self._emit(first, timed, synthetic.tolist(), ids(track[synthetic]).tolist(), [],
                    guides)
-        self._emit_binds(first, timed, at,
-                         np.array(list(map(track_ids.__getitem__, origin_keys)), np.int64),
-                         np.array(list(map(track_ids.__getitem__, lanes)), np.int64), mode)
+        self._emit_binds(first, timed, at, ids(origin[at]), ids(track[at]), mode)
         return True
 
     def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
@@ -676,6 +680,75 @@ class _GuidesSeen(list):
         self.append((start, end, name))
 
 
+class _Interned:
+    """Values (decoded JSON scalars) numbered in the order first met: equal values (as a
+    dict's keys are equal) share a number."""
+
+    def __init__(self):
+        self._numbers: dict = {}
+        self._values: list = []
+
+    def of(self, values: list) -> np.ndarray:
+        """The numbers of `values`, as a column."""
+        numbers = self._numbers
+        for value in dict.fromkeys(values):  # the distinct values, a few
+            if value not in numbers:
+                numbers[value] = len(self._values)
+                self._values.append(value)
+        return np.fromiter(map(numbers.__getitem__, values), np.int64, len(values))
+
+    def number(self, value) -> int | None:
+        return self._numbers.get(value)
+
+    def value(self, number: int):
+        return self._values[number]
+
+
+class _TrackCodes:
+    """Tracks (pid, tid) as one int64 each: the pid's number in the high half, the tid's
+    in the low one (`_Interned`), so a chunk's tracks are compared, grouped and counted
+    in numpy, each event's pid and tid hashed once."""
+
+    def __init__(self):
+        self._pids, self._tids = _Interned(), _Interned()
+
+    def of(self, pids: list, tids: list) -> np.ndarray:
+        return (self._pids.of(pids) << 32) | self._tids.of(tids)
+
+    def key(self, code: int) -> tuple:
+        return self._pids.value(code >> 32), self._tids.value(code & 0xFFFFFFFF)
+
+    def known(self, keys: Iterable[tuple]) -> np.ndarray:
+        """The codes of those `keys` whose pid and tid were both met."""
+        codes = []
+        for pid, tid in keys:
+            p, t = self._pids.number(pid), self._tids.number(tid)
+            if p is not None and t is not None:
+                codes.append((p << 32) | t)
+        return np.array(codes, np.int64)
+
+
+def _grouped(columns: tuple) -> Iterator[tuple[tuple, int]]:
+    """(the values of one row, how many rows hold them) of equal rows across integer
+    `columns`, in the order each first occurs."""
+    if not len(columns[0]):
+        return iter(())
+    row = np.zeros(len(columns[0]), np.int64)
+    for column in columns:  # each row as one dense integer: its columns' ranks, combined
+        distinct, rank = np.unique(column, return_inverse=True)
+        row = row * len(distinct) + rank
+    _, first, counts = np.unique(row, return_index=True, return_counts=True)
+    order = np.argsort(first)
+    at = first[order].tolist()
+    return ((tuple(int(c[k]) for c in columns), found)
+            for k, found in zip(at, counts[order].tolist()))
+
+
+def _numbered(distinct: np.ndarray, numbered: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The track numbers of track `codes`, each one of the sorted `distinct`."""
+    return numbered[np.searchsorted(distinct, codes)]
+
+
 def observed_file_chunk(path: str, offset: int, length: int, first: int,
                         synthetic: dict[tuple, str]) -> tuple | None:
     """`observed_chunk` of a span of a plain file, read by the worker itself."""
@@ -741,7 +814,8 @@ def _name(event: _CheckEvent) -> Any:
     return msgspec.json.decode(event.name) if len(event.name) else None
 
 _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
-_PHASE, _ARGS, _PID, _TID = (attrgetter(name) for name in ("ph", "args", "pid", "tid"))
+_PHASE, _ARGS, _PID, _TID, _CAT = (attrgetter(name)
+                                   for name in ("ph", "args", "pid", "tid", "cat"))
 _FLOW_PHASES = frozenset(("s", "t", "f"))
 
 
@@ -1028,11 +1102,15 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             verdict.add("re-plan from the source", [str(exc)], "")
             return verdict
         try:
+            # the source's sha256 is asked for last (and listed first): its thread goes on
+            # hashing while the output is compared, where waiting for it left the cores idle
+            compared = Verdict()
+            if not _fast_compare(source, annotated, index, plan, data, retired, compared,
+                                 tmpdir, pool, restoring):
+                _compare(source, annotated, index, plan, data, retired, compared, tmpdir)
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
-            if not _fast_compare(source, annotated, index, plan, data, retired, verdict,
-                                 tmpdir, pool, restoring):
-                _compare(source, annotated, index, plan, data, retired, verdict, tmpdir)
+            verdict.checks.extend(compared.checks)
         finally:
             index.close()
     return verdict
