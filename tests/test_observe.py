@@ -346,6 +346,25 @@ def test_read_only_decode_reads_flows_whatever_their_id_and_bp():
     assert observe.decoder_for(Context(records=False)) is not observe.decoder_for(Context())
 
 
+@pytest.mark.parametrize("categories, counted", [
+    ([b'"ac2g"', b'"ac2g"', b'"fwdbwd"'], {"ac2g": 2, "fwdbwd": 1}),
+    # equal as keys, apart as text: 1 and true; 1 and "1" are one category
+    ([b'"ac2g"', b"1", b"true", b'"1"', b"1.0", b"null"],
+     {"ac2g": 1, "1": 2, "True": 1, "1.0": 1, "None": 1}),
+    ([b'["ac2g"]', b'"ac2g"'], {"['ac2g']": 1, "ac2g": 1}),
+])
+def test_flow_categories_are_counted_alike_by_the_read_only_path_and_the_rewrite_path(
+        categories, counted):
+    """`inspect` counts flow categories itself (its decode has no flow ids); it must count
+    them as the rewrite's index pass does, in the same order; `anchors` reports none."""
+    events = b", ".join(b'{"ph": "s", "cat": %b, "id": 1, "pid": 0, "tid": 7, "ts": %d}'
+                        % (cat, k) for k, cat in enumerate(categories))
+    read_only = observe_chunk(events, 0, Context(count_names=True, records=False))
+    assert list(read_only.flow_categories.items()) == list(counted.items())
+    assert observe_chunk(events, 0, Context()).flow_categories == read_only.flow_categories
+    assert not observe_chunk(events, 0, Context(records=False)).flow_categories
+
+
 def test_the_category_memo_is_shared_by_chunks_and_bounded(monkeypatch):
     """A process classifies each category once for all its chunks (not once per chunk), and
     a trace of ever new categories cannot grow the memo past its bound plus one chunk's."""

@@ -946,9 +946,11 @@ class _Observer:
     def _flows(self, flows, ts_ns, cand_of) -> tuple:
         if not flows:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
-        if cand_of is None:  # no rewrite: only the categories are reported (and the
+        if cand_of is None:  # no rewrite: only `inspect` reports the categories (and the
             # read-only decode has no `id` or `bp` to bind by)
-            return np.zeros(0, FLOW_DTYPE), {}, _category_counts(self.events[i] for i in flows)
+            categories = (_category_counts(map(self.events.__getitem__, flows))
+                          if self.ctx.count_names else Counter())
+            return np.zeros(0, FLOW_DTYPE), {}, categories
         columns = self._flow_columns(flows)
         rows = np.empty(len(flows), FLOW_DTYPE)
         at = np.array(flows, np.int64)  # converted once, not by each index below
@@ -1048,8 +1050,23 @@ def binds_next(ph: Any, bp: Any) -> bool:
 
 def _category_counts(events) -> Counter:
     """How often each flow category occurs (its str when it is no string), as the C
-    extension's flow_columns counts them."""
+    extension's flow_columns counts them.
+
+    Counted as they are in one C-level pass where every category is a string (almost
+    always); otherwise one by one, as their str (`1` and `"1"` are one category, `1`
+    and `true` two, though they are equal as keys).
+    """
+    events = list(events)
+    try:
+        counts = Counter(map(_CATEGORY, events))
+    except TypeError:  # an object or array as a category
+        counts = None
+    if counts is not None and all(type(cat) is str for cat in counts):
+        return counts
     return Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in events)
+
+
+_CATEGORY = attrgetter("cat")
 
 
 def _holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
