@@ -62,15 +62,16 @@ def test_separators_are_those_numpy_finds(data):
 
 keyish = _over(b'"tdpanc: {x', 120)
 literals = st.lists(st.sampled_from([b'"t', b'"ts"', b'"tid": ', b'"d"', b'"pid"', b'"args": {',
-                                     b'"a"', b'"n"', b'"c', b'"x"', b'""']),
-                    min_size=1, max_size=7, unique=True)
+                                     b'"a"', b'"n"', b'"c', b'"x"', b'""', b'"{x', b'" ',
+                                     b'":']),
+                    min_size=1, max_size=12, unique=True)
 
 
 @needs_c
 @given(keyish, literals)
 def test_literal_positions_are_every_occurrence(data, wanted):
-    """Every start, overlapping ones too, with up to four second letters compared 16
-    bytes at a time and more one by one."""
+    """Every start, overlapping ones too, with up to four or eight second letters compared
+    16 bytes at a time and more one by one."""
     found = C.literal_positions(data, tuple(wanted))
     for literal, positions in zip(wanted, found):
         expected = [m.start() for m in re.finditer(b"(?=" + re.escape(literal) + b")", data)]

@@ -131,7 +131,7 @@ typedef struct {
     Py_ssize_t size[MAX_LITERALS];
     uint32_t second[256]; /* per second byte: the literals that have it */
     int letters;          /* how many distinct second bytes */
-    unsigned char letter[4];  /* the first four of them */
+    unsigned char letter[8];  /* the first eight of them */
 } Literals;
 
 static int
@@ -156,7 +156,7 @@ literals_from(PyObject *tuple, Literals *lits)
         lits->second[(unsigned char)lits->text[k][1]] |= (uint32_t)1 << k;
     }
     for (int byte = 0; byte < 256; byte++)
-        if (lits->second[byte] && lits->letters++ < 4)
+        if (lits->second[byte] && lits->letters++ < 8)
             lits->letter[lits->letters - 1] = (unsigned char)byte;
     return 0;
 }
@@ -185,10 +185,12 @@ scan_literals(const unsigned char *data, Py_ssize_t size, Py_ssize_t from, Py_ss
     Py_ssize_t i = from, last = to < size - 1 ? to : size - 1; /* a `"` needs a next byte */
 #ifdef __SSE2__
     /* 16 positions at a time: a `"` whose next byte is some literal's second byte (up
-       to four such bytes, repeated to make four, for a loop of fixed length) */
-    if (lits->letters >= 1 && lits->letters <= 4) {
-        __m128i letter[4];
-        for (int j = 0; j < 4; j++)
+       to eight such bytes, the first repeated to make four or eight, for a loop of fixed
+       length: the seven keys an anchor's duplicate check counts begin with five) */
+    if (lits->letters >= 1 && lits->letters <= 8) {
+        __m128i letter[8];
+        int wide = lits->letters > 4;
+        for (int j = 0; j < 8; j++)
             letter[j] = _mm_set1_epi8((char)lits->letter[j < lits->letters ? j : 0]);
         const __m128i quote = _mm_set1_epi8('"');
         for (; i + 16 <= last; i += 16) {
@@ -197,6 +199,12 @@ scan_literals(const unsigned char *data, Py_ssize_t size, Py_ssize_t from, Py_ss
             __m128i any = _mm_or_si128(
                 _mm_or_si128(_mm_cmpeq_epi8(next, letter[0]), _mm_cmpeq_epi8(next, letter[1])),
                 _mm_or_si128(_mm_cmpeq_epi8(next, letter[2]), _mm_cmpeq_epi8(next, letter[3])));
+            if (wide)
+                any = _mm_or_si128(any, _mm_or_si128(
+                    _mm_or_si128(_mm_cmpeq_epi8(next, letter[4]),
+                                 _mm_cmpeq_epi8(next, letter[5])),
+                    _mm_or_si128(_mm_cmpeq_epi8(next, letter[6]),
+                                 _mm_cmpeq_epi8(next, letter[7]))));
             unsigned mask = (unsigned)_mm_movemask_epi8(
                 _mm_and_si128(_mm_cmpeq_epi8(at, quote), any));
             for (; mask; mask &= mask - 1)
