@@ -18,9 +18,8 @@ import numpy as np
 import orjson
 
 from tracestream import speedups
-from tracestream.api import compile_pattern
 from tracestream.cadence import GAP_FACTOR, gap_factor_problem, rule_text, starts_at_breaks
-from tracestream.errors import Option, SpecError, TraceError
+from tracestream.errors import Option, SpecError, TraceError, compile_pattern
 from tracestream.events import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.guides import on_gpu, select_gpu
 from tracestream.index import SCOPES, IndexOptions, TraceIndex, run_index
