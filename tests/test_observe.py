@@ -264,6 +264,25 @@ def test_a_matched_kernel_with_a_duplicate_key_is_refused():
     assert refused.value.local == 3
 
 
+@pytest.mark.parametrize("ctx", [Context(patterns={"a": re.compile("^anchor$")}),
+                                 Context(patterns={"a": re.compile("^anchor$")}, records=False,
+                                         bounds=False)], ids=["layers", "anchors"])
+def test_a_key_spelled_with_escapes_in_a_matched_kernel_is_a_duplicate_too(backend, ctx):
+    """Keys are counted in each matched kernel's own bytes: an escaped spelling of a key
+    it already has is found by the parse (the backslash makes it a suspect), while a
+    backslash in another event, or a key word in an unmatched one, refuses nothing."""
+    kernel = (b'{"ph": "X", "cat": "kernel", "name": "%s", "pid": 0, "tid": 7, '
+              b'"ts": %d, "dur": 1%s}')
+    others = [kernel % (b"other", 1, b', "ts": 2'),  # not matched: never interpreted
+              kernel % (b"anchor", 3, b', "args": {"note": "a \\"quoted\\" ts"}')]
+    facts = observe_chunk(b", ".join(others + [kernel % (b"anchor", 5, b"")]), 0, ctx)
+    assert len(facts.matches["a"][0]) == 2
+    escaped = kernel % (b"anchor", 9, b', "t\\u0073": 10')
+    with pytest.raises(ChunkError, match="duplicate key `ts`") as refused:
+        observe_chunk(b", ".join(others + [escaped]), 100, ctx)
+    assert refused.value.local == 2
+
+
 def test_slices_get_tracks_and_groups_in_order_of_first_appearance():
     """Tracks are (pid, tid), groups (pid, device) with scopes a group of their own; an
     object as a device is refused at its event."""
