@@ -220,13 +220,15 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
     `doc`: the chunk between `[` and `]` where the caller has it so (else it is made).
     `decoder`: `_EVENTS`, or `_READ_EVENTS` where no flow is bound (see `decoder_for`).
     """
-    if not data.isascii():
+    if doc is None:
+        doc, ascii_only = bracketed(data)
+    else:
+        ascii_only = data.isascii()
+    if not ascii_only:
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
-    if doc is None:
-        doc = b"".join((b"[", data, b"]"))  # one copy of the chunk, not two
     try:
         return decoder.decode(doc)
     except msgspec.ValidationError as exc:
@@ -251,6 +253,15 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
         pass
     reason = "JSON nested too deeply" if isinstance(first, RecursionError) else str(first)
     raise ChunkError(reason, offset, None)
+
+
+def bracketed(data: bytes) -> tuple[bytes, bool]:
+    """(b"[" + data + b"]", whether data is all ASCII): the chunk as the array the decoder
+    reads, made in one copy; the C extension checks the bytes in the same pass (a 2 MB
+    chunk is read once, not twice)."""
+    if speedups.native is not None:
+        return speedups.native.bracketed(data)
+    return b"".join((b"[", data, b"]")), data.isascii()
 
 
 def _validation_index(exc: msgspec.ValidationError) -> int | None:
