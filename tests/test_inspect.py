@@ -38,7 +38,7 @@ from tracestream.inspect import (
     verdict_text,
     window_counts,
 )
-from tracestream.jsontext import RawNumber
+from tracestream.jsontext import RawNumber, dumps
 from tracestream.matches import MATCH_DTYPE, MatchTable
 from tracestream.timebase import parse_decimal
 
@@ -450,6 +450,29 @@ def test_json_text_writes_every_number_form_as_json_rows_does(tmp_path, backend,
     assert rows.json_text(0, len(rows)) == b", ".join(
         _reference_row(rows[i]) for i in range(len(rows)))
     assert json.loads(b"[" + rows.json_text(0, len(rows)) + b"]")[0]["ts_us"] == float(times[0])
+
+
+@pytest.mark.parametrize("times", [
+    ["1764400000005000", "1764400000005012", "1764400000009030", "1764400000009031"],
+    ["1764400000005000.5", "1764400000005000.5000001", "1764400000009001.25", "1764400000009002"],
+    ["-0.004", "0.003", "5.5", "900.000", "900.25"],  # around 0, mixed forms
+    ["5.000", "5.001", "5.009", "905.019"],  # three decimals
+    ["10.5", "11.5", "1764400000005000.125", "1764400000005001.125"],  # ms of > 15 digits
+], ids=["integers", "long-decimals", "near-zero", "three-decimals", "long-ms"])
+def test_cluster_rows_are_written_as_dumps_writes_them(tmp_path, backend, times):
+    """`anchors --json`'s cluster rows (one C call per batch where the extension is built)
+    are the rows as `dumps` writes them, whatever form the times take."""
+    trace = anchor_trace(tmp_path / "t.json", times, dur="2")
+    clusters = find_anchors(trace, "^a$", workers=0)["clusters"]
+    assert len(clusters) == 2
+    assert clusters.json_text(0, len(clusters)) == dumps(clusters.rows(0, len(clusters)))[1:-1]
+
+
+@pytest.mark.parametrize("bounds", [(0, 1), (0, 400), (7, 500)])
+def test_cluster_rows_of_a_long_trace_are_written_as_dumps_writes_them(long_decode, backend,
+                                                                       bounds):
+    clusters = find_anchors(long_decode, ANCHOR_RX, workers=0)["clusters"]
+    assert clusters.json_text(*bounds) == dumps(clusters.rows(*bounds))[1:-1]
 
 
 def test_match_rows_agree_with_the_events_they_name(long_decode):

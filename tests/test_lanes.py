@@ -351,3 +351,32 @@ def test_a_flow_at_its_activitys_end_is_refused_only_where_its_lane_takes_it(c_s
     assert actions[0] == actions[1] == 1
     assert [p.cand for p in sweep.flow_problems] == ([2] if taken else [])
     assert actions[2] == (0 if taken else 1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_inspect_peaks_from_spilled_rows_of_several_groups(seed):
+    """`inspect`'s peak rows (index.PEAK_DTYPE, in index.PEAK_SORT order: ties within a
+    group in no particular order), spilled in many runs and interleaved across GPUs, give
+    each GPU the lane count and peak time the allocator reaches on its slices alone."""
+    from types import SimpleNamespace
+
+    from tracestream.index import PEAK_DTYPE, PEAK_SORT
+    from tracestream.inspect import peak_overlaps
+
+    rng = np.random.default_rng(seed)
+    store = RecordStore(PEAK_DTYPE, sort_keys=PEAK_SORT, budget=2000)  # 100 rows per run
+    slices = {g: _random_slices(rng, 400) for g in range(3)}
+    rows = np.concatenate([np.rec.fromarrays([lo // 4 * 4, hi, np.full(len(lo), g)],
+                                             dtype=PEAK_DTYPE)  # many shared starts
+                           for g, (lo, hi) in slices.items()]).view(np.ndarray)
+    rows = rows[rng.permutation(len(rows))]  # file order is not time order
+    for part in np.array_split(rows, 25):
+        store.append(part)
+    assert store.spilled
+    found = peak_overlaps(SimpleNamespace(sweep=store), set(slices))
+    for g in slices:
+        mine = np.sort(rows[rows["group"] == g], order=["key", "hi"])
+        allocator = GroupLanes()
+        allocator.place_block(mine["key"], mine["hi"])
+        assert (found[g].lanes, found[g].peak_at_ns) == (allocator.lanes, allocator.peak_at_ns)
+    store.close()

@@ -264,6 +264,25 @@ def test_a_matched_kernel_with_a_duplicate_key_is_refused():
     assert refused.value.local == 3
 
 
+@pytest.mark.parametrize("ctx", [Context(patterns={"a": re.compile("^anchor$")}),
+                                 Context(patterns={"a": re.compile("^anchor$")}, records=False,
+                                         bounds=False)], ids=["layers", "anchors"])
+def test_a_key_spelled_with_escapes_in_a_matched_kernel_is_a_duplicate_too(backend, ctx):
+    """Keys are counted in each matched kernel's own bytes: an escaped spelling of a key
+    it already has is found by the parse (the backslash makes it a suspect), while a
+    backslash in another event, or a key word in an unmatched one, refuses nothing."""
+    kernel = (b'{"ph": "X", "cat": "kernel", "name": "%s", "pid": 0, "tid": 7, '
+              b'"ts": %d, "dur": 1%s}')
+    others = [kernel % (b"other", 1, b', "ts": 2'),  # not matched: never interpreted
+              kernel % (b"anchor", 3, b', "args": {"note": "a \\"quoted\\" ts"}')]
+    facts = observe_chunk(b", ".join(others + [kernel % (b"anchor", 5, b"")]), 0, ctx)
+    assert len(facts.matches["a"][0]) == 2
+    escaped = kernel % (b"anchor", 9, b', "t\\u0073": 10')
+    with pytest.raises(ChunkError, match="duplicate key `ts`") as refused:
+        observe_chunk(b", ".join(others + [escaped]), 100, ctx)
+    assert refused.value.local == 2
+
+
 def test_slices_get_tracks_and_groups_in_order_of_first_appearance():
     """Tracks are (pid, tid), groups (pid, device) with scopes a group of their own; an
     object as a device is refused at its event."""
@@ -344,6 +363,25 @@ def test_read_only_decode_reads_flows_whatever_their_id_and_bp():
     facts = observe_chunk(b", ".join(events), 0, Context(count_names=True, records=False))
     assert facts.flow_categories == {"ac2g": 2} and facts.phase_counts == {"f": 2}
     assert observe.decoder_for(Context(records=False)) is not observe.decoder_for(Context())
+
+
+@pytest.mark.parametrize("categories, counted", [
+    ([b'"ac2g"', b'"ac2g"', b'"fwdbwd"'], {"ac2g": 2, "fwdbwd": 1}),
+    # equal as keys, apart as text: 1 and true; 1 and "1" are one category
+    ([b'"ac2g"', b"1", b"true", b'"1"', b"1.0", b"null"],
+     {"ac2g": 1, "1": 2, "True": 1, "1.0": 1, "None": 1}),
+    ([b'["ac2g"]', b'"ac2g"'], {"['ac2g']": 1, "ac2g": 1}),
+])
+def test_flow_categories_are_counted_alike_by_the_read_only_path_and_the_rewrite_path(
+        categories, counted):
+    """`inspect` counts flow categories itself (its decode has no flow ids); it must count
+    them as the rewrite's index pass does, in the same order; `anchors` reports none."""
+    events = b", ".join(b'{"ph": "s", "cat": %b, "id": 1, "pid": 0, "tid": 7, "ts": %d}'
+                        % (cat, k) for k, cat in enumerate(categories))
+    read_only = observe_chunk(events, 0, Context(count_names=True, records=False))
+    assert list(read_only.flow_categories.items()) == list(counted.items())
+    assert observe_chunk(events, 0, Context()).flow_categories == read_only.flow_categories
+    assert not observe_chunk(events, 0, Context(records=False)).flow_categories
 
 
 def test_the_category_memo_is_shared_by_chunks_and_bounded(monkeypatch):

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracestream.errors import Option, SpecError, TraceError, flag_of, require_utf8
+from tracestream.errors import (
+    TraceError,
+    compile_pattern,
+    flag_of,
+    require_utf8,
+)
 from tracestream.guides import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, LayerSpec
 from tracestream.guidetext import GuideRows
 from tracestream.index import IndexOptions, run_index
@@ -117,15 +121,6 @@ def name_in_report(path: str, report_path: str) -> str:
     if os.path.dirname(common) == common:  # only the root in common
         return os.path.basename(path)
     return os.path.relpath(file, folder)
-
-
-def compile_pattern(pattern: str, field: str) -> re.Pattern:
-    """The compiled pattern, or a refusal naming its spec field (e.g. `anchor_regex`)."""
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise SpecError(Option(field), f" {pattern!r} is not a valid regular expression: {exc}"
-                        ) from None
 
 
 def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin=None) -> str:

@@ -4,6 +4,7 @@ The CLI turns it into a single stderr line and exit code 2; a notebook gets the
 same message as an exception.
 """
 
+import re
 import shlex
 
 
@@ -89,3 +90,12 @@ class SpecError(TraceError):
 def malformed_report(why: str) -> TraceError:
     """The one refusal of a report that was edited or damaged (restore, verify, its rows)."""
     return TraceError(f"the report is incomplete or malformed ({why})")
+
+
+def compile_pattern(pattern: str, field: str) -> re.Pattern:
+    """The compiled pattern, or a refusal naming its spec field (e.g. `anchor_regex`)."""
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise SpecError(Option(field), f" {pattern!r} is not a valid regular expression: {exc}"
+                        ) from None

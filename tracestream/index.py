@@ -83,9 +83,13 @@ SWEEP_DTYPE = np.dtype([
 ])
 """Slices and flows for the plan's time sweep (lane allocation and flow binding)."""
 
-PEAK_DTYPE = np.dtype([("key", "<i8"), ("tie", "<i8"), ("hi", "<i8"), ("group", "<i4")])
-"""Slices only, for `inspect`'s peak overlaps: a third the bytes of a SWEEP_DTYPE row, and
-`tie` numbers the rows as they come, so the spill's sort never meets ties out of order."""
+PEAK_DTYPE = np.dtype([("key", "<i8"), ("hi", "<i8"), ("group", "<i4")])
+"""Slices only, for `inspect`'s peak overlaps: a third the bytes of a SWEEP_DTYPE row (a
+1 GB trace spills ~40 MB of them)."""
+PEAK_SORT = ("key", "group")
+"""The order of the peak rows. Within a group, slices that start together may come in
+any order: a peak and the time it is reached do not depend on it (see lanes.PeakOverlap).
+A trace of one GPU has one group, so the spill's sort meets no ties out of order."""
 
 _FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
@@ -209,8 +213,9 @@ class IndexBuilder:
         self._group_list: list[tuple] = []
         self.group_stats: dict[int, GroupStats] = {}
         self.spans = RecordStore(SPAN_DTYPE, tmpdir=options.tmpdir)
-        self.sweep = RecordStore(SWEEP_DTYPE if options.records else PEAK_DTYPE,
-                                 sort_keys=("key", "tie"), tmpdir=options.tmpdir)
+        self.sweep = (RecordStore(SWEEP_DTYPE, sort_keys=("key", "tie"), tmpdir=options.tmpdir)
+                      if options.records else
+                      RecordStore(PEAK_DTYPE, sort_keys=PEAK_SORT, tmpdir=options.tmpdir))
         self.flow_id_store = RecordStore(_FLOW_ID_DTYPE, tmpdir=options.tmpdir)
         self.flow_text_ids: dict[int, Any] = {}
         self.flow_tracks: set[int] = set()
@@ -364,7 +369,6 @@ class IndexBuilder:
     def _peak_rows(self, rows: np.ndarray, groups) -> None:
         batch = np.empty(len(rows), PEAK_DTYPE)
         batch["key"] = rows["lo"]
-        batch["tie"] = np.arange(len(self.sweep), len(self.sweep) + len(rows))
         batch["hi"] = rows["hi"]
         batch["group"] = groups[rows["group"]]
         self.sweep.append(batch)

@@ -113,7 +113,8 @@ class PeakOverlap:
     earlier slices whose occupied end lies past its start. Ends at or before a block's
     last start cannot overlap any later slice; only the others are carried (as many as
     slices alive at that time), so a block costs one sort and one search, not the
-    allocator's lexsort and lane bookkeeping.
+    allocator's lexsort and lane bookkeeping. Slices that start together may come in any
+    order: the last of them reaches the same overlap at the same start whichever it is.
     """
 
     lanes: int = 0

@@ -106,7 +106,6 @@ _READ_EVENTS = msgspec.json.Decoder(list[ReadEvent])
 the decode where nothing binds flows."""
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
-_INTERPRETED_KEY = re.compile(b"|".join(map(re.escape, _INTERPRETED_KEYS)))
 _MOVED_KEYS = _INTERPRETED_KEYS[:4]
 _OTHER_PHASE, _COMPLETE, _METADATA, _FLOW = range(4)
 _PHASE_CODES = {"X": _COMPLETE, "M": _METADATA, **dict.fromkeys(FLOW_PHASES, _FLOW)}
@@ -221,13 +220,15 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
     `doc`: the chunk between `[` and `]` where the caller has it so (else it is made).
     `decoder`: `_EVENTS`, or `_READ_EVENTS` where no flow is bound (see `decoder_for`).
     """
-    if not data.isascii():
+    if doc is None:
+        doc, ascii_only = bracketed(data)
+    else:
+        ascii_only = data.isascii()
+    if not ascii_only:
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
-    if doc is None:
-        doc = b"".join((b"[", data, b"]"))  # one copy of the chunk, not two
     try:
         return decoder.decode(doc)
     except msgspec.ValidationError as exc:
@@ -252,6 +253,15 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
         pass
     reason = "JSON nested too deeply" if isinstance(first, RecursionError) else str(first)
     raise ChunkError(reason, offset, None)
+
+
+def bracketed(data: bytes) -> tuple[bytes, bool]:
+    """(b"[" + data + b"]", whether data is all ASCII): the chunk as the array the decoder
+    reads, made in one copy; the C extension checks the bytes in the same pass (a 2 MB
+    chunk is read once, not twice)."""
+    if speedups.native is not None:
+        return speedups.native.bracketed(data)
+    return b"".join((b"[", data, b"]")), data.isascii()
 
 
 def _validation_index(exc: msgspec.ValidationError) -> int | None:
@@ -913,9 +923,14 @@ class _Observer:
         """Per event: may it spell a moved key twice? (more than one occurrence of one, or a
         backslash, since `"t\\u0069d"` is "tid")."""
         at = cand_of[events]
-        suspect = np.zeros(len(at), bool)
-        for key in _MOVED_KEYS:
-            suspect |= keys(key)[1][at] > 1
+        return self._spelled_twice(events, [keys(key)[1][at] for key in _MOVED_KEYS])
+
+    def _spelled_twice(self, events: list[int], counts: list[np.ndarray]) -> np.ndarray:
+        """Per event: a key counted more than once (`counts`: per key, per event), or a
+        backslash in it."""
+        suspect = np.zeros(len(events), bool)
+        for count in counts:
+            suspect |= count > 1
         if b"\\" in self.data:
             if self._backslashes is None:
                 self._backslashes = np.flatnonzero(np.frombuffer(self.data, np.uint8) == 0x5C)
@@ -924,31 +939,33 @@ class _Observer:
         return suspect
 
     def _check_duplicates(self, events: list[int]) -> None:
-        """Anchors and terminals are interpreted: a duplicate key in one is refused."""
-        starts, ends = self.spans
-        data = self.data
-        raws = list(map(data.__getitem__, map(slice, starts[events].tolist(),
-                                              ends[events].tolist())))
-        joined = b"".join(raws)
-        # Without backslashes every `"` delimits a string, so each match is a whole key (or
-        # value) token. Every such event has each key at least once, so exactly events x
-        # keys matches means each key once in each event
-        if b"\\" not in joined and _key_count(joined) == len(raws) * len(_INTERPRETED_KEYS):
+        """Anchors and terminals are interpreted: a duplicate key in one is refused.
+
+        Each interpreted key is counted in each matched event's bytes alone (one pass of
+        the C extension where it is built; see keyscan.EventKeys); only an event that
+        holds one more than once (a duplicate, or the key inside a string or a nested
+        object) or a backslash (a key may be spelled with escapes) is parsed.
+        """
+        if not events:
             return
-        for i, raw in zip(events, raws):
-            if max(map(raw.count, _INTERPRETED_KEYS)) < 2 and b"\\" not in raw:
-                continue  # each key once, and none spelled with escapes
-            dup = duplicate_key(raw)
+        starts, ends = self.spans
+        at = np.array(events, np.int64)  # converted once, not by each index below
+        keys = EventKeys(self.scan, starts[at], ends[at], _INTERPRETED_KEYS)
+        counts = [keys(key)[1] for key in _INTERPRETED_KEYS]
+        for k in np.flatnonzero(self._spelled_twice(at, counts)).tolist():
+            dup = duplicate_key(self.raw(events[k]))
             if dup is not None:
-                raise self.fail(i, f"duplicate key `{dup}` in a kernel that --anchor-regex or "
-                                   "--end-anchor-regex matches")
+                raise self.fail(events[k], f"duplicate key `{dup}` in a kernel that "
+                                           "--anchor-regex or --end-anchor-regex matches")
 
     def _flows(self, flows, ts_ns, cand_of) -> tuple:
         if not flows:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
-        if cand_of is None:  # no rewrite: only the categories are reported (and the
+        if cand_of is None:  # no rewrite: only `inspect` reports the categories (and the
             # read-only decode has no `id` or `bp` to bind by)
-            return np.zeros(0, FLOW_DTYPE), {}, _category_counts(self.events[i] for i in flows)
+            categories = (_category_counts(map(self.events.__getitem__, flows))
+                          if self.ctx.count_names else Counter())
+            return np.zeros(0, FLOW_DTYPE), {}, categories
         columns = self._flow_columns(flows)
         rows = np.empty(len(flows), FLOW_DTYPE)
         at = np.array(flows, np.int64)  # converted once, not by each index below
@@ -1031,15 +1048,6 @@ _NUMBER_BYTES[list(b"0123456789.-")] = True
 _MAX_DIGITS = 16  # integer digits of a value below 9e15 µs (the first of 16 at most 8)
 
 
-def _key_count(data: bytes) -> int:
-    """How often the interpreted keys occur in `data` (without backslashes, where every
-    `"` delimits a string, no two occurrences overlap)."""
-    if speedups.native is not None:
-        found = speedups.native.literal_positions(data, _INTERPRETED_KEYS)
-        return sum(len(positions) for positions in found) // 8  # int64 positions
-    return len(_INTERPRETED_KEY.findall(data))
-
-
 def binds_next(ph: Any, bp: Any) -> bool:
     """Perfetto binds an `f` without `"bp": "e"` to the next slice that begins at or after it
     on its track; `s`, `t` and `f` with `"bp": "e"` to the slice enclosing it."""
@@ -1048,8 +1056,23 @@ def binds_next(ph: Any, bp: Any) -> bool:
 
 def _category_counts(events) -> Counter:
     """How often each flow category occurs (its str when it is no string), as the C
-    extension's flow_columns counts them."""
+    extension's flow_columns counts them.
+
+    Counted as they are in one C-level pass where every category is a string (almost
+    always); otherwise one by one, as their str (`1` and `"1"` are one category, `1`
+    and `true` two, though they are equal as keys).
+    """
+    events = list(events)
+    try:
+        counts = Counter(map(_CATEGORY, events))
+    except TypeError:  # an object or array as a category
+        counts = None
+    if counts is not None and all(type(cat) is str for cat in counts):
+        return counts
     return Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in events)
+
+
+_CATEGORY = attrgetter("cat")
 
 
 def _holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
