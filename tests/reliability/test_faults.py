@@ -23,7 +23,7 @@ from samples.generate import TraceConfig, generate
 from tracestream.api import build_plan
 from tracestream.errors import TraceError
 from tracestream.plan import CompactSpec
-from tracestream.rewrite import rewrite
+from tracestream.rewrite import chunk_edits, rewrite
 from tracestream.sink import OutputFile
 from tracestream.source import TraceSource
 
@@ -478,14 +478,15 @@ def _quote(arg) -> str:
 # -- the input changes between the two passes ----------------------------------------------------
 
 
-def _plan(source: TraceSource, kind: str):
+def _plan(source: TraceSource, kind: str, pool=None):
     from tracestream.guides import LayerSpec
 
     spec = LayerSpec(anchor_regex="^_q_rope_store$", num_layers=8, anchor_offset=0, passes=2,
                      extra_anchors_per_pass=1, phase="target-verify", evidence="generator")
     return build_plan(source, spec if kind == "layers" else None,
                       CompactSpec() if kind == "compact" else CompactSpec(max_lanes=10),
-                      output_name="out.json", report_name="out.json.r.json", command=kind)
+                      output_name="out.json", report_name="out.json.r.json", command=kind,
+                      pool=pool)
 
 
 def _truncate(path: Path, data: bytes) -> None:
@@ -646,6 +647,64 @@ def test_input_edited_in_place_at_random(medium, tmp_path):
                 index.close()
         assert leftovers(folder) == []
         TALLY["faults injected (input changed between passes)"] += 1
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_input_changed_between_passes_with_workers(medium, tmp_path, change):
+    """With worker processes on a plain file, the rewrite pass reads only the bytes around
+    the chunks the workers rewrite, and checksums the rest by the workers' own reads: a
+    change anywhere, also inside a chunk a worker reads (same size and mtime), is refused
+    like any change between passes."""
+    from tracestream.workers import pool_for
+
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(medium, source_path)
+    data = source_path.read_bytes()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pool_for(str(source_path), 2) as pool, TraceSource(str(source_path)) as source:
+        index, plan = _plan(source, "compact", pool=pool)
+        try:
+            assert any(len(rows) for _, rows, _ in chunk_edits(index, plan))  # a worker's
+            CHANGES[change](source_path, data)
+            with pytest.raises(TraceError, match="changed between passes|disappeared") as caught:
+                with OutputFile(str(folder / "out.json")) as out:
+                    rewrite(source, index, plan, out, pool=pool)
+                    out.commit()
+        finally:
+            index.close()
+    assert "\n" not in str(caught.value)
+    assert leftovers(folder) == []
+
+
+def test_input_edited_inside_a_workers_chunk(large, tmp_path):
+    """One byte inside the events a worker rewrites, changed after the index pass with size
+    and mtime kept: only that worker reads it, and its CRC makes the pass refuse."""
+    from tracestream.workers import pool_for
+
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(large, source_path)
+    original = source_path.read_bytes()
+    stat = source_path.stat()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pool_for(str(source_path), 2) as pool, TraceSource(str(source_path)) as source:
+        index, plan = _plan(source, "compact", pool=pool)
+        try:
+            chunk = next(chunk for chunk, rows, _ in chunk_edits(index, plan) if len(rows))
+            at = chunk.offset + chunk.length // 2
+            digit = original.index(b"1", at)  # a digit of some number: still valid JSON
+            with open(source_path, "r+b") as fh:
+                fh.seek(digit)
+                fh.write(b"2")
+            os.utime(source_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            with pytest.raises(TraceError, match="changed between passes"):
+                with OutputFile(str(folder / "out.json")) as out:
+                    rewrite(source, index, plan, out, pool=pool)
+                    out.commit()
+        finally:
+            index.close()
+    assert leftovers(folder) == []
 
 
 # -- two writers of one output ---------------------------------------------------------------
