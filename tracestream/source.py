@@ -187,11 +187,13 @@ class TraceSource:
         return self._read_file(stats)
 
     def read_skipping(self, stats: ReadStats) -> SkippingBlocks | None:
-        """The one read of an uncompressed file whose bytes are mostly read elsewhere (by
+        """The first read of an uncompressed file whose bytes are mostly read elsewhere (by
         worker processes, see `plain_path`): its blocks, read on demand, with `skip_to`
-        to pass bytes without reading them. Nothing is checksummed, so the source cannot
-        be read again. None unless the source is `read_once` and not yet read."""
-        if self.plain_path is None or self.first_stats is not None or not self.read_once:
+        to pass bytes without reading them. Nothing is checksummed here: a `read_once`
+        source needs no checksum (and cannot be read again); for any other, the caller
+        completes `stats` with `checksum_by_parts` before `finish_read`. None unless the
+        source is a plain file not yet read."""
+        if self.plain_path is None or self.first_stats is not None:
             return None
         try:
             fh = open(self.path, "rb")
@@ -259,13 +261,45 @@ class TraceSource:
 
         return self._decoded(raw_blocks(), stats, self.compression)
 
-    def open_plain(self) -> int:
-        """A read-only descriptor of an uncompressed input file for a later pass that reads
-        parts of it by offset (worker processes read the rest); checked unchanged first.
-        The caller checksums every byte of the pass (`PieceChecksum`) and hands the
-        result to `finish_read`, which compares it with the first read's."""
-        if self.plain_path is None or self.first_stats is None \
-                or not self.first_stats.checksummed:
+    def checksum_by_parts(self, stats: ReadStats, parts) -> None:
+        """Complete a skipping read's `stats` (see read_skipping) as a checksummed read of
+        the whole file: `parts` are (offset, length, CRC-32) of the spans other processes
+        read and checksummed, in file order; the bytes around them are read here. A file
+        that no longer holds those bytes (it shrank) is refused."""
+        checksum = PieceChecksum()
+        fd = self.open_plain(first=True)
+        try:
+            pos = 0
+            for offset, length, crc in parts:
+                while pos < offset:
+                    pos += self._read_part(fd, pos, min(PLAIN_BLOCK, offset - pos), checksum)
+                number = checksum.span(length)
+                checksum.fill(number, crc)
+                pos = offset + length
+            while data := os.pread(fd, PLAIN_BLOCK, pos):
+                checksum.read(data)
+                pos += len(data)
+        finally:
+            os.close(fd)
+        checksum.finish(stats)
+        stats.checksummed = True
+
+    def _read_part(self, fd: int, pos: int, length: int, checksum: PieceChecksum) -> int:
+        data = os.pread(fd, length, pos)
+        if len(data) < length:
+            raise TraceError(f"input {self.name} changed while being read (it ends at byte "
+                             f"{pos + len(data)}); nothing was written")
+        checksum.read(data)
+        return length
+
+    def open_plain(self, *, first: bool = False) -> int:
+        """A read-only descriptor of an uncompressed input file for a pass that reads parts
+        of it by offset (worker processes read the rest); a later pass's is checked
+        unchanged first (`first`: the first pass's, see checksum_by_parts). The caller
+        checksums every byte of the pass (`PieceChecksum`) and hands the result to
+        `finish_read`, which compares it with the first read's."""
+        if self.plain_path is None or (not first and (
+                self.first_stats is None or not self.first_stats.checksummed)):
             raise TraceError("internal error: only a checksummed plain file is read by parts")
         self._check_unchanged()
         try:

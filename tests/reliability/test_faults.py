@@ -525,35 +525,34 @@ CHANGES = {"truncated": _truncate, "appended": _append, "replaced": _replace, "r
 
 
 def test_input_that_shrinks_while_the_index_pass_reads_it(large, tmp_path, monkeypatch):
-    """With workers on a plain file, the scanner cuts chunks from the file itself while the
-    stream (hashed for the change check) is read in order; when the stream ends before a
-    chunk the file still had, the run is refused: exit 2, one line, nothing written."""
+    """With workers on a plain file, the main process reads only the bytes near each cut
+    and the workers their chunks; when the file loses its tail while this pass reads it,
+    the run is refused as the truncated trace it now is: exit 2, one line, nothing
+    written."""
     from click.testing import CliRunner
 
     from tracestream.cli import main
-    from tracestream.source import TraceSource
+    from tracestream.source import SkippingBlocks
 
     from .support import Outcome
 
-    read = TraceSource.read
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(large, source_path)
+    size = source_path.stat().st_size
+    read = SkippingBlocks.__next__
 
-    def shrunk(self, stats=None):  # the file loses its tail while this pass reads it
-        seen = 0
-        for block in read(self, stats):
-            if seen >= large.stat().st_size // 3:
-                return
-            seen += len(block)
-            yield block
+    def shrinking(self):  # the file loses its tail once a third of it was passed
+        if self._pos >= size // 3 and source_path.stat().st_size == size:
+            os.truncate(source_path, size // 3)
+        return read(self)
 
-    before = sha256(large)
-    monkeypatch.setattr(TraceSource, "read", shrunk)
+    monkeypatch.setattr(SkippingBlocks, "__next__", shrinking)
     folder = tmp_path / "out"
     folder.mkdir()
-    result = CliRunner().invoke(main, command("compact", large, folder / "out.json",
+    result = CliRunner().invoke(main, command("compact", source_path, folder / "out.json",
                                               "--workers", "2"))
     out = Outcome(result.exit_code, result.stdout_bytes, result.stderr, 0.0, "in-process")
-    assert_refused(out, "changed while being read", empty=folder)
-    assert sha256(large) == before
+    assert_refused(out, "input ends inside the event array", "truncated", empty=folder)
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
