@@ -706,6 +706,27 @@ def test_input_edited_inside_a_workers_chunk(large, tmp_path):
     assert leftovers(folder) == []
 
 
+def test_a_discarded_output_never_writes_into_a_file_opened_after_it(tmp_path):
+    """The writer thread may still hold bytes when an output is discarded (a refusal after
+    the rewrite began): they never land in a file opened afterwards, even one that gets
+    the discarded output's descriptor number."""
+    victim = tmp_path / "victim.json"
+    victim.write_bytes(b"[]")
+    for attempt in range(20):
+        out = OutputFile(str(tmp_path / f"out{attempt}.json"))
+        out.write(b"x" * (1 << 20))  # held back, as a direct write's buffer holds it
+        number = out._fd
+        out.discard()
+        fd = os.open(victim, os.O_WRONLY)
+        try:
+            out._thread.join()
+            assert fd == number or attempt, "the descriptor number was not reused"
+        finally:
+            os.close(fd)
+        assert victim.read_bytes() == b"[]"
+    assert leftovers(tmp_path) == ["victim.json"]
+
+
 # -- two writers of one output ---------------------------------------------------------------
 
 
