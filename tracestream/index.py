@@ -10,6 +10,7 @@ counters). Nothing here decides anything: the plan does.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter, deque
 from collections.abc import Iterable
@@ -135,6 +136,7 @@ class ChunkSpan:
     length: int
     first_ordinal: int
     count: int
+    crc32: int | None = None  # of its bytes, where the pass is checksummed by parts
 
 
 @dataclass
@@ -271,7 +273,8 @@ class IndexBuilder:
     def add(self, facts: ChunkFacts, chunk: EventChunk) -> None:
         """Merge one chunk's facts (chunk-local numbering) into the global index."""
         base = self.event_count
-        self.chunks.append(ChunkSpan(chunk.offset, chunk.length, base, facts.count))
+        self.chunks.append(ChunkSpan(chunk.offset, chunk.length, base, facts.count,
+                                     facts.crc32))
         tracks = np.array(self._tracks(facts.tracks) or [0], dtype=np.int32)
         groups = np.array([self._group(*g) for g in facts.groups] or [0], dtype=np.int32)
         cand_base = len(self.spans)
@@ -479,6 +482,9 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         # one pass over a file the workers read: the scanner reads only what it decodes
         blocks: Iterable[bytes] | None = (
             source.read_skipping(stats) if by_path is not None and progress is None else None)
+        by_parts = blocks is not None and not source.read_once
+        if by_parts:  # checksummed from each chunk's bytes, where they are decoded
+            context = dataclasses.replace(context, checksum=True)
         if blocks is None:
             blocks = source.read(stats)
             if progress is not None:
@@ -532,6 +538,9 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
         while inflight:
             if not settle(*inflight.popleft()):  # pragma: no cover - needs a final decode
                 raise TraceError("internal error: rewind after the last chunk")
+        if by_parts:
+            source.checksum_by_parts(stats, ((c.offset, c.length, c.crc32)
+                                             for c in builder.chunks))
         source.finish_read(stats)
     except BaseException:
         builder.close()

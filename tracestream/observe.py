@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import orjson
+from isal import isal_zlib
 
 from tracestream import speedups, timebase
 from tracestream.events import (
@@ -120,6 +121,7 @@ class Context:
     moves_gpu: bool = False  # compaction: refuse GPU events with duplicate keys
     records: bool = True  # the candidates' byte spans (the rewrite pass needs them)
     bounds: bool = True  # the importer bounds of GPU slices (lanes, peaks, time spans)
+    checksum: bool = False  # the CRC-32 of the chunk's bytes (the pass is checksummed by parts)
 
 
 @dataclass
@@ -187,6 +189,7 @@ class ChunkFacts:
     phase_counts: Counter
     odd_values: int = 0  # events with a ts/dur nothing reads that is not a usable number
     first_odd: tuple[int, str] | None = None  # (local index, what is odd) of the first
+    crc32: int | None = None  # of the chunk's bytes, with Context.checksum
 
 
 class BadCut(Exception):
@@ -310,7 +313,10 @@ def decoder_for(ctx: Context) -> msgspec.json.Decoder:
 def observe_chunk(data: bytes, offset: int, ctx: Context, doc=None) -> ChunkFacts:
     """The index pass's view of one chunk (see module docstring; `doc` as decode_chunk's)."""
     events = decode_chunk(data, offset, doc, decoder_for(ctx))
-    return _Observer(data, offset, ctx, events).run()
+    facts = _Observer(data, offset, ctx, events).run()
+    if ctx.checksum:
+        facts.crc32 = isal_zlib.crc32(data)
+    return facts
 
 
 def read_span(path: str, offset: int, length: int) -> bytes:

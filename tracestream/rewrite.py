@@ -10,11 +10,13 @@ top-level value (or in place of an older one).
 
 from __future__ import annotations
 
+import os
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+from isal import isal_zlib
 
 from tracestream import speedups
 from tracestream.edit import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
@@ -24,7 +26,7 @@ from tracestream.keyscan import skip_whitespace
 from tracestream.observe import read_span
 from tracestream.plan import DELETE, KEEP, Plan
 from tracestream.sink import OutputFile
-from tracestream.source import ReadStats, TraceSource
+from tracestream.source import PLAIN_BLOCK, PieceChecksum, ReadStats, TraceSource
 from tracestream.spill import concat_rows, take_rows
 from tracestream.workers import (
     SLOTS_PER_WORKER,
@@ -107,6 +109,52 @@ class StreamCursor:
                 self._data = b""
                 return
             self._data = block
+
+
+class FileCursor:
+    """StreamCursor's reads of an uncompressed file, by offset: only the bytes asked for
+    are read (the worker processes read the chunks they rewrite themselves, `skip`), and
+    every byte of the pass is checksummed in file order (`checksum`: what is read here as
+    it is read, a skipped span by the CRC its worker returns, see `PieceChecksum.fill`)."""
+
+    def __init__(self, fd: int, checksum: PieceChecksum):
+        self._fd = fd
+        self.checksum = checksum
+        self.pos = 0
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def _read(self, length: int) -> bytes:
+        data = os.pread(self._fd, length, self.pos)
+        if len(data) < length:
+            raise TraceError(
+                "input ended early in the rewrite pass (it changed since the index pass)")
+        self.checksum.read(data)
+        self.pos += length
+        return data
+
+    def copy_to(self, out: OutputFile, offset: int) -> None:
+        """Write [pos, offset) to `out` and advance."""
+        while self.pos < offset:
+            out.write(self._read(min(PLAIN_BLOCK, offset - self.pos)))
+
+    def take(self, length: int) -> bytes:
+        """The next `length` bytes."""
+        return self._read(length) if length else b""
+
+    def skip(self, length: int) -> int:
+        """Advance past the next `length` bytes, read elsewhere: the number of their span
+        in the checksum."""
+        self.pos += length
+        return self.checksum.span(length)
+
+    def drain(self, out: OutputFile) -> None:
+        """Copy everything that is left."""
+        while data := os.pread(self._fd, PLAIN_BLOCK, self.pos):
+            self.checksum.read(data)
+            self.pos += len(data)
+            out.write(data)
 
 
 _ARGS_LENGTH = len(b'"args": {')
@@ -274,11 +322,13 @@ def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
 
 
 def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
-                       actions: np.ndarray, targets: dict,
-                       slot: int | None = None) -> tuple[bytes | int, tuple[bytes, ...]]:
-    """`rewrite_sent_chunk` of a span of a plain file, read by the worker itself."""
-    return rewrite_sent_chunk(read_span(path, offset, length), offset, rows, actions, targets,
-                              slot)
+                       actions: np.ndarray, targets: dict, slot: int | None = None
+                       ) -> tuple[bytes | int, tuple[bytes, ...], int]:
+    """`rewrite_sent_chunk` of a span of a plain file, read by the worker itself, and the
+    CRC-32 of the bytes it read (the parent checksums the pass from these, see FileCursor)."""
+    data = read_span(path, offset, length)
+    return (*rewrite_sent_chunk(data, offset, rows, actions, targets, slot),
+            isal_zlib.crc32(data))
 
 
 def rewrite_received_chunk(slot: int, length: int, offset: int, rows: np.ndarray,
@@ -384,16 +434,34 @@ def _refuse_if_changed(source: TraceSource) -> None:
 
 def _rewrite(source, index, plan, out, progress, pool) -> None:
     stats = ReadStats()
-    blocks: Iterable[bytes] = source.read(stats)
-    if progress is not None:
-        blocks = progress.wrap(blocks, "rewrite")
-    cursor = StreamCursor(blocks)
+    by_path = source.plain_path if pool.workers else None
+    if by_path is not None and progress is None:  # the workers read what they rewrite
+        cursor = FileCursor(source.open_plain(), PieceChecksum())
+        try:
+            _rewrite_from(cursor, index, plan, out, pool, by_path)
+        finally:
+            cursor.close()
+        cursor.checksum.finish(stats)
+    else:
+        blocks: Iterable[bytes] = source.read(stats)
+        if progress is not None:
+            blocks = progress.wrap(blocks, "rewrite")
+        _rewrite_from(StreamCursor(blocks), index, plan, out, pool, by_path)
+    source.finish_read(stats)
+
+
+def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
+                  by_path: str | None) -> None:
+    """The rewrite pass over `cursor`; chunks with edits go to the workers, which read them
+    themselves from `by_path` when it is given."""
     layout = index.layout
     member = _member_edit(index, plan)
     if member is not None and member[0] < layout.events_open:
         _splice(cursor, out, member)
         member = None
-    # items in output order: (separator bytes, payload bytes or a worker's future)
+    # items in output order: (separator bytes, payload bytes or a worker's future, whether
+    # the separator goes with a dropped event before it, the result's slot, the chunk's span
+    # in the checksum when its worker read it)
     pending: deque = deque()
     # the pool has a slot for each chunk in flight (up to window + 1, see pool_for)
     window = SLOTS_PER_WORKER * pool.workers
@@ -408,7 +476,7 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         flushed += 1
         if flushed % _TRIM_EVERY == 0:
             release_memory()
-        separator, payload, conditional, slot = pending.popleft()
+        separator, payload, conditional, slot, span = pending.popleft()
         if conditional and ends_dropped:
             separators[-1] = separator  # left out with the event before it
         else:
@@ -417,17 +485,19 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
             out.write(payload)
             ends_dropped = False
         else:
-            result, dropped = outcome(payload)
+            result, dropped, *read_crc = outcome(payload)
+            if span is not None:  # the worker read the chunk: the CRC of what it read
+                cursor.checksum.fill(span, *read_crc)
             separators.extend(dropped)
             ends_dropped = dropped_last(dropped)
             write_result(out, result, slot, pool.slots)
 
-    by_path = source.plain_path if pool.workers else None
     for chunk, rows, actions in chunk_edits(index, plan):
         separator = cursor.take(chunk.offset - cursor.pos)
         slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
+        span = None
         if len(rows) and by_path is not None:
-            cursor.skip(chunk.length)
+            span = cursor.skip(chunk.length)
             payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
                                   actions, plan.targets, slot)
         elif len(rows):
@@ -440,7 +510,7 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
                                       plan.targets, slot)
         else:
             payload = cursor.take(chunk.length)
-        pending.append((separator, payload, not first, slot))
+        pending.append((separator, payload, not first, slot, span))
         first = False
         while len(pending) > window:
             flush_one()
@@ -461,7 +531,6 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
     if member is not None:
         _splice(cursor, out, member)
     cursor.drain(out)
-    source.finish_read(stats)
 
 
 def _record_separators(plan: Plan, separators: list[bytes]) -> None:

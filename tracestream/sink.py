@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
+import mmap
 import os
 import queue
 import signal
@@ -40,6 +42,85 @@ _SYNC_EVERY = 32 << 20
 The commit must fsync anyway; a GB of dirty pages left for then costs more, as the kernel
 throttles writers that pile them up: writing and syncing 1 GB here took 1.4-1.6 s longer
 (writes) plus 0.5 s (the final fsync) than with the writes started as they go."""
+
+
+_DIRECT_BLOCK = 4 << 20
+"""Bytes a file output gathers before one direct write (O_DIRECT, see _DirectWrites)."""
+_DIRECT_ALIGN = 4096
+"""What O_DIRECT asks of offsets and lengths (the device's logical block, 512 or 4096)."""
+
+
+class _DirectWrites:
+    """Writes of a new file that bypass the page cache (Linux O_DIRECT), gathered in one
+    page-aligned buffer of their own.
+
+    The output is fsync'd before it is committed anyway; written through the page cache,
+    every page of a GB-sized output is allocated, filled and written back, which costs
+    more CPU than making the output: writing and syncing 1.2 GB of new file took ~2.9
+    CPU-s of kernel time here, writing it directly ~0.1 (plus the copy into the buffer).
+    The buffer is written whenever full; the last piece shorter than a block goes
+    through the page cache (O_DIRECT turned off again). Where the file system refuses
+    O_DIRECT, `open` returns None and the writes go through the page cache as before.
+    """
+
+    def __init__(self, fd: int, buffer: mmap.mmap):
+        self._fd = fd
+        self._buffer = buffer
+        self._view = memoryview(buffer)
+        self._fill = 0
+
+    @classmethod
+    def open(cls, fd: int) -> _DirectWrites | None:
+        flag = getattr(os, "O_DIRECT", 0)
+        if not flag:
+            return None
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | flag)
+        except OSError:  # tmpfs on older kernels, some network file systems
+            return None
+        return cls(fd, mmap.mmap(-1, _DIRECT_BLOCK))
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            room = _DIRECT_BLOCK - self._fill
+            piece = view[:room]
+            self._view[self._fill : self._fill + len(piece)] = piece
+            self._fill += len(piece)
+            view = view[len(piece):]
+            if self._fill == _DIRECT_BLOCK:
+                self._write(self._view)
+                self._fill = 0
+
+    def finish(self) -> None:
+        """Write what the buffer holds: its whole blocks directly, the rest buffered."""
+        whole = self._fill - self._fill % _DIRECT_ALIGN
+        if whole:
+            self._write(self._view[:whole])
+        self._buffered()
+        if self._fill > whole:
+            self._write(self._view[whole : self._fill])
+        self._fill = 0
+        self.close()
+
+    def close(self) -> None:
+        self._view.release()
+        self._buffer.close()
+
+    def _buffered(self) -> None:
+        flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+
+    def _write(self, view: memoryview) -> None:
+        while view:
+            try:
+                written = os.write(self._fd, view)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._buffered()  # a file system that takes the flag but not the write
+                continue
+            view = view[written:]
 
 
 def _writeback_starter():
@@ -178,11 +259,18 @@ class OutputFile:
         self._temp_name: str | None = None
         self.bytes_written = 0
         self._synced = 0  # bytes_written at the last sync
+        self._direct: _DirectWrites | None = None
+        self._abandoned = threading.Event()  # discarded: the writer thread writes no more
         if self.stdout:
             self._fd = sys.stdout.buffer.fileno()
+            self._writer_fd = self._fd
             sys.stdout.flush()
         else:
             self._open_temp()
+            # the writer thread's own descriptor, closed by that thread: a write it makes
+            # after a discard can never land in a file that reused the number of ours
+            self._writer_fd = os.dup(self._fd)
+            self._direct = _DirectWrites.open(self._writer_fd)
         self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_DEPTH)
         self._thread = threading.Thread(target=self._drain, name=f"write {path}", daemon=True)
         self._thread.start()
@@ -254,12 +342,27 @@ class OutputFile:
                 continue
 
     def _drain(self) -> None:
+        try:
+            self._write_items()
+        finally:
+            if not self.stdout:
+                os.close(self._writer_fd)
+            if self._direct is not None:
+                self._direct.close()
+                self._direct = None
+
+    def _write_items(self) -> None:
         item = None
         try:
             while True:
                 item = self._queue.get()
+                if self._abandoned.is_set():
+                    raise TraceError(f"{self.what} discarded")
                 if item is _STOP:
                     self._write_all(self._encoder.finish())
+                    if self._direct is not None:
+                        self._direct.finish()
+                        self._direct = None
                     return
                 data, done = item if isinstance(item, tuple) else (item, None)
                 self._write_all(self._encoder.encode(data))
@@ -270,21 +373,26 @@ class OutputFile:
             # without its frames, which hold the block being written (maybe lent memory)
             self._error = exc.with_traceback(None)
             data = None
-            while True:  # keep the producer from blocking on a full queue; free what it lent
+            # keep the producer from blocking on a full queue and free what it lent, up to
+            # its last item (already taken when finishing failed: the direct writes write
+            # a small output only then)
+            while item is not _STOP:
                 if isinstance(item, tuple):
                     item[1]()
                 item = self._queue.get()
-                if item is _STOP:
-                    return
 
     def _write_all(self, data: bytes) -> None:
+        if self._direct is not None:
+            self._direct.write(data)
+            self.bytes_written += len(data)
+            return
         view = memoryview(data)
         while view:
-            written = os.write(self._fd, view)
+            written = os.write(self._writer_fd, view)
             view = view[written:]
             self.bytes_written += written
         if self.bytes_written - self._synced >= _SYNC_EVERY and not self.stdout:
-            _start_writeback(self._fd, self._synced, self.bytes_written - self._synced)
+            _start_writeback(self._writer_fd, self._synced, self.bytes_written - self._synced)
             self._synced = self.bytes_written
 
     def _raise(self):
@@ -353,11 +461,13 @@ class OutputFile:
 
     def discard(self) -> None:
         """Remove the temporary file; safe to call at any time, also twice."""
-        if self._thread.is_alive():
+        self._abandoned.set()
+        while self._thread.is_alive():  # it drains the queue without writing, then stops
             try:
-                self._queue.put_nowait(_STOP)
+                self._queue.put(_STOP, timeout=0.1)
+                break
             except queue.Full:
-                pass
+                continue
         if self.stdout:
             return
         if self._temp_name is not None:

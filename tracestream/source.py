@@ -27,6 +27,7 @@ import stat
 import sys
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,11 +187,13 @@ class TraceSource:
         return self._read_file(stats)
 
     def read_skipping(self, stats: ReadStats) -> SkippingBlocks | None:
-        """The one read of an uncompressed file whose bytes are mostly read elsewhere (by
+        """The first read of an uncompressed file whose bytes are mostly read elsewhere (by
         worker processes, see `plain_path`): its blocks, read on demand, with `skip_to`
-        to pass bytes without reading them. Nothing is checksummed, so the source cannot
-        be read again. None unless the source is `read_once` and not yet read."""
-        if self.plain_path is None or self.first_stats is not None or not self.read_once:
+        to pass bytes without reading them. Nothing is checksummed here: a `read_once`
+        source needs no checksum (and cannot be read again); for any other, the caller
+        completes `stats` with `checksum_by_parts` before `finish_read`. None unless the
+        source is a plain file not yet read."""
+        if self.plain_path is None or self.first_stats is not None:
             return None
         try:
             fh = open(self.path, "rb")
@@ -257,6 +260,52 @@ class TraceSource:
                     yield data
 
         return self._decoded(raw_blocks(), stats, self.compression)
+
+    def checksum_by_parts(self, stats: ReadStats, parts) -> None:
+        """Complete a skipping read's `stats` (see read_skipping) as a checksummed read of
+        the whole file: `parts` are (offset, length, CRC-32) of the spans other processes
+        read and checksummed, in file order; the bytes around them are read here. A file
+        that no longer holds those bytes (it shrank) is refused."""
+        checksum = PieceChecksum()
+        fd = self.open_plain(first=True)
+        try:
+            pos = 0
+            for offset, length, crc in parts:
+                while pos < offset:
+                    pos += self._read_part(fd, pos, min(PLAIN_BLOCK, offset - pos), checksum)
+                number = checksum.span(length)
+                checksum.fill(number, crc)
+                pos = offset + length
+            while data := os.pread(fd, PLAIN_BLOCK, pos):
+                checksum.read(data)
+                pos += len(data)
+        finally:
+            os.close(fd)
+        checksum.finish(stats)
+        stats.checksummed = True
+
+    def _read_part(self, fd: int, pos: int, length: int, checksum: PieceChecksum) -> int:
+        data = os.pread(fd, length, pos)
+        if len(data) < length:
+            raise TraceError(f"input {self.name} changed while being read (it ends at byte "
+                             f"{pos + len(data)}); nothing was written")
+        checksum.read(data)
+        return length
+
+    def open_plain(self, *, first: bool = False) -> int:
+        """A read-only descriptor of an uncompressed input file for a pass that reads parts
+        of it by offset (worker processes read the rest); a later pass's is checked
+        unchanged first (`first`: the first pass's, see checksum_by_parts). The caller
+        checksums every byte of the pass (`PieceChecksum`) and hands the result to
+        `finish_read`, which compares it with the first read's."""
+        if self.plain_path is None or (not first and (
+                self.first_stats is None or not self.first_stats.checksummed)):
+            raise TraceError("internal error: only a checksummed plain file is read by parts")
+        self._check_unchanged()
+        try:
+            return os.open(self.path, os.O_RDONLY)
+        except OSError as exc:
+            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
 
     def _check_unchanged(self) -> None:
         if self.path is None or self.first_stats is None:
@@ -326,6 +375,60 @@ class TraceSource:
         ):
             raise _bytes_changed(self.name)
         self._check_unchanged()
+
+
+class PieceChecksum:
+    """The CRC-32 of a file's bytes in file order, made of pieces: bytes read here
+    (`read`), and spans that another process read, whose CRC comes later (`span`, then
+    `fill`). Known pieces at the front are folded at once, so only the pieces after the
+    first span still unknown are held (a few per chunk in flight)."""
+
+    def __init__(self) -> None:
+        self.crc = 0
+        self.length = 0
+        self._pieces: deque = deque()  # [crc or None, length], after the folded prefix
+        self._spans = 0  # spans handed out so far (their numbers)
+        self._first_span = 0  # the number of the first span in self._pieces
+
+    def read(self, data: bytes) -> None:
+        """Bytes read here, next in file order."""
+        self._pieces.append([isal_zlib.crc32(data), len(data), None])
+        self._fold()
+
+    def span(self, length: int) -> int:
+        """A span of `length` bytes, next in file order, whose CRC is not known yet: its
+        number for `fill`."""
+        number = self._spans
+        self._spans += 1
+        self._pieces.append([None, length, number])
+        return number
+
+    def fill(self, number: int, crc: int) -> None:
+        """The CRC of span `number`."""
+        for piece in self._pieces:
+            if piece[2] == number:
+                piece[0] = crc
+                break
+        else:
+            raise TraceError(f"internal error: no open span {number} in the checksum")
+        self._fold()
+
+    @property
+    def complete(self) -> bool:
+        return not self._pieces
+
+    def _fold(self) -> None:
+        while self._pieces and self._pieces[0][0] is not None:
+            crc, length, _ = self._pieces.popleft()
+            self.crc = isal_zlib.crc32_combine(self.crc, crc, length)
+            self.length += length
+
+    def finish(self, stats: ReadStats) -> None:
+        """Fill in `stats` as a complete checksummed read of these bytes would."""
+        if not self.complete:
+            raise TraceError("internal error: a span of the read has no checksum")
+        stats.raw_bytes = stats.data_bytes = self.length
+        stats.crc32 = self.crc
 
 
 class SkippingBlocks:

@@ -23,7 +23,7 @@ from samples.generate import TraceConfig, generate
 from tracestream.api import build_plan
 from tracestream.errors import TraceError
 from tracestream.plan import CompactSpec
-from tracestream.rewrite import rewrite
+from tracestream.rewrite import chunk_edits, rewrite
 from tracestream.sink import OutputFile
 from tracestream.source import TraceSource
 
@@ -478,14 +478,15 @@ def _quote(arg) -> str:
 # -- the input changes between the two passes ----------------------------------------------------
 
 
-def _plan(source: TraceSource, kind: str):
+def _plan(source: TraceSource, kind: str, pool=None):
     from tracestream.guides import LayerSpec
 
     spec = LayerSpec(anchor_regex="^_q_rope_store$", num_layers=8, anchor_offset=0, passes=2,
                      extra_anchors_per_pass=1, phase="target-verify", evidence="generator")
     return build_plan(source, spec if kind == "layers" else None,
                       CompactSpec() if kind == "compact" else CompactSpec(max_lanes=10),
-                      output_name="out.json", report_name="out.json.r.json", command=kind)
+                      output_name="out.json", report_name="out.json.r.json", command=kind,
+                      pool=pool)
 
 
 def _truncate(path: Path, data: bytes) -> None:
@@ -524,35 +525,34 @@ CHANGES = {"truncated": _truncate, "appended": _append, "replaced": _replace, "r
 
 
 def test_input_that_shrinks_while_the_index_pass_reads_it(large, tmp_path, monkeypatch):
-    """With workers on a plain file, the scanner cuts chunks from the file itself while the
-    stream (hashed for the change check) is read in order; when the stream ends before a
-    chunk the file still had, the run is refused: exit 2, one line, nothing written."""
+    """With workers on a plain file, the main process reads only the bytes near each cut
+    and the workers their chunks; when the file loses its tail while this pass reads it,
+    the run is refused as the truncated trace it now is: exit 2, one line, nothing
+    written."""
     from click.testing import CliRunner
 
     from tracestream.cli import main
-    from tracestream.source import TraceSource
+    from tracestream.source import SkippingBlocks
 
     from .support import Outcome
 
-    read = TraceSource.read
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(large, source_path)
+    size = source_path.stat().st_size
+    read = SkippingBlocks.__next__
 
-    def shrunk(self, stats=None):  # the file loses its tail while this pass reads it
-        seen = 0
-        for block in read(self, stats):
-            if seen >= large.stat().st_size // 3:
-                return
-            seen += len(block)
-            yield block
+    def shrinking(self):  # the file loses its tail once a third of it was passed
+        if self._pos >= size // 3 and source_path.stat().st_size == size:
+            os.truncate(source_path, size // 3)
+        return read(self)
 
-    before = sha256(large)
-    monkeypatch.setattr(TraceSource, "read", shrunk)
+    monkeypatch.setattr(SkippingBlocks, "__next__", shrinking)
     folder = tmp_path / "out"
     folder.mkdir()
-    result = CliRunner().invoke(main, command("compact", large, folder / "out.json",
+    result = CliRunner().invoke(main, command("compact", source_path, folder / "out.json",
                                               "--workers", "2"))
     out = Outcome(result.exit_code, result.stdout_bytes, result.stderr, 0.0, "in-process")
-    assert_refused(out, "changed while being read", empty=folder)
-    assert sha256(large) == before
+    assert_refused(out, "input ends inside the event array", "truncated", empty=folder)
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
@@ -646,6 +646,85 @@ def test_input_edited_in_place_at_random(medium, tmp_path):
                 index.close()
         assert leftovers(folder) == []
         TALLY["faults injected (input changed between passes)"] += 1
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_input_changed_between_passes_with_workers(medium, tmp_path, change):
+    """With worker processes on a plain file, the rewrite pass reads only the bytes around
+    the chunks the workers rewrite, and checksums the rest by the workers' own reads: a
+    change anywhere, also inside a chunk a worker reads (same size and mtime), is refused
+    like any change between passes."""
+    from tracestream.workers import pool_for
+
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(medium, source_path)
+    data = source_path.read_bytes()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pool_for(str(source_path), 2) as pool, TraceSource(str(source_path)) as source:
+        index, plan = _plan(source, "compact", pool=pool)
+        try:
+            assert any(len(rows) for _, rows, _ in chunk_edits(index, plan))  # a worker's
+            CHANGES[change](source_path, data)
+            with pytest.raises(TraceError, match="changed between passes|disappeared") as caught:
+                with OutputFile(str(folder / "out.json")) as out:
+                    rewrite(source, index, plan, out, pool=pool)
+                    out.commit()
+        finally:
+            index.close()
+    assert "\n" not in str(caught.value)
+    assert leftovers(folder) == []
+
+
+def test_input_edited_inside_a_workers_chunk(large, tmp_path):
+    """One byte inside the events a worker rewrites, changed after the index pass with size
+    and mtime kept: only that worker reads it, and its CRC makes the pass refuse."""
+    from tracestream.workers import pool_for
+
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(large, source_path)
+    original = source_path.read_bytes()
+    stat = source_path.stat()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pool_for(str(source_path), 2) as pool, TraceSource(str(source_path)) as source:
+        index, plan = _plan(source, "compact", pool=pool)
+        try:
+            chunk = next(chunk for chunk, rows, _ in chunk_edits(index, plan) if len(rows))
+            at = chunk.offset + chunk.length // 2
+            digit = original.index(b"1", at)  # a digit of some number: still valid JSON
+            with open(source_path, "r+b") as fh:
+                fh.seek(digit)
+                fh.write(b"2")
+            os.utime(source_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            with pytest.raises(TraceError, match="changed between passes"):
+                with OutputFile(str(folder / "out.json")) as out:
+                    rewrite(source, index, plan, out, pool=pool)
+                    out.commit()
+        finally:
+            index.close()
+    assert leftovers(folder) == []
+
+
+def test_a_discarded_output_never_writes_into_a_file_opened_after_it(tmp_path):
+    """The writer thread may still hold bytes when an output is discarded (a refusal after
+    the rewrite began): they never land in a file opened afterwards, even one that gets
+    the discarded output's descriptor number."""
+    victim = tmp_path / "victim.json"
+    victim.write_bytes(b"[]")
+    for attempt in range(20):
+        out = OutputFile(str(tmp_path / f"out{attempt}.json"))
+        out.write(b"x" * (1 << 20))  # held back, as a direct write's buffer holds it
+        number = out._fd
+        out.discard()
+        fd = os.open(victim, os.O_WRONLY)
+        try:
+            out._thread.join()
+            assert fd == number or attempt, "the descriptor number was not reused"
+        finally:
+            os.close(fd)
+        assert victim.read_bytes() == b"[]"
+    assert leftovers(tmp_path) == ["victim.json"]
 
 
 # -- two writers of one output ---------------------------------------------------------------

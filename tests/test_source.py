@@ -1,0 +1,100 @@
+"""The checksum a pass makes of a file read partly by worker processes (source.PieceChecksum)."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import pytest
+
+from tracestream.errors import TraceError
+from tracestream.source import PieceChecksum, ReadStats, TraceSource
+
+
+def test_pieces_and_spans_filled_in_any_order_give_the_whole_files_crc():
+    """Bytes read here and spans whose CRC a worker returns later, in any order of return:
+    the same CRC-32 and length as one read of the whole, which `finish_read` compares."""
+    rng = random.Random(5)
+    data = bytes(rng.randrange(256) for _ in range(20_000))
+    cuts = sorted(rng.sample(range(1, len(data)), 30))
+    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    checksum = PieceChecksum()
+    spans = {}
+    for k, piece in enumerate(pieces):
+        if k % 3:
+            spans[checksum.span(len(piece))] = piece
+        else:
+            checksum.read(piece)
+    assert not checksum.complete
+    for number in rng.sample(sorted(spans), len(spans)):
+        checksum.fill(number, zlib.crc32(spans[number]))
+    stats = ReadStats()
+    checksum.finish(stats)
+    assert (stats.raw_bytes, stats.data_bytes, stats.crc32) == (
+        len(data), len(data), zlib.crc32(data))
+
+
+def test_a_span_never_filled_is_an_internal_error_not_a_checksum():
+    checksum = PieceChecksum()
+    checksum.read(b"[")
+    number = checksum.span(10)
+    checksum.read(b"]")
+    with pytest.raises(TraceError, match="internal error"):
+        checksum.finish(ReadStats())
+    with pytest.raises(TraceError, match="internal error"):
+        checksum.fill(number + 1, 0)
+    checksum.fill(number, zlib.crc32(b"0123456789"))
+    stats = ReadStats()
+    checksum.finish(stats)
+    assert stats.crc32 == zlib.crc32(b"[0123456789]")
+
+
+def test_a_checksum_by_parts_is_the_full_reads(tmp_path):
+    """The first read of a plain file that worker processes read (the index pass): the
+    spans they checksummed and the bytes around them read here give the CRC-32 and length
+    of one read of the whole file, as `finish_read` records it for the later passes."""
+    rng = random.Random(7)
+    data = bytes(rng.randrange(256) for _ in range(50_000))
+    path = tmp_path / "trace.json"
+    path.write_bytes(data)
+    parts = [(1_000, 9_000), (10_003, 20_000), (31_000, 18_000)]
+    with TraceSource(str(path)) as source:
+        stats = ReadStats(checksummed=False)
+        source.checksum_by_parts(stats, ((o, n, zlib.crc32(data[o:o + n])) for o, n in parts))
+        source.finish_read(stats)
+        assert (stats.raw_bytes, stats.crc32, stats.checksummed) == (
+            len(data), zlib.crc32(data), True)
+        again = ReadStats()
+        for _ in source.read(again):  # a later pass reads it whole and compares
+            pass
+        source.finish_read(again)
+
+
+def test_a_file_that_shrank_under_its_parts_is_refused(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_bytes(b"x" * 1_000)
+    with TraceSource(str(path)) as source:
+        with pytest.raises(TraceError, match="changed while being read"):
+            source.checksum_by_parts(ReadStats(), [(2_000, 10, 0)])
+
+
+def test_the_index_pass_with_workers_checksums_each_chunk_where_it_is_decoded(tmp_path):
+    """With worker processes on a plain file, the main process reads only the bytes near
+    each cut; the pass's checksum comes from each chunk's bytes as decoded and is the
+    whole file's."""
+    from samples.generate import TraceConfig, generate
+    from tracestream.index import IndexOptions, run_index
+    from tracestream.workers import pool_for
+
+    path = tmp_path / "trace.json"
+    generate(path, TraceConfig(iterations=30))
+    with pool_for(str(path), 2) as pool, TraceSource(str(path)) as source:
+        index = run_index(source, IndexOptions(chunk_bytes=64 << 10), pool=pool)
+        try:
+            assert len(index.chunks) > 4
+            assert all(chunk.crc32 is not None for chunk in index.chunks)
+            first = source.first_stats
+            assert (first.raw_bytes, first.crc32, first.checksummed) == (
+                path.stat().st_size, zlib.crc32(path.read_bytes()), True)
+        finally:
+            index.close()
