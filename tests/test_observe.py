@@ -188,6 +188,26 @@ def test_provenance_spelled_with_an_escape_is_still_provenance():
     assert observe_chunk(events[0], 0, Context()).provenance is None
 
 
+def test_anchors_context_skips_the_other_events_and_provenance_and_keeps_the_rest():
+    """`anchors` reports neither the first other event per track nor provenance, so its
+    workers do not look for them; slices, their tracks and matches are what they were."""
+    events = b", ".join([
+        b'{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 9, "tid": 9, "ts": 1, "dur": 1}',
+        b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 1,'
+        b' "args": {"_compact_gpu_track": {"pid": 0}}}',
+        b'{"ph": "i", "name": "mark", "pid": 0, "tid": 7, "ts": 3}',
+    ])
+    patterns = {"anchor": re.compile("^k$")}
+    full = observe_chunk(events, 0, Context(patterns=patterns, records=False, bounds=False))
+    lean = observe_chunk(events, 0, Context(patterns=patterns, records=False, bounds=False,
+                                            track_facts=False))
+    assert (full.provenance, sorted(full.other_on_track)) == (1, [0, 1])
+    assert (lean.provenance, lean.other_on_track) == (None, {})
+    assert lean.tracks == [(0, 7)] and full.tracks[0] == (0, 7)
+    assert lean.slices.tobytes() == full.slices.tobytes()
+    assert lean.matches["anchor"][0].tobytes() == full.matches["anchor"][0].tobytes()
+
+
 def test_only_complete_events_are_activity_and_odd_categories_are_other():
     """Kinds come from `cat` for `X` events only; an object or array category is no
     activity (and no refusal), and flows and thread metadata are candidates by phase."""

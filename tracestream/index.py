@@ -121,6 +121,9 @@ class IndexOptions:
     tmpdir: str | None = None  # where spilled records go
     chunk_bytes: int = CHUNK_BYTES  # size of the chunks the workers get
     moves_gpu: bool = False  # compaction will move GPU events (their keys must be unique)
+    # the first other event per track and the first provenance key: inspect reports them,
+    # the plan and verify check them; anchors does neither (~2-4% of its workers' time)
+    track_facts: bool = True
 
     @property
     def slice_facts(self) -> bool:
@@ -244,7 +247,7 @@ class IndexBuilder:
     def context(self) -> Context:
         return Context(patterns=self.options.patterns, count_names=self.options.count_names,
                        moves_gpu=self.options.moves_gpu, records=self.options.records,
-                       bounds=self.options.slice_facts)
+                       bounds=self.options.slice_facts, track_facts=self.options.track_facts)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)

@@ -891,7 +891,8 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
     patterns = {"anchor": compile_pattern(anchor_regex, "anchor_regex")}
     if cross_check is not None:
         patterns["cross"] = compile_pattern(cross_check, "cross_check")
-    options = IndexOptions(patterns=patterns, records=False, sweep=False, stats=False)
+    options = IndexOptions(patterns=patterns, records=False, sweep=False, stats=False,
+                           track_facts=False)
     with collector_paused():
         return _anchors_report(_index(trace, options, stdin, quiet, workers), anchor_regex,
                                pid, device, cross_check, factor)

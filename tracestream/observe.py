@@ -122,6 +122,7 @@ class Context:
     records: bool = True  # the candidates' byte spans (the rewrite pass needs them)
     bounds: bool = True  # the importer bounds of GPU slices (lanes, peaks, time spans)
     checksum: bool = False  # the CRC-32 of the chunk's bytes (the pass is checksummed by parts)
+    track_facts: bool = True  # other events on tracks and the provenance key (not anchors)
 
 
 @dataclass
@@ -475,8 +476,10 @@ class _Observer:
         is_meta = phase == _METADATA
         metas = np.flatnonzero(is_meta).tolist()
         guides = np.flatnonzero(kind_of == LAYER_GUIDE).tolist()
-        others = np.flatnonzero(~(is_slice | is_flow | is_meta)).tolist()
-        other = self._first_on_track(others)
+        other = {}
+        if self.ctx.track_facts:
+            others = np.flatnonzero(~(is_slice | is_flow | is_meta)).tolist()
+            other = self._first_on_track(others)
         annotations = ([events[i].name for i in np.flatnonzero(kind_of == CPU_ANNOTATION).tolist()]
                        if self.ctx.count_names else [])
         origin = self._chunk_origin(metas, ts_texts, ts_ns, has_ts)
@@ -520,7 +523,7 @@ class _Observer:
             duplicate_flows=duplicate_flows,
             matches=matches,
             guides=guide_events,
-            provenance=self._provenance(),
+            provenance=self._provenance() if self.ctx.track_facts else None,
             kernel_names=kernel_names,
             cpu_annotations=_name_counts(annotations),
             flow_categories=flow_categories,
