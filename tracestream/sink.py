@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
-import mmap
 import os
 import queue
 import signal
@@ -42,85 +40,6 @@ _SYNC_EVERY = 32 << 20
 The commit must fsync anyway; a GB of dirty pages left for then costs more, as the kernel
 throttles writers that pile them up: writing and syncing 1 GB here took 1.4-1.6 s longer
 (writes) plus 0.5 s (the final fsync) than with the writes started as they go."""
-
-
-_DIRECT_BLOCK = 4 << 20
-"""Bytes a file output gathers before one direct write (O_DIRECT, see _DirectWrites)."""
-_DIRECT_ALIGN = 4096
-"""What O_DIRECT asks of offsets and lengths (the device's logical block, 512 or 4096)."""
-
-
-class _DirectWrites:
-    """Writes of a new file that bypass the page cache (Linux O_DIRECT), gathered in one
-    page-aligned buffer of their own.
-
-    The output is fsync'd before it is committed anyway; written through the page cache,
-    every page of a GB-sized output is allocated, filled and written back, which costs
-    more CPU than making the output: writing and syncing 1.2 GB of new file took ~2.9
-    CPU-s of kernel time here, writing it directly ~0.1 (plus the copy into the buffer).
-    The buffer is written whenever full; the last piece shorter than a block goes
-    through the page cache (O_DIRECT turned off again). Where the file system refuses
-    O_DIRECT, `open` returns None and the writes go through the page cache as before.
-    """
-
-    def __init__(self, fd: int, buffer: mmap.mmap):
-        self._fd = fd
-        self._buffer = buffer
-        self._view = memoryview(buffer)
-        self._fill = 0
-
-    @classmethod
-    def open(cls, fd: int) -> _DirectWrites | None:
-        flag = getattr(os, "O_DIRECT", 0)
-        if not flag:
-            return None
-        try:
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | flag)
-        except OSError:  # tmpfs on older kernels, some network file systems
-            return None
-        return cls(fd, mmap.mmap(-1, _DIRECT_BLOCK))
-
-    def write(self, data) -> None:
-        view = memoryview(data).cast("B")
-        while view:
-            room = _DIRECT_BLOCK - self._fill
-            piece = view[:room]
-            self._view[self._fill : self._fill + len(piece)] = piece
-            self._fill += len(piece)
-            view = view[len(piece):]
-            if self._fill == _DIRECT_BLOCK:
-                self._write(self._view)
-                self._fill = 0
-
-    def finish(self) -> None:
-        """Write what the buffer holds: its whole blocks directly, the rest buffered."""
-        whole = self._fill - self._fill % _DIRECT_ALIGN
-        if whole:
-            self._write(self._view[:whole])
-        self._buffered()
-        if self._fill > whole:
-            self._write(self._view[whole : self._fill])
-        self._fill = 0
-        self.close()
-
-    def close(self) -> None:
-        self._view.release()
-        self._buffer.close()
-
-    def _buffered(self) -> None:
-        flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
-
-    def _write(self, view: memoryview) -> None:
-        while view:
-            try:
-                written = os.write(self._fd, view)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self._buffered()  # a file system that takes the flag but not the write
-                continue
-            view = view[written:]
 
 
 def _writeback_starter():
@@ -259,7 +178,6 @@ class OutputFile:
         self._temp_name: str | None = None
         self.bytes_written = 0
         self._synced = 0  # bytes_written at the last sync
-        self._direct: _DirectWrites | None = None
         self._abandoned = threading.Event()  # discarded: the writer thread writes no more
         if self.stdout:
             self._fd = sys.stdout.buffer.fileno()
@@ -270,7 +188,6 @@ class OutputFile:
             # the writer thread's own descriptor, closed by that thread: a write it makes
             # after a discard can never land in a file that reused the number of ours
             self._writer_fd = os.dup(self._fd)
-            self._direct = _DirectWrites.open(self._writer_fd)
         self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_DEPTH)
         self._thread = threading.Thread(target=self._drain, name=f"write {path}", daemon=True)
         self._thread.start()
@@ -347,9 +264,6 @@ class OutputFile:
         finally:
             if not self.stdout:
                 os.close(self._writer_fd)
-            if self._direct is not None:
-                self._direct.close()
-                self._direct = None
 
     def _write_items(self) -> None:
         item = None
@@ -360,9 +274,6 @@ class OutputFile:
                     raise TraceError(f"{self.what} discarded")
                 if item is _STOP:
                     self._write_all(self._encoder.finish())
-                    if self._direct is not None:
-                        self._direct.finish()
-                        self._direct = None
                     return
                 data, done = item if isinstance(item, tuple) else (item, None)
                 self._write_all(self._encoder.encode(data))
@@ -374,18 +285,14 @@ class OutputFile:
             self._error = exc.with_traceback(None)
             data = None
             # keep the producer from blocking on a full queue and free what it lent, up to
-            # its last item (already taken when finishing failed: the direct writes write
-            # a small output only then)
+            # its last item (already taken when the failure came while finishing: a full
+            # disk met at the last write would otherwise leave this thread waiting)
             while item is not _STOP:
                 if isinstance(item, tuple):
                     item[1]()
                 item = self._queue.get()
 
     def _write_all(self, data: bytes) -> None:
-        if self._direct is not None:
-            self._direct.write(data)
-            self.bytes_written += len(data)
-            return
         view = memoryview(data)
         while view:
             written = os.write(self._writer_fd, view)

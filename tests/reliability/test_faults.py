@@ -706,24 +706,34 @@ def test_input_edited_inside_a_workers_chunk(large, tmp_path):
     assert leftovers(folder) == []
 
 
-def test_a_discarded_output_never_writes_into_a_file_opened_after_it(tmp_path):
-    """The writer thread may still hold bytes when an output is discarded (a refusal after
-    the rewrite began): they never land in a file opened afterwards, even one that gets
-    the discarded output's descriptor number."""
+def test_a_discarded_output_never_writes_into_a_file_opened_after_it(monkeypatch, tmp_path):
+    """The writer thread may be in the middle of a write when its output is discarded (a
+    refusal after the rewrite began): those bytes never land in a file opened afterwards,
+    even one that gets the discarded output's descriptor number."""
     victim = tmp_path / "victim.json"
     victim.write_bytes(b"[]")
-    for attempt in range(20):
-        out = OutputFile(str(tmp_path / f"out{attempt}.json"))
-        out.write(b"x" * (1 << 20))  # held back, as a direct write's buffer holds it
-        number = out._fd
-        out.discard()
-        fd = os.open(victim, os.O_WRONLY)
-        try:
-            out._thread.join()
-            assert fd == number or attempt, "the descriptor number was not reused"
-        finally:
-            os.close(fd)
-        assert victim.read_bytes() == b"[]"
+    real_write, writing, go_on = os.write, threading.Event(), threading.Event()
+
+    def held_write(fd, data):  # the output's writer thread waits here until told to go on
+        if threading.current_thread().name.startswith("write "):
+            writing.set()
+            go_on.wait(10)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", held_write)
+    out = OutputFile(str(tmp_path / "out.json"))
+    out.write(b"x" * (1 << 20))
+    assert writing.wait(10)
+    number = out._fd
+    out.discard()
+    fd = os.open(victim, os.O_WRONLY)
+    try:
+        assert fd == number  # the discarded output's number, now the victim's
+        go_on.set()
+        out._thread.join(10)
+    finally:
+        os.close(fd)
+    assert victim.read_bytes() == b"[]"
     assert leftovers(tmp_path) == ["victim.json"]
 
 
