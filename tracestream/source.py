@@ -15,7 +15,10 @@ the raw bytes is computed on request, in a thread of its own, by a further read
 decompressed bytes, that one hash is both. A source made with `read_once=True`
 (read-only commands: one pass, no hash in their output) hashes nothing, and when
 worker processes read an uncompressed file's bytes, its one read skips them
-(`read_skipping`).
+(`read_skipping`). A pass whose workers read an uncompressed file's chunks
+themselves is checksummed by parts (`PieceChecksum`): each worker's CRC-32 of the
+bytes it used and the bytes between them read here, combined in file order, so the
+main process reads no byte a worker reads and the pass's CRC is still the file's.
 """
 
 from __future__ import annotations
