@@ -355,30 +355,19 @@ class _OutputChecks:
         C-level maps (`getattr`'s default standing in for absent `args` or provenance) and
         its track (pid, tid) becomes one integer (`_TrackCodes`); the rest is numpy."""
         ts, dur = timed
-        count = len(events)
-        phases = np.array(list(map(_PHASE, events)), object)
-        args = list(map(_ARGS, events))
-        origins = list(map(getattr, args, repeat("origin"), repeat(None)))
-        is_x = phases == "X"
-        moved = np.fromiter(map(is_not, origins, repeat(None)), bool, count)
-        is_flow = (phases == "s") | (phases == "t") | (phases == "f")
+        codes, devices = _TrackCodes(), _Interned()
+        phase, kind, track, origin, moved, device = _check_columns(events, self.kinds, codes,
+                                                                   devices)
+        is_x, is_flow = phase == _PH_X, phase == _PH_FLOW
         flows = np.flatnonzero(moved & is_flow)
-        codes = _TrackCodes()
-        track = codes.of(list(map(_PID, events)), list(map(_TID, events)))
         on_synthetic = is_x & np.isin(track, codes.known(self.synthetic))
         timed_ok = ts.regular & dur.regular
         if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
             return False
-        xs = np.flatnonzero(is_x).tolist()
-        kind = np.zeros(count, np.int8)
-        kind[xs] = list(map(self.kinds.__getitem__, map(_CAT, map(events.__getitem__, xs))))
         is_activity = is_x & np.isin(kind, ACTIVITY_KINDS)
         synthetic = np.flatnonzero(on_synthetic)
         # flows and moved activities, in event order
         at = np.flatnonzero(moved & (is_flow | is_activity))
-        bound_origins = list(map(origins.__getitem__, at.tolist()))
-        origin = track.copy()  # an event's original track: its provenance's where moved
-        origin[at] = codes.of(list(map(_PID, bound_origins)), list(map(_TID, bound_origins)))
         # tracks are numbered as `observe` meets them: per event, its synthetic track,
         # then (moved) its original track and its lane
         met = np.concatenate((track[synthetic], origin[at], track[at]))
@@ -390,12 +379,9 @@ class _OutputChecks:
         self.relocated_events += int(moved.sum())
         self.relocated_flows += len(flows)
         activity = np.flatnonzero(is_activity)
-        devices = _Interned()
-        device = devices.of(list(map(getattr, map(args.__getitem__, activity.tolist()),
-                                     repeat("device"), repeat(None))))
         is_kernel = kind[activity] == KERNEL
         for (stream, at_device, kernel), found in _grouped(
-                (origin[activity], device, is_kernel)):
+                (origin[activity], device[activity], is_kernel)):
             pid, tid = codes.key(stream)
             key = (pid, devices.value(at_device))
             self.streams.setdefault(key, set()).add(tid)
@@ -697,6 +683,11 @@ class _Interned:
                 self._values.append(value)
         return np.fromiter(map(numbers.__getitem__, values), np.int64, len(values))
 
+    @property
+    def table(self) -> tuple[dict, list]:
+        """(value -> number, values by number), for the C extension to extend in place."""
+        return self._numbers, self._values
+
     def number(self, value) -> int | None:
         return self._numbers.get(value)
 
@@ -710,22 +701,67 @@ class _TrackCodes:
     in numpy, each event's pid and tid hashed once."""
 
     def __init__(self):
-        self._pids, self._tids = _Interned(), _Interned()
+        self.pids, self.tids = _Interned(), _Interned()
 
     def of(self, pids: list, tids: list) -> np.ndarray:
-        return (self._pids.of(pids) << 32) | self._tids.of(tids)
+        return (self.pids.of(pids) << 32) | self.tids.of(tids)
 
     def key(self, code: int) -> tuple:
-        return self._pids.value(code >> 32), self._tids.value(code & 0xFFFFFFFF)
+        return self.pids.value(code >> 32), self.tids.value(code & 0xFFFFFFFF)
 
     def known(self, keys: Iterable[tuple]) -> np.ndarray:
         """The codes of those `keys` whose pid and tid were both met."""
         codes = []
         for pid, tid in keys:
-            p, t = self._pids.number(pid), self._tids.number(tid)
+            p, t = self.pids.number(pid), self.tids.number(tid)
             if p is not None and t is not None:
                 codes.append((p << 32) | t)
         return np.array(codes, np.int64)
+
+
+_PH_OTHER, _PH_X, _PH_FLOW = range(3)  # `_check_columns`' phase codes
+_ACTIVITY_MASK = bytes(k in ACTIVITY_KINDS for k in range(max(ACTIVITY_KINDS) + 1))
+
+
+def _check_columns(events: list, kinds: CategoryKinds, codes: _TrackCodes, devices: _Interned
+                   ) -> tuple[np.ndarray, ...]:
+    """What the output-only checks read of a chunk's events (`_CheckEvent`), as columns:
+    (phase: _PH_X, _PH_FLOW for s/t/f, else _PH_OTHER; kind: kinds[cat] of X events, else
+    0; track code; original track code: the provenance's for a moved flow or activity,
+    else the track; moved: has provenance; device number of activities, else -1).
+
+    One pass of the C extension's check_columns where it is built; this Python is its
+    tested twin. Both number the values in the same order: every event's pid and tid,
+    then the moved flows' and activities' provenance pid and tid, then the activities'
+    devices."""
+    if speedups.native is not None:
+        columns = speedups.native.check_columns(
+            events, kinds, _ACTIVITY_MASK, codes.pids.table, codes.tids.table, devices.table)
+        return tuple(np.frombuffer(column, dtype) for column, dtype in zip(
+            columns, (np.int8, np.int8, np.int64, np.int64, bool, np.int64)))
+    count = len(events)
+    phases = np.array(list(map(_PHASE, events)), object)
+    phase = np.full(count, _PH_OTHER, np.int8)
+    phase[(phases == "s") | (phases == "t") | (phases == "f")] = _PH_FLOW
+    phase[phases == "X"] = _PH_X
+    args = list(map(_ARGS, events))
+    origins = list(map(getattr, args, repeat("origin"), repeat(None)))
+    moved = np.fromiter(map(is_not, origins, repeat(None)), bool, count)
+    track = codes.of(list(map(_PID, events)), list(map(_TID, events)))
+    xs = np.flatnonzero(phase == _PH_X).tolist()
+    kind = np.zeros(count, np.int8)
+    kind[xs] = list(map(kinds.__getitem__, map(_CAT, map(events.__getitem__, xs))))
+    is_activity = (phase == _PH_X) & np.isin(kind, ACTIVITY_KINDS)
+    bound = list(map(origins.__getitem__,
+                     np.flatnonzero(moved & (is_activity | (phase == _PH_FLOW))).tolist()))
+    origin = track.copy()
+    origin[moved & (is_activity | (phase == _PH_FLOW))] = codes.of(
+        list(map(_PID, bound)), list(map(_TID, bound)))
+    activity = np.flatnonzero(is_activity).tolist()
+    device = np.full(count, -1, np.int64)
+    device[activity] = devices.of(list(map(getattr, map(args.__getitem__, activity),
+                                           repeat("device"), repeat(None))))
+    return phase, kind, track, origin, moved, device
 
 
 def _grouped(columns: tuple) -> Iterator[tuple[tuple, int]]:
