@@ -374,19 +374,13 @@ class _OutputChecks:
         order = np.argsort(np.concatenate((3 * synthetic, 3 * at + 1, 3 * at + 2)), kind="stable")
         distinct, first_met = np.unique(met[order], return_index=True)
         numbered = np.empty(len(distinct), np.int64)
-        for k in np.argsort(first_met).tolist():
-            numbered[k] = self._track(codes.key(int(distinct[k])))
+        in_order = np.argsort(first_met)
+        numbered[in_order] = list(map(self._track, codes.keys(distinct[in_order])))
         self.relocated_events += int(moved.sum())
         self.relocated_flows += len(flows)
         activity = np.flatnonzero(is_activity)
-        is_kernel = kind[activity] == KERNEL
-        for (stream, at_device, kernel), found in _grouped(
-                (origin[activity], device[activity], is_kernel)):
-            pid, tid = codes.key(stream)
-            key = (pid, devices.value(at_device))
-            self.streams.setdefault(key, set()).add(tid)
-            if kernel:
-                self.kernels[key] = self.kernels.get(key, 0) + found
+        self._count_streams(codes, devices, origin[activity], device[activity],
+                            kind[activity] == KERNEL)
         for (lane,), found in _grouped((track[synthetic],)):
             key = codes.key(lane)
             self.lane_slices[key] = self.lane_slices.get(key, 0) + found
@@ -401,6 +395,25 @@ class _OutputChecks:
                    guides)
         self._emit_binds(first, timed, at, ids(origin[at]), ids(track[at]), mode)
         return True
+
+    def _count_streams(self, codes: _TrackCodes, devices: _Interned, streams: np.ndarray,
+                       device: np.ndarray, is_kernel: np.ndarray) -> None:
+        """`observe`'s per-GPU stream sets and kernel counts of a chunk's activities (their
+        original tracks, device numbers and whether each is a kernel), a GPU (pid, device)
+        at a time: a chunk holds activities of a few GPUs and of hundreds of streams."""
+        gpu = (streams >> 32) * len(devices) + device  # the pid's number and the device's
+        distinct, first_at, which = np.unique(gpu, return_index=True, return_inverse=True)
+        keys = [(codes.pids.value(int(streams[at]) >> 32), devices.value(int(device[at])))
+                for at in first_at.tolist()]
+        tids = streams & 0xFFFFFFFF
+        for k in np.argsort(first_at).tolist():
+            self.streams.setdefault(keys[k], set()).update(
+                map(codes.tids.value, np.unique(tids[which == k]).tolist()))
+        with_kernels, first_kernel, kernels = np.unique(which[is_kernel], return_index=True,
+                                                        return_counts=True)
+        for k in np.argsort(first_kernel).tolist():
+            key = keys[int(with_kernels[k])]
+            self.kernels[key] = self.kernels.get(key, 0) + int(kernels[k])
 
     def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
         """`observe_chunk` an event at a time, in the order `observe` numbers new tracks;
@@ -688,6 +701,9 @@ class _Interned:
         """(value -> number, values by number), for the C extension to extend in place."""
         return self._numbers, self._values
 
+    def __len__(self) -> int:
+        return len(self._values)
+
     def number(self, value) -> int | None:
         return self._numbers.get(value)
 
@@ -708,6 +724,11 @@ class _TrackCodes:
 
     def key(self, code: int) -> tuple:
         return self.pids.value(code >> 32), self.tids.value(code & 0xFFFFFFFF)
+
+    def keys(self, codes: np.ndarray) -> list[tuple]:
+        """`key` of each of `codes`."""
+        return list(zip(map(self.pids.value, (codes >> 32).tolist()),
+                        map(self.tids.value, (codes & 0xFFFFFFFF).tolist())))
 
     def known(self, keys: Iterable[tuple]) -> np.ndarray:
         """The codes of those `keys` whose pid and tid were both met."""
