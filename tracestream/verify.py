@@ -50,6 +50,7 @@ from tracestream.events import (
     ACTIVITY_KINDS,
     GUIDE_CATEGORY,
     KERNEL,
+    LAYER_GUIDE,
     PROVENANCE_KEY,
     TIMING,
     CategoryKinds,
@@ -364,28 +365,32 @@ class _OutputChecks:
         timed_ok = ts.regular & dur.regular
         if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
             return False
-        is_activity = is_x & np.isin(kind, ACTIVITY_KINDS)
+        is_activity = is_x & _IS_ACTIVITY[kind.view(np.uint8)]
         synthetic = np.flatnonzero(on_synthetic)
         # flows and moved activities, in event order
         at = np.flatnonzero(moved & (is_flow | is_activity))
         # tracks are numbered as `observe` meets them: per event, its synthetic track,
-        # then (moved) its original track and its lane
-        met = np.concatenate((track[synthetic], origin[at], track[at]))
-        order = np.argsort(np.concatenate((3 * synthetic, 3 * at + 1, 3 * at + 2)), kind="stable")
-        distinct, first_met = np.unique(met[order], return_index=True)
-        numbered = np.empty(len(distinct), np.int64)
-        in_order = np.argsort(first_met)
-        numbered[in_order] = list(map(self._track, codes.keys(distinct[in_order])))
+        # then (moved) its original track and its lane (codes are never negative)
+        met = np.full((len(events), 3), -1, np.int64)
+        met[synthetic, 0] = track[synthetic]
+        met[at, 1], met[at, 2] = origin[at], track[at]
+        in_order = np.fromiter(dict.fromkeys(met[met >= 0].tolist()), np.int64)
+        by_code = np.argsort(in_order)
+        distinct = in_order[by_code]
+        numbered = np.array(list(map(self._track, codes.keys(in_order))), np.int64)[by_code]
         self.relocated_events += int(moved.sum())
         self.relocated_flows += len(flows)
         activity = np.flatnonzero(is_activity)
         self._count_streams(codes, devices, origin[activity], device[activity],
                             kind[activity] == KERNEL)
-        for (lane,), found in _grouped((track[synthetic],)):
-            key = codes.key(lane)
-            self.lane_slices[key] = self.lane_slices.get(key, 0) + found
-        guides = [(i, _name(events[i])) for i in synthetic.tolist()
-                  if events[i].cat == GUIDE_CATEGORY]
+        lanes, first_slice, slices = np.unique(track[synthetic], return_index=True,
+                                               return_counts=True)
+        for k in np.argsort(first_slice).tolist():
+            key = codes.key(int(lanes[k]))
+            self.lane_slices[key] = self.lane_slices.get(key, 0) + int(slices[k])
+        # (a category of GUIDE_CATEGORY is of kind LAYER_GUIDE: only those events are read)
+        maybe_guides = synthetic[kind[synthetic] == LAYER_GUIDE].tolist()
+        guides = [(i, _name(events[i])) for i in maybe_guides if events[i].cat == GUIDE_CATEGORY]
         mode = np.full(len(at), _ACTIVITY, np.int64)
         mode[np.searchsorted(at, flows)] = [
             _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
@@ -401,19 +406,28 @@ class _OutputChecks:
         """`observe`'s per-GPU stream sets and kernel counts of a chunk's activities (their
         original tracks, device numbers and whether each is a kernel), a GPU (pid, device)
         at a time: a chunk holds activities of a few GPUs and of hundreds of streams."""
+        if not len(streams):
+            return
         gpu = (streams >> 32) * len(devices) + device  # the pid's number and the device's
-        distinct, first_at, which = np.unique(gpu, return_index=True, return_inverse=True)
-        keys = [(codes.pids.value(int(streams[at]) >> 32), devices.value(int(device[at])))
-                for at in first_at.tolist()]
+        gpus, first_at = np.unique(gpu, return_index=True)
         tids = streams & 0xFFFFFFFF
+        keys = {}
         for k in np.argsort(first_at).tolist():
-            self.streams.setdefault(keys[k], set()).update(
-                map(codes.tids.value, np.unique(tids[which == k]).tolist()))
-        with_kernels, first_kernel, kernels = np.unique(which[is_kernel], return_index=True,
-                                                        return_counts=True)
-        for k in np.argsort(first_kernel).tolist():
-            key = keys[int(with_kernels[k])]
-            self.kernels[key] = self.kernels.get(key, 0) + int(kernels[k])
+            at = int(first_at[k])
+            key = keys[int(gpus[k])] = (codes.pids.value(int(streams[at]) >> 32),
+                                        devices.value(int(device[at])))
+            at_gpu = tids if len(gpus) == 1 else tids[gpu == gpus[k]]
+            self.streams.setdefault(key, set()).update(
+                map(codes.tids.value, np.unique(at_gpu).tolist()))
+        if len(gpus) == 1:
+            found = [(int(gpus[0]), int(is_kernel.sum()))] if is_kernel.any() else []
+        else:
+            kernel_gpus, first_kernel, kernels = np.unique(gpu[is_kernel], return_index=True,
+                                                           return_counts=True)
+            in_order = np.argsort(first_kernel)
+            found = zip(kernel_gpus[in_order].tolist(), kernels[in_order].tolist())
+        for at_gpu, count in found:
+            self.kernels[keys[at_gpu]] = self.kernels.get(keys[at_gpu], 0) + count
 
     def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
         """`observe_chunk` an event at a time, in the order `observe` numbers new tracks;
@@ -742,6 +756,8 @@ class _TrackCodes:
 
 _PH_OTHER, _PH_X, _PH_FLOW = range(3)  # `_check_columns`' phase codes
 _ACTIVITY_MASK = bytes(k in ACTIVITY_KINDS for k in range(max(ACTIVITY_KINDS) + 1))
+_IS_ACTIVITY = np.zeros(256, bool)  # by kind (as uint8)
+_IS_ACTIVITY[list(ACTIVITY_KINDS)] = True
 
 
 def _check_columns(events: list, kinds: CategoryKinds, codes: _TrackCodes, devices: _Interned
@@ -783,22 +799,6 @@ def _check_columns(events: list, kinds: CategoryKinds, codes: _TrackCodes, devic
     device[activity] = devices.of(list(map(getattr, map(args.__getitem__, activity),
                                            repeat("device"), repeat(None))))
     return phase, kind, track, origin, moved, device
-
-
-def _grouped(columns: tuple) -> Iterator[tuple[tuple, int]]:
-    """(the values of one row, how many rows hold them) of equal rows across integer
-    `columns`, in the order each first occurs."""
-    if not len(columns[0]):
-        return iter(())
-    row = np.zeros(len(columns[0]), np.int64)
-    for column in columns:  # each row as one dense integer: its columns' ranks, combined
-        distinct, rank = np.unique(column, return_inverse=True)
-        row = row * len(distinct) + rank
-    _, first, counts = np.unique(row, return_index=True, return_counts=True)
-    order = np.argsort(first)
-    at = first[order].tolist()
-    return ((tuple(int(c[k]) for c in columns), found)
-            for k, found in zip(at, counts[order].tolist()))
 
 
 def _numbered(distinct: np.ndarray, numbered: np.ndarray, codes: np.ndarray) -> np.ndarray:
