@@ -352,9 +352,9 @@ class _OutputChecks:
         """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
         numbers `NumberColumn` leaves to timebase.
 
-        This runs on every event of the output, so each event's fields are read once by
-        C-level maps (`getattr`'s default standing in for absent `args` or provenance) and
-        its track (pid, tid) becomes one integer (`_TrackCodes`); the rest is numpy."""
+        This runs on every event of the output, so each event's fields are read once, by
+        one C pass where the extension is built (`_check_columns`), and its track (pid,
+        tid) becomes one integer (`_TrackCodes`); the rest is numpy, a few sorts a chunk."""
         ts, dur = timed
         codes, devices = _TrackCodes(), _Interned()
         phase, kind, track, origin, moved, device = _check_columns(events, self.kinds, codes,
