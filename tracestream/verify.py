@@ -755,9 +755,9 @@ class _TrackCodes:
 
 
 _PH_OTHER, _PH_X, _PH_FLOW = range(3)  # `_check_columns`' phase codes
-_ACTIVITY_MASK = bytes(k in ACTIVITY_KINDS for k in range(max(ACTIVITY_KINDS) + 1))
 _IS_ACTIVITY = np.zeros(256, bool)  # by kind (as uint8)
 _IS_ACTIVITY[list(ACTIVITY_KINDS)] = True
+_ACTIVITY_MASK = _IS_ACTIVITY.tobytes()  # the same, for the C extension
 
 
 def _check_columns(events: list, kinds: CategoryKinds, codes: _TrackCodes, devices: _Interned
@@ -789,11 +789,10 @@ def _check_columns(events: list, kinds: CategoryKinds, codes: _TrackCodes, devic
     kind = np.zeros(count, np.int8)
     kind[xs] = list(map(kinds.__getitem__, map(_CAT, map(events.__getitem__, xs))))
     is_activity = (phase == _PH_X) & np.isin(kind, ACTIVITY_KINDS)
-    bound = list(map(origins.__getitem__,
-                     np.flatnonzero(moved & (is_activity | (phase == _PH_FLOW))).tolist()))
+    bound_at = np.flatnonzero(moved & (is_activity | (phase == _PH_FLOW)))
+    bound = list(map(origins.__getitem__, bound_at.tolist()))
     origin = track.copy()
-    origin[moved & (is_activity | (phase == _PH_FLOW))] = codes.of(
-        list(map(_PID, bound)), list(map(_TID, bound)))
+    origin[bound_at] = codes.of(list(map(_PID, bound)), list(map(_TID, bound)))
     activity = np.flatnonzero(is_activity).tolist()
     device = np.full(count, -1, np.int64)
     device[activity] = devices.of(list(map(getattr, map(args.__getitem__, activity),
