@@ -15,7 +15,15 @@ import msgspec
 import numpy as np
 import orjson
 import pytest
-from conftest import REAL_WITH_GPU, ROOT, TRACESTREAM, layers_args, real_trace
+from conftest import (
+    REAL_TRACES,
+    REAL_WITH_GPU,
+    ROOT,
+    TRACESTREAM,
+    layers_args,
+    read_bytes,
+    real_trace,
+)
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -564,3 +572,105 @@ def test_the_c_extension_reads_inherited_fields_from_their_slots():
     reads.clear()
     ns, shapes = speedups.native.decimal_column(events, "ts", False)
     assert np.frombuffer(ns, np.int64).tolist() == [1500] and reads == []
+
+
+_CHECK_SCALARS = st.sampled_from([b"0", b"7", b"-1", b"1.0", b"true", b"null", b'"7"',
+                                  b'"stream 7 "', b"9223372036854775808"])
+_CHECK_PHASES = st.sampled_from([b'"X"', b'"s"', b'"t"', b'"f"', b'"i"', b'"M"', b'"XX"',
+                                 b'"x"', b"null", None])
+_CHECK_CATS = st.sampled_from([b'"kernel"', b'"gpu_memcpy"', b'"Memset"', b'"cuda_sync"',
+                               b'"cpu_op"', b'"layer_guide"', b'"gpu_user_annotation"',
+                               b'"Kernel, cpu_op"', b"3", b"null", None])
+_CHECK_MEMBERS = st.sampled_from([b"0", b"7", b'"7"', b"-3", b"null", b"9223372036854775808",
+                                  None])
+
+
+def _check_event(ph, cat, pid, tid, device, origin) -> bytes:
+    """An event as verify's checks decode it, with the members given (None: left out)."""
+    members = [b'"%b": %b' % (key, value) for key, value in
+               ((b"ph", ph), (b"cat", cat), (b"pid", pid), (b"tid", tid)) if value is not None]
+    inside = [] if device is None else [b'"device": %b' % device]
+    if origin is not None:
+        inside.append(b'"_compact_gpu_track": {"pid": %b, "tid": %b, "source_event_index": 1,'
+                      b' "had_args": true}' % origin)
+    if device is not None or origin is not None:
+        members.append(b'"args": {%b}' % b", ".join(inside))
+    return b"{%b}" % b", ".join(members + [b'"ts": 1, "dur": 1'])
+
+
+def _check_columns_both_ways(events: list) -> None:
+    """verify's check columns of `events`, by the C extension and its Python twin: the same
+    columns, and the same values numbered the same way (their types too)."""
+    from tracestream.events import CategoryKinds
+    from tracestream.verify import _check_columns, _Interned, _TrackCodes
+
+    results = []
+    for way in (lambda f, *a: f(*a), _numpy):
+        codes, devices, kinds = _TrackCodes(), _Interned(), CategoryKinds()
+        columns = way(_check_columns, events, kinds, codes, devices)
+        tables = [table.table for table in (codes.pids, codes.tids, devices)]
+        results.append(([column.tolist() for column in columns],
+                        [(list(numbers.items()), [(type(v), v) for v in values])
+                         for numbers, values in tables], dict(kinds)))
+    assert results[0] == results[1]
+
+
+@needs_c
+@given(st.lists(st.tuples(_CHECK_PHASES, _CHECK_CATS, _CHECK_MEMBERS, _CHECK_MEMBERS,
+                          st.one_of(st.none(), _CHECK_SCALARS),
+                          st.one_of(st.none(), st.tuples(_CHECK_SCALARS, _CHECK_SCALARS))),
+                max_size=40))
+@example([(b'"X"', b'"kernel"', b"0", b"7", b"0", (b"0", b"1.0")),
+          (b'"f"', b'"ac2g"', b"0", b"1000001", None, (b"0", b"7")),
+          (b'"X"', b'"kernel"', b"0", b"1000001", b"true", (b"0", b"7"))])
+def test_verify_check_columns_are_those_of_the_python_twin(events):
+    """Per event its phase, kind, track, original track (moved flows and activities only),
+    whether it moved and its device, and the pids, tids and devices numbered in the same
+    order, equal values (1, 1.0 and true) as one, the first one met kept."""
+    from tracestream.verify import _CHECK_EVENTS
+
+    document = b"[%b]" % b", ".join(_check_event(*event) for event in events)
+    try:
+        decoded = _CHECK_EVENTS.decode(document)
+    except msgspec.ValidationError:  # (a pid or tid that is not an int or a string)
+        return
+    _check_columns_both_ways(decoded)
+
+
+@needs_c
+@pytest.mark.parametrize("device", [b"[0]", b'{"a": 1}'])
+def test_verify_check_columns_refuse_an_unhashable_device_alike(device):
+    from tracestream.events import CategoryKinds
+    from tracestream.verify import _CHECK_EVENTS, _check_columns, _Interned, _TrackCodes
+
+    events = _CHECK_EVENTS.decode(b"[%b]" % _check_event(b'"X"', b'"kernel"', b"0", b"7",
+                                                          device, None))
+    for way in (lambda f, *a: f(*a), _numpy):
+        with pytest.raises(TypeError):
+            way(_check_columns, events, CategoryKinds(), _TrackCodes(), _Interned())
+
+
+@needs_c
+def test_verify_check_columns_of_layers_outputs_are_those_of_the_python_twin(traces,
+                                                                            tmp_path):
+    """On a whole output (relocated kernels and flows, guides, lanes) and on each real trace
+    with GPU activity compacted, a few events at a time."""
+    from tracestream.verify import _CheckEvent
+
+    trace, _ = traces("decode6.json", iterations=6)
+    outputs = [tmp_path / "layers.json"]
+    subprocess.run(TRACESTREAM + [str(a) for a in layers_args(
+        trace, outputs[0], "--max-gpu-lanes", "10")], check=True, capture_output=True,
+        timeout=600)
+    for name in REAL_WITH_GPU:
+        if (REAL_TRACES / name).exists():
+            outputs.append(tmp_path / f"{name}.json")
+            subprocess.run(TRACESTREAM + ["compact", "--trace", str(REAL_TRACES / name),
+                                          "--output", str(outputs[-1])],
+                           check=True, capture_output=True, timeout=600)
+    trace_type = msgspec.defstruct("Trace", [("traceEvents", list[_CheckEvent])])
+    for output in outputs:
+        events = msgspec.json.decode(read_bytes(output), type=trace_type).traceEvents
+        assert any(e.args is not None and e.args.origin is not None for e in events)
+        for at in range(0, len(events), 97):
+            _check_columns_both_ways(events[at : at + 97])

@@ -235,8 +235,9 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
                     f'"ts": {1000 + 10 * k}.250, "cat": "ac2g", "name": "ac2g"{bp}}}'
                     ).replace("'", '"').encode()
             events.append(relocate(flow, b"100" if k % 4 else b"101", k))
-        if k % 10 == 0:
-            events.append(f'{{"ph": "X", "cat": "tracestream_guide", "name": "L{k // 10}", '
+        if k % 10 == 0:  # guides, and slices on the guide track that are none
+            cat = ["layer_guide", "tracestream_guide", "Layer_Guide", "layer_guide"][k // 10 % 4]
+            events.append(f'{{"ph": "X", "cat": "{cat}", "name": "L{k // 10}", '
                           f'"pid": "Spans", "tid": "guides", "ts": {1000 + 10 * k}, '
                           f'"dur": 10}}'.encode())
             events.append(b'{"ph": "M", "name": "thread_name", "pid": 2, "tid": 3, '
@@ -247,6 +248,7 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
             _facts_one_at_a_time(chunk, first, synthetic))
     whole = _facts_of(b",\n".join(events), 0, synthetic)
     assert len(whole[4]) == len(whole[5]) == 3 and whole[9] == 10  # devices, flows
+    assert [name for _, _, name in whole[3]] == ["L0", "L3", "L4"]  # guides
 
 
 @pytest.mark.parametrize("name", REAL_WITH_GPU)
@@ -269,19 +271,6 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
         chunk = raws[first:first + 300]
         assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
             _facts_one_at_a_time(chunk, first, synthetic))
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2), st.booleans()), max_size=40))
-def test_grouped_rows_are_counted_in_the_order_first_met(rows):
-    from collections import Counter
-
-    from tracestream.verify import _grouped
-
-    columns = tuple(np.array(column, np.int64) for column in zip(*rows)) if rows else (
-        np.zeros(0, np.int64),)
-    found = [(tuple(values), count) for values, count in _grouped(columns)]
-    assert found == [((a, b, int(c)), n) for (a, b, c), n in Counter(rows).items()]
 
 
 def test_interned_values_share_a_number_as_a_dicts_keys_do():

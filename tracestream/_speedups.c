@@ -729,6 +729,168 @@ fail:
     return NULL;
 }
 
+/* The number of `value` among `numbers` (a dict: value -> number), appended to `values`
+   with the next number when new (verify._Interned); -1 with an exception (an
+   unhashable value). */
+static Py_ssize_t
+interned(PyObject *numbers, PyObject *values, PyObject *value)
+{
+    PyObject *found = PyDict_GetItemWithError(numbers, value);
+    if (found != NULL)
+        return PyLong_AsSsize_t(found);
+    if (PyErr_Occurred())
+        return -1;
+    Py_ssize_t number = PyList_GET_SIZE(values);
+    PyObject *boxed = PyLong_FromSsize_t(number);
+    int failed = boxed == NULL || PyDict_SetItem(numbers, value, boxed) < 0
+                 || PyList_Append(values, value) < 0;
+    Py_XDECREF(boxed);
+    return failed ? -1 : number;
+}
+
+/* The track code of an object's pid and tid fields: the pid's number in the high half,
+   the tid's in the low one (verify._TrackCodes); -1 with an exception. */
+static int64_t
+track_code(PyObject *object, Field *pid_field, Field *tid_field, PyObject *pids[2],
+           PyObject *tids[2])
+{
+    PyObject *pid = read_field(object, pid_field);
+    PyObject *tid = pid != NULL ? read_field(object, tid_field) : NULL;
+    Py_ssize_t p = tid != NULL ? interned(pids[0], pids[1], pid) : -1;
+    Py_ssize_t t = p >= 0 ? interned(tids[0], tids[1], tid) : -1;
+    Py_XDECREF(pid);
+    Py_XDECREF(tid);
+    return t >= 0 ? ((int64_t)p << 32) | t : -1;
+}
+
+enum { CHECK_OTHER, CHECK_SLICE, CHECK_FLOW }; /* verify's phase codes */
+
+PyDoc_STRVAR(check_columns_doc,
+"check_columns(events, kinds, activity, (pid numbers, pid values),\n"
+"              (tid numbers, tid values), (device numbers, device values))\n"
+"-> (phases, kinds, tracks, origins, moved, devices)\n\n"
+"What verify's output-only checks read of a chunk's decoded events (verify._CheckEvent),\n"
+"per event: the phase (int8: 1 for X, 2 for s, t and f, else 0); the kind (int8:\n"
+"kinds[cat] for X, else 0); the track (int64: the pid's number << 32 | the tid's); the\n"
+"original track (the provenance's pid and tid, for a moved flow or a moved X event of\n"
+"an `activity` kind (bytes: 1 at such a kind), else the track); whether it is moved\n"
+"(args and its provenance present, bool); the number of args.device for an X event of\n"
+"an activity kind (None without args), else -1 (int64). Values are numbered as\n"
+"verify._Interned numbers them (the dicts and lists are its own, extended in place):\n"
+"every event's pid and tid, then the provenances', then the devices, in event order.\n"
+"A TypeError for an unhashable category, provenance pid or tid, or device.");
+
+static PyObject *
+check_columns(PyObject *module, PyObject *args)
+{
+    PyObject *events, *kinds, *pids[2], *tids[2], *devices[2];
+    Py_buffer activity;
+    if (!PyArg_ParseTuple(args, "O!O!y*(O!O!)(O!O!)(O!O!):check_columns", &PyList_Type,
+                          &events, &PyDict_Type, &kinds, &activity, &PyDict_Type, &pids[0],
+                          &PyList_Type, &pids[1], &PyDict_Type, &tids[0], &PyList_Type,
+                          &tids[1], &PyDict_Type, &devices[0], &PyList_Type, &devices[1]))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    PyObject *phases = PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *kind_codes = PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *tracks = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *origins = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *moves = PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *device_codes = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *value = NULL, *inner = NULL;
+    if (phases == NULL || kind_codes == NULL || tracks == NULL || origins == NULL
+        || moves == NULL || device_codes == NULL)
+        goto fail;
+    char *phase = PyByteArray_AS_STRING(phases), *kind = PyByteArray_AS_STRING(kind_codes);
+    char *moved = PyByteArray_AS_STRING(moves);
+    int64_t *track = (int64_t *)PyByteArray_AS_STRING(tracks);
+    int64_t *origin = (int64_t *)PyByteArray_AS_STRING(origins);
+    int64_t *device = (int64_t *)PyByteArray_AS_STRING(device_codes);
+    const unsigned char *is_activity = activity.buf;
+    Field ph_field = {"ph", NULL, -1}, cat_field = {"cat", NULL, -1};
+    Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
+    Field args_field = {"args", NULL, -1}, origin_field = {"origin", NULL, -1};
+    Field origin_pid = {"pid", NULL, -1}, origin_tid = {"tid", NULL, -1};
+    Field device_field = {"device", NULL, -1};
+    /* the events' own fields, their tracks numbered first */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *event = PyList_GET_ITEM(events, i);
+        Py_XSETREF(value, read_field(event, &ph_field));
+        if (value == NULL)
+            goto fail;
+        phase[i] = CHECK_OTHER;
+        if (PyUnicode_Check(value) && PyUnicode_GET_LENGTH(value) == 1) {
+            Py_UCS4 c = PyUnicode_READ_CHAR(value, 0);
+            phase[i] = c == 'X' ? CHECK_SLICE : (c == 's' || c == 't' || c == 'f') ? CHECK_FLOW
+                                                                                 : CHECK_OTHER;
+        }
+        if ((track[i] = track_code(event, &pid_field, &tid_field, pids, tids)) < 0)
+            goto fail;
+        Py_XSETREF(value, read_field(event, &args_field));
+        Py_XSETREF(inner, value != NULL && value != Py_None ? read_field(value, &origin_field)
+                                                            : Py_XNewRef(value));
+        if (inner == NULL)
+            goto fail;
+        moved[i] = inner != Py_None;
+        kind[i] = 0;
+        if (phase[i] != CHECK_SLICE)
+            continue;
+        Py_XSETREF(value, read_field(event, &cat_field));
+        if (value == NULL)
+            goto fail;
+        PyObject *found = PyDict_GetItemWithError(kinds, value);
+        if (found != NULL) {
+            kind[i] = (char)PyLong_AsLong(found);
+            continue;
+        }
+        if (PyErr_Occurred() || (found = PyObject_GetItem(kinds, value)) == NULL)
+            goto fail; /* (the dict's __missing__ classifies a new category) */
+        kind[i] = (char)PyLong_AsLong(found);
+        Py_DECREF(found);
+    }
+    /* the original tracks of moved flows and activities */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char k = (unsigned char)kind[i];
+        int active = phase[i] == CHECK_SLICE && k < activity.len && is_activity[k];
+        origin[i] = track[i];
+        if (!moved[i] || !(active || phase[i] == CHECK_FLOW))
+            continue;
+        Py_XSETREF(value, read_field(PyList_GET_ITEM(events, i), &args_field));
+        Py_XSETREF(inner, value != NULL ? read_field(value, &origin_field) : NULL);
+        if (inner == NULL
+            || (origin[i] = track_code(inner, &origin_pid, &origin_tid, pids, tids)) < 0)
+            goto fail;
+    }
+    /* the devices of activities */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char k = (unsigned char)kind[i];
+        device[i] = -1;
+        if (!(phase[i] == CHECK_SLICE && k < activity.len && is_activity[k]))
+            continue;
+        Py_XSETREF(value, read_field(PyList_GET_ITEM(events, i), &args_field));
+        Py_XSETREF(inner, value != NULL && value != Py_None ? read_field(value, &device_field)
+                                                            : Py_XNewRef(value));
+        if (inner == NULL || (device[i] = interned(devices[0], devices[1], inner)) < 0)
+            goto fail;
+    }
+    Py_XDECREF(value);
+    Py_XDECREF(inner);
+    PyBuffer_Release(&activity);
+    return Py_BuildValue("(NNNNNN)", phases, kind_codes, tracks, origins, moves, device_codes);
+
+fail:
+    Py_XDECREF(value);
+    Py_XDECREF(inner);
+    PyBuffer_Release(&activity);
+    Py_XDECREF(phases);
+    Py_XDECREF(kind_codes);
+    Py_XDECREF(tracks);
+    Py_XDECREF(origins);
+    Py_XDECREF(moves);
+    Py_XDECREF(device_codes);
+    return NULL;
+}
+
 PyDoc_STRVAR(continues_doc,
 "continues(data, positions, literal) -> bytearray\n\n"
 "Per position of the int64 array: 1 where `literal` starts there, else 0\n"
@@ -2081,6 +2243,7 @@ static PyMethodDef methods[] = {
     {"flow_columns", flow_columns, METH_VARARGS, flow_columns_doc},
     {"track_keys", track_keys, METH_VARARGS, track_keys_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
+    {"check_columns", check_columns, METH_VARARGS, check_columns_doc},
     {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
     {"undo_relocations", undo_relocations, METH_O, undo_relocations_doc},
     {NULL, NULL, 0, NULL},

@@ -50,6 +50,7 @@ from tracestream.events import (
     ACTIVITY_KINDS,
     GUIDE_CATEGORY,
     KERNEL,
+    LAYER_GUIDE,
     PROVENANCE_KEY,
     TIMING,
     CategoryKinds,
@@ -351,61 +352,45 @@ class _OutputChecks:
         """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
         numbers `NumberColumn` leaves to timebase.
 
-        This runs on every event of the output, so each event's fields are read once by
-        C-level maps (`getattr`'s default standing in for absent `args` or provenance) and
-        its track (pid, tid) becomes one integer (`_TrackCodes`); the rest is numpy."""
+        This runs on every event of the output, so each event's fields are read once, by
+        one C pass where the extension is built (`_check_columns`), and its track (pid,
+        tid) becomes one integer (`_TrackCodes`); the rest is numpy, a few sorts a chunk."""
         ts, dur = timed
-        count = len(events)
-        phases = np.array(list(map(_PHASE, events)), object)
-        args = list(map(_ARGS, events))
-        origins = list(map(getattr, args, repeat("origin"), repeat(None)))
-        is_x = phases == "X"
-        moved = np.fromiter(map(is_not, origins, repeat(None)), bool, count)
-        is_flow = (phases == "s") | (phases == "t") | (phases == "f")
+        codes, devices = _TrackCodes(), _Interned()
+        phase, kind, track, origin, moved, device = _check_columns(events, self.kinds, codes,
+                                                                   devices)
+        is_x, is_flow = phase == _PH_X, phase == _PH_FLOW
         flows = np.flatnonzero(moved & is_flow)
-        codes = _TrackCodes()
-        track = codes.of(list(map(_PID, events)), list(map(_TID, events)))
         on_synthetic = is_x & np.isin(track, codes.known(self.synthetic))
         timed_ok = ts.regular & dur.regular
         if (~timed_ok[on_synthetic | (is_x & moved)]).any() or (~ts.regular[flows]).any():
             return False
-        xs = np.flatnonzero(is_x).tolist()
-        kind = np.zeros(count, np.int8)
-        kind[xs] = list(map(self.kinds.__getitem__, map(_CAT, map(events.__getitem__, xs))))
-        is_activity = is_x & np.isin(kind, ACTIVITY_KINDS)
+        is_activity = is_x & _IS_ACTIVITY[kind.view(np.uint8)]
         synthetic = np.flatnonzero(on_synthetic)
         # flows and moved activities, in event order
         at = np.flatnonzero(moved & (is_flow | is_activity))
-        bound_origins = list(map(origins.__getitem__, at.tolist()))
-        origin = track.copy()  # an event's original track: its provenance's where moved
-        origin[at] = codes.of(list(map(_PID, bound_origins)), list(map(_TID, bound_origins)))
         # tracks are numbered as `observe` meets them: per event, its synthetic track,
-        # then (moved) its original track and its lane
-        met = np.concatenate((track[synthetic], origin[at], track[at]))
-        order = np.argsort(np.concatenate((3 * synthetic, 3 * at + 1, 3 * at + 2)), kind="stable")
-        distinct, first_met = np.unique(met[order], return_index=True)
-        numbered = np.empty(len(distinct), np.int64)
-        for k in np.argsort(first_met).tolist():
-            numbered[k] = self._track(codes.key(int(distinct[k])))
+        # then (moved) its original track and its lane (codes are never negative)
+        met = np.full((len(events), 3), -1, np.int64)
+        met[synthetic, 0] = track[synthetic]
+        met[at, 1], met[at, 2] = origin[at], track[at]
+        in_order = np.fromiter(dict.fromkeys(met[met >= 0].tolist()), np.int64)
+        by_code = np.argsort(in_order)
+        distinct = in_order[by_code]
+        numbered = np.array(list(map(self._track, codes.keys(in_order))), np.int64)[by_code]
         self.relocated_events += int(moved.sum())
         self.relocated_flows += len(flows)
         activity = np.flatnonzero(is_activity)
-        devices = _Interned()
-        device = devices.of(list(map(getattr, map(args.__getitem__, activity.tolist()),
-                                     repeat("device"), repeat(None))))
-        is_kernel = kind[activity] == KERNEL
-        for (stream, at_device, kernel), found in _grouped(
-                (origin[activity], device, is_kernel)):
-            pid, tid = codes.key(stream)
-            key = (pid, devices.value(at_device))
-            self.streams.setdefault(key, set()).add(tid)
-            if kernel:
-                self.kernels[key] = self.kernels.get(key, 0) + found
-        for (lane,), found in _grouped((track[synthetic],)):
-            key = codes.key(lane)
-            self.lane_slices[key] = self.lane_slices.get(key, 0) + found
-        guides = [(i, _name(events[i])) for i in synthetic.tolist()
-                  if events[i].cat == GUIDE_CATEGORY]
+        self._count_streams(codes, devices, origin[activity], device[activity],
+                            kind[activity] == KERNEL)
+        lanes, first_slice, slices = np.unique(track[synthetic], return_index=True,
+                                               return_counts=True)
+        for k in np.argsort(first_slice).tolist():
+            key = codes.key(int(lanes[k]))
+            self.lane_slices[key] = self.lane_slices.get(key, 0) + int(slices[k])
+        # (a category of GUIDE_CATEGORY is of kind LAYER_GUIDE: only those events are read)
+        maybe_guides = synthetic[kind[synthetic] == LAYER_GUIDE].tolist()
+        guides = [(i, _name(events[i])) for i in maybe_guides if events[i].cat == GUIDE_CATEGORY]
         mode = np.full(len(at), _ACTIVITY, np.int64)
         mode[np.searchsorted(at, flows)] = [
             _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
@@ -415,6 +400,34 @@ class _OutputChecks:
                    guides)
         self._emit_binds(first, timed, at, ids(origin[at]), ids(track[at]), mode)
         return True
+
+    def _count_streams(self, codes: _TrackCodes, devices: _Interned, streams: np.ndarray,
+                       device: np.ndarray, is_kernel: np.ndarray) -> None:
+        """`observe`'s per-GPU stream sets and kernel counts of a chunk's activities (their
+        original tracks, device numbers and whether each is a kernel), a GPU (pid, device)
+        at a time: a chunk holds activities of a few GPUs and of hundreds of streams."""
+        if not len(streams):
+            return
+        gpu = (streams >> 32) * len(devices) + device  # the pid's number and the device's
+        gpus, first_at = np.unique(gpu, return_index=True)
+        tids = streams & 0xFFFFFFFF
+        keys = {}
+        for k in np.argsort(first_at).tolist():
+            at = int(first_at[k])
+            key = keys[int(gpus[k])] = (codes.pids.value(int(streams[at]) >> 32),
+                                        devices.value(int(device[at])))
+            at_gpu = tids if len(gpus) == 1 else tids[gpu == gpus[k]]
+            self.streams.setdefault(key, set()).update(
+                map(codes.tids.value, np.unique(at_gpu).tolist()))
+        if len(gpus) == 1:
+            found = [(int(gpus[0]), int(is_kernel.sum()))] if is_kernel.any() else []
+        else:
+            kernel_gpus, first_kernel, kernels = np.unique(gpu[is_kernel], return_index=True,
+                                                           return_counts=True)
+            in_order = np.argsort(first_kernel)
+            found = zip(kernel_gpus[in_order].tolist(), kernels[in_order].tolist())
+        for at_gpu, count in found:
+            self.kernels[keys[at_gpu]] = self.kernels.get(keys[at_gpu], 0) + count
 
     def _observe_events(self, first: int, raws: list, events: list, timed: _Timed) -> None:
         """`observe_chunk` an event at a time, in the order `observe` numbers new tracks;
@@ -697,6 +710,14 @@ class _Interned:
                 self._values.append(value)
         return np.fromiter(map(numbers.__getitem__, values), np.int64, len(values))
 
+    @property
+    def table(self) -> tuple[dict, list]:
+        """(value -> number, values by number), for the C extension to extend in place."""
+        return self._numbers, self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
     def number(self, value) -> int | None:
         return self._numbers.get(value)
 
@@ -710,38 +731,73 @@ class _TrackCodes:
     in numpy, each event's pid and tid hashed once."""
 
     def __init__(self):
-        self._pids, self._tids = _Interned(), _Interned()
+        self.pids, self.tids = _Interned(), _Interned()
 
     def of(self, pids: list, tids: list) -> np.ndarray:
-        return (self._pids.of(pids) << 32) | self._tids.of(tids)
+        return (self.pids.of(pids) << 32) | self.tids.of(tids)
 
     def key(self, code: int) -> tuple:
-        return self._pids.value(code >> 32), self._tids.value(code & 0xFFFFFFFF)
+        return self.pids.value(code >> 32), self.tids.value(code & 0xFFFFFFFF)
+
+    def keys(self, codes: np.ndarray) -> list[tuple]:
+        """`key` of each of `codes`."""
+        return list(zip(map(self.pids.value, (codes >> 32).tolist()),
+                        map(self.tids.value, (codes & 0xFFFFFFFF).tolist())))
 
     def known(self, keys: Iterable[tuple]) -> np.ndarray:
         """The codes of those `keys` whose pid and tid were both met."""
         codes = []
         for pid, tid in keys:
-            p, t = self._pids.number(pid), self._tids.number(tid)
+            p, t = self.pids.number(pid), self.tids.number(tid)
             if p is not None and t is not None:
                 codes.append((p << 32) | t)
         return np.array(codes, np.int64)
 
 
-def _grouped(columns: tuple) -> Iterator[tuple[tuple, int]]:
-    """(the values of one row, how many rows hold them) of equal rows across integer
-    `columns`, in the order each first occurs."""
-    if not len(columns[0]):
-        return iter(())
-    row = np.zeros(len(columns[0]), np.int64)
-    for column in columns:  # each row as one dense integer: its columns' ranks, combined
-        distinct, rank = np.unique(column, return_inverse=True)
-        row = row * len(distinct) + rank
-    _, first, counts = np.unique(row, return_index=True, return_counts=True)
-    order = np.argsort(first)
-    at = first[order].tolist()
-    return ((tuple(int(c[k]) for c in columns), found)
-            for k, found in zip(at, counts[order].tolist()))
+_PH_OTHER, _PH_X, _PH_FLOW = range(3)  # `_check_columns`' phase codes
+_IS_ACTIVITY = np.zeros(256, bool)  # by kind (as uint8)
+_IS_ACTIVITY[list(ACTIVITY_KINDS)] = True
+_ACTIVITY_MASK = _IS_ACTIVITY.tobytes()  # the same, for the C extension
+
+
+def _check_columns(events: list, kinds: CategoryKinds, codes: _TrackCodes, devices: _Interned
+                   ) -> tuple[np.ndarray, ...]:
+    """What the output-only checks read of a chunk's events (`_CheckEvent`), as columns:
+    (phase: _PH_X, _PH_FLOW for s/t/f, else _PH_OTHER; kind: kinds[cat] of X events, else
+    0; track code; original track code: the provenance's for a moved flow or activity,
+    else the track; moved: has provenance; device number of activities, else -1).
+
+    One pass of the C extension's check_columns where it is built; this Python is its
+    tested twin. Both number the values in the same order: every event's pid and tid,
+    then the moved flows' and activities' provenance pid and tid, then the activities'
+    devices."""
+    if speedups.native is not None:
+        columns = speedups.native.check_columns(
+            events, kinds, _ACTIVITY_MASK, codes.pids.table, codes.tids.table, devices.table)
+        return tuple(np.frombuffer(column, dtype) for column, dtype in zip(
+            columns, (np.int8, np.int8, np.int64, np.int64, bool, np.int64)))
+    count = len(events)
+    phases = np.array(list(map(_PHASE, events)), object)
+    phase = np.full(count, _PH_OTHER, np.int8)
+    phase[(phases == "s") | (phases == "t") | (phases == "f")] = _PH_FLOW
+    phase[phases == "X"] = _PH_X
+    args = list(map(_ARGS, events))
+    origins = list(map(getattr, args, repeat("origin"), repeat(None)))
+    moved = np.fromiter(map(is_not, origins, repeat(None)), bool, count)
+    track = codes.of(list(map(_PID, events)), list(map(_TID, events)))
+    xs = np.flatnonzero(phase == _PH_X).tolist()
+    kind = np.zeros(count, np.int8)
+    kind[xs] = list(map(kinds.__getitem__, map(_CAT, map(events.__getitem__, xs))))
+    is_activity = (phase == _PH_X) & np.isin(kind, ACTIVITY_KINDS)
+    bound_at = np.flatnonzero(moved & (is_activity | (phase == _PH_FLOW)))
+    bound = list(map(origins.__getitem__, bound_at.tolist()))
+    origin = track.copy()
+    origin[bound_at] = codes.of(list(map(_PID, bound)), list(map(_TID, bound)))
+    activity = np.flatnonzero(is_activity).tolist()
+    device = np.full(count, -1, np.int64)
+    device[activity] = devices.of(list(map(getattr, map(args.__getitem__, activity),
+                                           repeat("device"), repeat(None))))
+    return phase, kind, track, origin, moved, device
 
 
 def _numbered(distinct: np.ndarray, numbered: np.ndarray, codes: np.ndarray) -> np.ndarray:
