@@ -309,3 +309,25 @@ def test_verify_catches_a_change_between_events(tmp_path):
     assert list(failed) == ["restored events equal the source"], verdict.summary()
     assert "the restored bytes differ from the source's" in failed[
         "restored events equal the source"]
+
+
+def test_hashing_writer_hashes_and_writes_pieces_of_any_size_in_order():
+    """Small pieces are joined into blocks, a piece of a block or more goes as it is: the
+    hash and the bytes written are those of everything, in the order written."""
+    from tracestream.restore import _BLOCK, HashingWriter
+
+    class Out:
+        def __init__(self):
+            self.parts = []
+
+        def write(self, data):
+            self.parts.append(bytes(data))
+
+    pieces = [b"a" * 10, b"b" * _BLOCK, b"c", b"d" * (_BLOCK - 1), b"e" * 2, b"f" * (3 * _BLOCK)]
+    out = Out()
+    writer = HashingWriter(out)
+    for piece in pieces:
+        writer.write(piece)
+    whole = b"".join(pieces)
+    assert writer.hexdigest() == hashlib.sha256(whole).hexdigest()
+    assert b"".join(out.parts) == whole

@@ -143,12 +143,14 @@ def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cut
                 break
             position -= len(c)
     matching, taking = _Sequential(iter(pieces)), _Sequential(iter(pieces))
+    viewing = _Sequential(iter(map(memoryview, pieces)))  # a slot's or block's bytes
     for chunk in chunks:
         equal = taking.take(len(chunk)) == chunk
         assert matching.matches(chunk) == equal
+        assert viewing.matches(memoryview(chunk)) == equal  # a speculative chunk's piece
         if not equal:
             return
-    assert matching.ended() == taking.ended()
+    assert matching.ended() == taking.ended() == viewing.ended()
 
 
 def _merged(facts_list) -> dict:

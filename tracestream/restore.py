@@ -83,7 +83,9 @@ class HashingWriter:
     """Hashes what is written, and passes it on to `out` (an OutputFile) if there is one.
 
     The splice writes a few pieces per relocated event: they are joined into blocks
-    of about `_BLOCK` bytes first (one hash update and one write per block)."""
+    of about `_BLOCK` bytes first (one hash update and one write per block); a piece of
+    a block or more (a chunk with nothing to undo but relocations) goes as it is, after
+    what is held, never copied into a join."""
 
     def __init__(self, out: OutputFile | None = None):
         self._digest = hashlib.sha256()
@@ -92,6 +94,13 @@ class HashingWriter:
         self._size = 0
 
     def write(self, data: bytes) -> None:
+        if len(data) >= _BLOCK:  # a whole chunk: hashed as it lies, not joined (a copy)
+            if self._pieces:
+                self.flush()
+            self._digest.update(data)
+            if self._out is not None:
+                self._out.write(data)
+            return
         self._pieces.append(data)
         self._size += len(data)
         if self._size >= _BLOCK:

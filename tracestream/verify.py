@@ -1266,14 +1266,15 @@ def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream) -> bool:
 def _chunk_as_planned(chunk, base: int | None, end: int, expected: _Sequential) -> bool:
     """Whether an output chunk, and the separator before it (after `end`, from the first
     event at `base`), are the next planned bytes."""
-    content = chunk.content()
     start = 0 if base is None else chunk.offset - base
     if start < end:
         return False
     gap = expected.take(start - end)
     if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
         return False
-    return expected.matches(content)
+    # a speculative chunk's pieces are compared where they lie, never joined (a copy of
+    # every output byte)
+    return all(map(expected.matches, chunk.pieces if chunk.data is None else (chunk.data,)))
 
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
@@ -1294,7 +1295,8 @@ class _Sequential:
             piece = next(self._pieces, None)
             if piece is None:
                 return 0
-            self._data, self._pos = piece, 0
+            # (bytes, whose `startswith` `matches` compares with)
+            self._data, self._pos = bytes(piece) if type(piece) is not bytes else piece, 0
         return len(self._data) - self._pos
 
     def take(self, length: int) -> bytes | None:
@@ -1310,21 +1312,21 @@ class _Sequential:
             length -= n
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def matches(self, data: bytes) -> bool:
-        """Whether the next len(data) bytes are `data`, compared where they lie: no copy of
-        a 16 MB chunk's worth of planned bytes (whose pages would be faulted in) to compare
-        it. (The caller stops at the first chunk that differs.)"""
+    def matches(self, data: bytes | memoryview) -> bool:
+        """Whether the next len(data) bytes are `data`, compared where both lie: no copy of
+        a 16 MB chunk's worth of planned or output bytes (whose pages would be faulted in)
+        to compare them. (The caller stops at the first chunk that differs.)"""
         at = 0
-        while at < len(data):
-            left = self._left()
-            if not left:
-                return False
-            length = min(left, len(data) - at)
-            with memoryview(self._data) as view:
-                if not data.startswith(view[self._pos : self._pos + length], at):
+        with memoryview(data) as view:
+            while at < len(view):
+                left = self._left()
+                if not left:
                     return False
-            self._pos += length
-            at += length
+                length = min(left, len(view) - at)
+                if not self._data.startswith(view[at : at + length], self._pos):
+                    return False
+                self._pos += length
+                at += length
         return True
 
     def ended(self) -> bool:
