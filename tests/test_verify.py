@@ -332,7 +332,7 @@ def test_chunked_checks_hold_the_per_event_records(compacted, monkeypatch):
     close = module._OutputChecks.close
 
     def keep_then_close(checks):
-        stores = {**checks.binding, **checks.depth}
+        stores = {**checks.binding, **checks.depth_stores()}
         held.append(({name: [row for block in store.sorted_blocks() for row in block.tolist()]
                       for name, store in stores.items()},
                      checks.relocated_events, checks.relocated_flows, checks.lane_slices))

@@ -73,7 +73,7 @@ from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
-from tracestream.spill import RecordStore
+from tracestream.spill import RecordStore, concat_rows, same_rows
 from tracestream.workers import deliver, outcome, pool_for, received, release_memory
 
 _MAX_LISTED = 5
@@ -211,6 +211,10 @@ class _OutputChecks:
         self.binding = {side: RecordStore(_BIND_DTYPE, sort_keys=("track", "key"),
                                           tmpdir=tmpdir, budget=_CHECK_BUDGET)
                         for side in ("source", "lane")}
+        # Perfetto's two imports of a number through a double agree wherever ×1000 lands on
+        # an integer (every epoch-µs value): while each batch's truncating rows are its
+        # rounding rows, they are held once, in the `round` store (see `_append_depth`)
+        self.trunc_is_round = True
         self._tmpdir = tmpdir
         self._rows: dict[str, list] = {v: [] for v in self.depth}
         self._bind_rows: list = []
@@ -229,6 +233,7 @@ class _OutputChecks:
         checks = cls({}, None)
         checks.synthetic = synthetic
         checks.depth = {v: _Kept(store.dtype) for v, store in checks.depth.items()}
+        checks.trunc_is_round = False  # a chunk's facts carry every variant
         checks.binding = {v: _Kept(store.dtype) for v, store in checks.binding.items()}
         checks.guides = _GuidesSeen()
         return checks
@@ -248,11 +253,15 @@ class _OutputChecks:
          flows) = facts
         self._flush()
         ids = np.array([self._track(key) for key in tracks] + [0], np.int64)  # (never empty)
-        for stores, kept in ((self.depth, depth), (self.binding, binding)):
-            for name, batches in kept.items():
+        for kept in (depth, binding):
+            for batches in kept.values():
                 for batch in batches:
                     batch["track"] = ids[batch["track"]]
-                    stores[name].append(batch)
+        self._append_depth({v: concat_rows(batches) if len(batches) > 1 else batches[0]
+                            for v, batches in depth.items() if batches})
+        for name, batches in binding.items():
+            for batch in batches:
+                self.binding[name].append(batch)
         for guide in guides:
             self.guides.observe(*guide)
         for key, count in kernels.items():
@@ -488,13 +497,14 @@ class _OutputChecks:
         ts, dur = timed
         if depth:
             at = np.array(depth, np.int64)
+            batches = {}
             for variant, start, length in (("exact", ts.exact, dur.exact),
                                            ("round", ts.rounded, dur.rounded),
                                            ("trunc", ts.truncated, dur.truncated)):
-                rows = np.empty(len(at), self.depth[variant].dtype)
+                rows = batches[variant] = np.empty(len(at), self.depth[variant].dtype)
                 rows["track"], rows["start"] = tracks, start[at]
                 rows["end"] = rows["start"] + length[at]
-                self.depth[variant].append(rows)
+            self._append_depth(batches)
             depth.clear()
             tracks.clear()
         for k, name in guides:
@@ -521,10 +531,31 @@ class _OutputChecks:
             records["mode"], records["ordinal"] = mode, at + first
             self.binding[side].append(records)
 
+    def _append_depth(self, batches: dict[str, np.ndarray]) -> None:
+        """One batch of depth rows per variant (the same slices, in order) to their stores;
+        the truncating rows only once they differ from the rounding ones (from then on the
+        `trunc` store holds every row, the `round` store's earlier ones copied first)."""
+        if self.trunc_is_round and "trunc" in batches:
+            if same_rows(batches["round"], batches["trunc"]):
+                batches = {v: rows for v, rows in batches.items() if v != "trunc"}
+            else:
+                self.trunc_is_round = False
+                for block in self.depth["round"].sorted_blocks():
+                    self.depth["trunc"].append(block.copy())
+        for variant, rows in batches.items():
+            self.depth[variant].append(rows)
+
+    def depth_stores(self) -> dict:
+        """The depth rows' store of each variant (`trunc` the `round` one while they agree)."""
+        self._flush()
+        return {**self.depth, "trunc": self.depth["round"]} if self.trunc_is_round else dict(
+            self.depth)
+
     def _flush(self) -> None:
-        for variant, rows in self._rows.items():
-            if rows:
-                self.depth[variant].append(np.array(rows, dtype=self.depth[variant].dtype))
+        if self._rows["exact"]:
+            self._append_depth({v: np.array(rows, dtype=self.depth[v].dtype)
+                                for v, rows in self._rows.items()})
+            for rows in self._rows.values():
                 rows.clear()
         if self._bind_rows:
             rows = np.array(self._bind_rows, dtype=_BIND_ROW_DTYPE)
@@ -549,21 +580,23 @@ class _OutputChecks:
         nest unless all of them are zero-length. The sorted records are read a block at a
         time (`nesting_in_block`).
         """
-        self._flush()
         names = {v: k for k, v in self.track_ids.items()}
         problems = list(self.problems)  # slices on a synthetic track without ts or dur
-        for variant, store in self.depth.items():
-            state = _NestState()
-            for block in store.sorted_blocks():
-                for track, start, before in nesting_in_block(block, state):
-                    where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
-                    if before is None:
-                        problems.append(
-                            f"{where} starts with another there, one of them longer: "
-                            f"Perfetto nests the shorter ({variant} import) -> depth 1")
-                    else:
-                        problems.append(f"{where} overlaps one ending at {before} ns "
-                                        f"({variant} import) -> depth 1")
+        found: dict[int, list] = {}  # per store (one for two variants while they agree)
+        for variant, store in self.depth_stores().items():
+            if id(store) not in found:
+                state = _NestState()
+                found[id(store)] = [nested for block in store.sorted_blocks()
+                                    for nested in nesting_in_block(block, state)]
+            for track, start, before in found[id(store)]:
+                where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
+                if before is None:
+                    problems.append(
+                        f"{where} starts with another there, one of them longer: "
+                        f"Perfetto nests the shorter ({variant} import) -> depth 1")
+                else:
+                    problems.append(f"{where} overlaps one ending at {before} ns "
+                                    f"({variant} import) -> depth 1")
         return problems
 
     def binding_problems(self) -> list[str]:
