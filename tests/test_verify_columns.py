@@ -343,3 +343,41 @@ def test_truncating_rows_kept_apart_from_the_first_batch_that_differs():
         assert whole.depth_problems() == problems
     finally:
         whole.close()
+
+
+def _moved(tid: int, ordinal: int, raw: str) -> bytes:
+    from tracestream.edit import relocate
+
+    return relocate(raw.encode(), b"100", ordinal) if tid else raw.encode()
+
+
+def test_binding_rows_kept_only_on_tracks_whose_flows_moved():
+    """With `bind_only_on` (the source's tracks with GPU flows), moved activities from
+    other tracks are not stored for the binding check (they bind no flow), flows always
+    are; a moved flow from another track says the check cannot be trusted."""
+    from tracestream.verify import _facts_of, _OutputChecks
+
+    synthetic = {(1, 100): "lane tid 100 of pid 1"}
+    kernel = ('{{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": {tid}, '
+              '"ts": {ts}, "dur": 2, "args": {{"device": 0}}}}')
+    flow = '{{"ph": "f", "bp": "e", "id": 1, "pid": 1, "tid": {tid}, "ts": {ts}, "cat": "ac2g"}}'
+    events = [_moved(7, 0, kernel.format(tid=7, ts=10)), _moved(7, 1, flow.format(tid=7, ts=10)),
+              _moved(8, 2, kernel.format(tid=8, ts=20))]
+    facts = _facts_of(b",\n".join(events), 0, synthetic)
+
+    def merged(sources):
+        checks = _OutputChecks({}, None)
+        checks.synthetic = synthetic
+        if sources is not None:
+            checks.bind_only_on(sources)
+        checks.merge(facts)
+        try:
+            return ([len(checks.binding[side]) for side in ("source", "lane")],
+                    checks.binding_problems(), checks.sources_complete)
+        finally:
+            checks.close()
+
+    assert merged(None) == ([3, 3], [], True)
+    assert merged({(1, 7)}) == ([2, 3], [], True)  # the activity from tid 8 is not kept
+    sizes, _, complete = merged({(1, 8)})  # the flow from tid 7: not to be trusted
+    assert sizes == [2, 3] and not complete

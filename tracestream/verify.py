@@ -73,7 +73,7 @@ from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
-from tracestream.spill import RecordStore, concat_rows, same_rows
+from tracestream.spill import RecordStore, concat_rows, same_rows, take_rows
 from tracestream.workers import deliver, outcome, pool_for, received, release_memory
 
 _MAX_LISTED = 5
@@ -215,6 +215,10 @@ class _OutputChecks:
         # an integer (every epoch-µs value): while each batch's truncating rows are its
         # rounding rows, they are held once, in the `round` store (see `_append_depth`)
         self.trunc_is_round = True
+        # original tracks whose moved activities the binding check keeps (None: all; see
+        # `bind_only_on`), and whether every relocated flow came from one of them
+        self._flow_sources: set | None = None
+        self.sources_complete = True
         self._tmpdir = tmpdir
         self._rows: dict[str, list] = {v: [] for v in self.depth}
         self._bind_rows: list = []
@@ -252,6 +256,8 @@ class _OutputChecks:
         (tracks, depth, binding, guides, kernels, streams, lane_slices, problems, moved,
          flows) = facts
         self._flush()
+        if self._flow_sources is not None:
+            binding = {**binding, "source": self._on_flow_sources(tracks, binding["source"])}
         ids = np.array([self._track(key) for key in tracks] + [0], np.int64)  # (never empty)
         for kept in (depth, binding):
             for batches in kept.values():
@@ -273,6 +279,27 @@ class _OutputChecks:
         self.problems.extend(problems)
         self.relocated_events += moved
         self.relocated_flows += flows
+
+    def bind_only_on(self, sources: set) -> None:
+        """Keep moved activities for the binding check only on these original tracks (a
+        superset of those the relocated flows come from, e.g. every source track with GPU
+        flows): an activity on a track without flows binds nothing, and its rows would be
+        stored, sorted and swept for nothing. A relocated flow from another track clears
+        `sources_complete`: that flow's activities may be gone, and the caller must not
+        trust the binding check then."""
+        self._flow_sources = sources
+
+    def _on_flow_sources(self, tracks: list, batches: list) -> list:
+        """A chunk's source-side binding rows (`tracks` its track keys) less the moved
+        activities on tracks outside `bind_only_on`'s."""
+        kept = np.array([key in self._flow_sources for key in tracks] + [False])
+        out = []
+        for batch in batches:
+            flows = batch["mode"] != _ACTIVITY
+            if not kept[batch["track"][flows]].all():
+                self.sources_complete = False
+            out.append(take_rows(batch, flows | kept[batch["track"]]))
+        return out
 
     def _track(self, key: tuple) -> int:
         tid = self.track_ids.get(key)
@@ -1251,12 +1278,13 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     # restore's splice runs in a worker meanwhile (it reads the output file itself)
     restored = restoring.task
     checks = _OutputChecks(data, tmpdir)
+    checks.bind_only_on({index.tracks[track] for track in index.flow_tracks})
     planned = _PlannedStream(source, index, plan, dict(retired), pool, checks)
     try:
         # cut where events seem to end, not decoded: each chunk is compared with the
         # planned bytes, which the workers decode (see `_PlannedStream`)
         out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True)
-        if not _as_planned(out_scan, planned):
+        if not _as_planned(out_scan, planned) or not checks.sources_complete:
             return False
         if restored is None:
             restored = pool.submit(partial(_restored_from, quick=True), annotated, undo)
