@@ -609,13 +609,17 @@ class _OutputChecks:
         """
         names = {v: k for k, v in self.track_ids.items()}
         problems = list(self.problems)  # slices on a synthetic track without ts or dur
-        found: dict[int, list] = {}  # per store (one for two variants while they agree)
+        rounding: list = []  # the rounding import's findings, the truncating one's too
         for variant, store in self.depth_stores().items():
-            if id(store) not in found:
+            if variant == "trunc" and self.trunc_is_round:
+                found = rounding
+            else:
                 state = _NestState()
-                found[id(store)] = [nested for block in store.sorted_blocks()
-                                    for nested in nesting_in_block(block, state)]
-            for track, start, before in found[id(store)]:
+                found = [nested for block in store.sorted_blocks()
+                         for nested in nesting_in_block(block, state)]
+            if variant == "round":
+                rounding = found
+            for track, start, before in found:
                 where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
                 if before is None:
                     problems.append(
