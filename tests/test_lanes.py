@@ -15,7 +15,7 @@ from tracestream.lanes import (
     allocate,
     peak_overlap,
 )
-from tracestream.spill import RecordStore, concat_rows, key_order
+from tracestream.spill import RecordStore, concat_rows, key_order, same_rows
 
 
 def _sorted(lo, hi):
@@ -380,3 +380,16 @@ def test_inspect_peaks_from_spilled_rows_of_several_groups(seed):
         allocator.place_block(mine["key"], mine["hi"])
         assert (found[g].lanes, found[g].peak_at_ns) == (allocator.lanes, allocator.peak_at_ns)
     store.close()
+
+
+def test_same_rows_compares_whole_records_byte_for_byte():
+    dtype = np.dtype([("track", "<i8"), ("start", "<i8"), ("end", "<i8")])
+    a = np.array([(1, 2, 3), (1, 5, 9)], dtype)
+    assert same_rows(a, a.copy())
+    changed = a.copy()
+    changed["end"][1] = 8
+    assert not same_rows(a, changed)
+    assert not same_rows(a, a[:1])
+    renamed = np.array([(1, 2, 3), (1, 5, 9)], [("a", "<i8"), ("b", "<i8"), ("c", "<i8")])
+    assert not same_rows(a, renamed)
+    assert same_rows(a[::-1], a[::-1].copy())  # (not contiguous: compared all the same)

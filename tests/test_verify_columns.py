@@ -143,12 +143,14 @@ def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cut
                 break
             position -= len(c)
     matching, taking = _Sequential(iter(pieces)), _Sequential(iter(pieces))
+    viewing = _Sequential(iter(map(memoryview, pieces)))  # a slot's or block's bytes
     for chunk in chunks:
         equal = taking.take(len(chunk)) == chunk
         assert matching.matches(chunk) == equal
+        assert viewing.matches(memoryview(chunk)) == equal  # a speculative chunk's piece
         if not equal:
             return
-    assert matching.ended() == taking.ended()
+    assert matching.ended() == taking.ended() == viewing.ended()
 
 
 def _merged(facts_list) -> dict:
@@ -159,7 +161,7 @@ def _merged(facts_list) -> dict:
     try:
         for facts in facts_list:
             checks.merge(facts)
-        stores = {**{f"depth {v}": s for v, s in checks.depth.items()},
+        stores = {**{f"depth {v}": s for v, s in checks.depth_stores().items()},
                   **{f"binding {v}": s for v, s in checks.binding.items()}}
         return {name: np.concatenate(list(store.sorted_blocks())).tolist()
                 for name, store in stores.items()}
@@ -288,3 +290,94 @@ def test_interned_values_share_a_number_as_a_dicts_keys_do():
     known = codes.known([(0, 7), ("Spans", "s3"), (1, 7)]).tolist()
     assert len(known) == 2 and known[0] == tracks[0] and known[1] not in tracks.tolist()
     assert codes.key(known[1]) == ("Spans", "s3")
+
+
+def _lane_checks(durations: list, flush_each: bool):
+    """verify's output-only checks of slices on one lane, (ts, dur) texts each: one batch
+    of rows per slice (`flush_each`, as chunks come) or all in one."""
+    from tracestream.verify import _OutputChecks
+
+    checks = _OutputChecks({"options": {}, "groups": [
+        {"display_pid": 0, "lane_tids": [100]}]}, None)
+    for ordinal, (ts, dur) in enumerate(durations):
+        checks.observe(ordinal, (f'{{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
+                                 f'"tid": 100, "ts": {ts}, "dur": {dur}}}').encode())
+        if flush_each:
+            checks._flush()
+    return checks
+
+
+def test_truncating_rows_are_held_once_while_they_are_the_rounding_ones():
+    """Perfetto's rounding and truncating imports of three-decimal µs agree (Kineto's
+    shape): their depth rows are held once, and each problem is still named for every
+    import, in the order exact, round, trunc."""
+    checks = _lane_checks([("100", "5"), ("101", "1"), ("110.5", "4.25")], flush_each=True)
+    try:
+        assert len(checks.depth["round"]) == 3 and len(checks.depth["trunc"]) == 0
+        assert checks.depth_problems() == [
+            f"lane tid 100 of pid 0: a slice starting at 101000 ns overlaps one ending at "
+            f"105000 ns ({variant} import) -> depth 1" for variant in ("exact", "round", "trunc")]
+    finally:
+        checks.close()
+
+
+def test_truncating_rows_kept_apart_from_the_first_batch_that_differs():
+    """A `dur` whose double ×1000 lands below its integer (1.005 µs -> 1004.999… ns) makes
+    the truncating rows differ: from that batch on they are held apart, with the rows
+    before it, and the truncating import's problems are its own (the nesting in the first
+    batch, found only with those earlier rows, included)."""
+    slices = [("100", "5"), ("101", "1"), ("110", "1.005"), ("111.004", "1")]
+    checks = _lane_checks(slices, flush_each=True)
+    try:
+        assert len(checks.depth["trunc"]) == 4
+        problems = checks.depth_problems()
+    finally:
+        checks.close()
+    where = "lane tid 100 of pid 0: a slice starting at"
+    assert problems == [
+        *(f"{where} {start} ns overlaps one ending at {end} ns ({v} import) -> depth 1"
+          for v in ("exact", "round") for start, end in ((101000, 105000), (111004, 111005))),
+        f"{where} 101000 ns overlaps one ending at 105000 ns (trunc import) -> depth 1"]
+    whole = _lane_checks(slices, flush_each=False)  # one batch: apart from the start
+    try:
+        assert whole.depth_problems() == problems
+    finally:
+        whole.close()
+
+
+def _moved(tid: int, ordinal: int, raw: str) -> bytes:
+    from tracestream.edit import relocate
+
+    return relocate(raw.encode(), b"100", ordinal) if tid else raw.encode()
+
+
+def test_binding_rows_kept_only_on_tracks_whose_flows_moved():
+    """With `bind_only_on` (the source's tracks with GPU flows), moved activities from
+    other tracks are not stored for the binding check (they bind no flow), flows always
+    are; a moved flow from another track says the check cannot be trusted."""
+    from tracestream.verify import _facts_of, _OutputChecks
+
+    synthetic = {(1, 100): "lane tid 100 of pid 1"}
+    kernel = ('{{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": {tid}, '
+              '"ts": {ts}, "dur": 2, "args": {{"device": 0}}}}')
+    flow = '{{"ph": "f", "bp": "e", "id": 1, "pid": 1, "tid": {tid}, "ts": {ts}, "cat": "ac2g"}}'
+    events = [_moved(7, 0, kernel.format(tid=7, ts=10)), _moved(7, 1, flow.format(tid=7, ts=10)),
+              _moved(8, 2, kernel.format(tid=8, ts=20))]
+    facts = _facts_of(b",\n".join(events), 0, synthetic)
+
+    def merged(sources):
+        checks = _OutputChecks({}, None)
+        checks.synthetic = synthetic
+        if sources is not None:
+            checks.bind_only_on(sources)
+        checks.merge(facts)
+        try:
+            return ([len(checks.binding[side]) for side in ("source", "lane")],
+                    checks.binding_problems(), checks.sources_complete)
+        finally:
+            checks.close()
+
+    assert merged(None) == ([3, 3], [], True)
+    assert merged({(1, 7)}) == ([2, 3], [], True)  # the activity from tid 8 is not kept
+    sizes, _, complete = merged({(1, 8)})  # the flow from tid 7: not to be trusted
+    assert sizes == [2, 3] and not complete

@@ -24,9 +24,12 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
-from tracestream.document import CHUNK_BYTES, DocumentScanner, Layout
+import msgspec
+
+from tracestream.document import CHUNK_BYTES, SETTLE, DocumentScanner, Layout
 from tracestream.edit import undo_relocation, undo_relocations
 from tracestream.errors import TraceError, malformed_report
+from tracestream.keyscan import separators
 from tracestream.reports import find_report, load_report
 from tracestream.rewrite import StreamCursor
 from tracestream.sink import (
@@ -39,6 +42,7 @@ from tracestream.sink import (
 from tracestream.source import ReadStats, TraceSource
 from tracestream.workers import release_memory
 
+_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 _MARK = b"_compact_gpu_track"
 _ADDED_MEMBER = b',\n  "tracestream": '
@@ -83,7 +87,9 @@ class HashingWriter:
     """Hashes what is written, and passes it on to `out` (an OutputFile) if there is one.
 
     The splice writes a few pieces per relocated event: they are joined into blocks
-    of about `_BLOCK` bytes first (one hash update and one write per block)."""
+    of about `_BLOCK` bytes first (one hash update and one write per block); a piece of
+    a block or more (a chunk with nothing to undo but relocations) goes as it is, after
+    what is held, never copied into a join."""
 
     def __init__(self, out: OutputFile | None = None):
         self._digest = hashlib.sha256()
@@ -92,6 +98,13 @@ class HashingWriter:
         self._size = 0
 
     def write(self, data: bytes) -> None:
+        if len(data) >= _BLOCK:  # a whole chunk: hashed as it lies, not joined (a copy)
+            if self._pieces:
+                self.flush()
+            self._digest.update(data)
+            if self._out is not None:
+                self._out.write(data)
+            return
         self._pieces.append(data)
         self._size += len(data)
         if self._size >= _BLOCK:
@@ -108,6 +121,21 @@ class HashingWriter:
         """The sha256 of everything written (what is held is written first)."""
         self.flush()
         return self._digest.hexdigest()
+
+
+def separated_events(data: bytes) -> int:
+    """How many events a chunk of whole events holds, counted by the `}` `,` `{` between
+    them (not decoded: text so written inside an event counts too)."""
+    return len(separators(data)[0]) + 1
+
+
+def _decoded(data: bytes, base: int) -> list:
+    """The events of a speculative chunk, as the scanner would have decoded them."""
+    try:
+        return _EVENTS.decode(b"".join((b"[", data, b"]")))
+    except msgspec.DecodeError:
+        raise TraceError(f"events from byte {base} on cannot be read where quick restore "
+                         "cut them") from None
 
 
 class _Replay:
@@ -155,25 +183,36 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
 
 
 def splice_back(annotated: TraceSource, undo: Undo, writer, *,
-                chunk_bytes: int = CHUNK_BYTES, quick: bool = False) -> dict:
+                chunk_bytes: int = CHUNK_BYTES, quick: bool = False,
+                speculative: bool = False) -> dict:
     """Write the source's bytes to `writer` (anything with `write`); the counts of events
     restored, moved back, re-inserted and dropped. TraceError where the annotated trace
     does not match the report. (`chunk_bytes`: how much the scanner cuts at once.)
 
     `quick`: undo the relocations of a chunk at once where `edit.undo_relocations` can,
     for a caller that compares the result's sha256 with the source's (and does not
-    trust it otherwise)."""
+    trust it otherwise).
+
+    `speculative` (quick only): the annotated trace is cut where events seem to end and
+    not decoded, a chunk's events counted by the `}` `,` `{` between them (an array of
+    objects or such text in a string inside an event counts too many: the restored bytes
+    then differ). Only a chunk with more to undo than relocations is decoded."""
     stats = ReadStats()
     replay = _Replay(annotated.read(stats))
-    scanner = DocumentScanner(replay.read(), chunk_bytes=chunk_bytes)
+    scanner = DocumentScanner(replay.read(), chunk_bytes=chunk_bytes,
+                              speculative=quick and speculative)
     cursor = StreamCursor(replay)
     state = _State(undo, cursor, writer, quick)
     for number, chunk in enumerate(scanner.chunks()):
+        if chunk is SETTLE:  # (never rewound: a wrong cut gives other bytes)
+            continue
         if number % _TRIM_EVERY == 0:
             release_memory()  # chunk buffers come and go: give their pages back
         if state.events == 0 and not state.appended:
             state.top_level(scanner.layout, before_events=True)
         state.chunk(chunk)
+        if chunk.events is None:
+            scanner.confirm(chunk)
     layout = scanner.layout
     if state.events == 0 and not state.appended:
         state.top_level(layout, before_events=True)
@@ -218,8 +257,12 @@ class _State:
         events at the end of the array are cut, with the separator before the first.
         """
         undo, cursor = self.undo, self.cursor
-        count, first = len(chunk.events), chunk.first_ordinal
-        base, data = chunk.offset, chunk.data
+        base, data, raws, first = chunk.offset, chunk.content(), chunk.events, self.events
+        if raws is None:  # a speculative chunk: decoded only if more than relocations
+            count = separated_events(data)
+            if first <= undo.appended_from and not self._relocations_only(first, count):
+                raws = _decoded(data, base)
+        count = len(raws) if raws is not None else count
         self.events = first + count
         if first > undo.appended_from:  # added events only: skipped with what is between
             self.appended += count
@@ -231,8 +274,7 @@ class _State:
         else:
             cursor.copy_to(self.writer, base)
         cursor.skip(chunk.length)
-        if (first + count <= undo.appended_from
-                and (not self.pending or self.pending[0][0] >= self.restored + count)):
+        if self._relocations_only(first, count):
             # nothing to undo in this chunk but relocations: at once where they can be
             undone = ((data, 0) if _MARK not in data
                       else undo_relocations(data) if self.quick else None)
@@ -246,7 +288,7 @@ class _State:
         pos = 0  # chunk bytes before this are in `pieces`
         start = 0
         find, separator = data.find, _SEPARATOR.match
-        for i, raw in enumerate(chunk.events):
+        for i, raw in enumerate(raws):
             end = start + len(raw)
             if first + i == undo.appended_from:
                 cut = start if self.pending or not i else self.last_kept_end - base
@@ -276,6 +318,12 @@ class _State:
                 start = separator(data, end).end()
         pieces.append(data[pos:])
         self.writer.write(b"".join(pieces))
+
+    def _relocations_only(self, first: int, count: int) -> bool:
+        """Whether `count` output events from `first` on are source events with nothing
+        to undo but relocations (no retired event goes back among them)."""
+        return first + count <= self.undo.appended_from and (
+            not self.pending or self.pending[0][0] >= self.restored + count)
 
     def top_level(self, layout: Layout, *, before_events: bool) -> None:
         """Undo the `tracestream` member edit on the side of the event array given."""

@@ -46,6 +46,15 @@ def concat_rows(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([part.view(rows) for part in parts]).view(dtype)
 
 
+def same_rows(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same records, byte for byte (compared as bytes: numpy
+    compares structured records field by field)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(a).view(np.uint8),
+                               np.ascontiguousarray(b).view(np.uint8)))
+
+
 def key_order(primary: np.ndarray, secondary: np.ndarray) -> np.ndarray:
     """np.lexsort((secondary, primary)) of two integer columns: by primary, then secondary.
 

@@ -73,14 +73,14 @@ from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
 from tracestream.source import ReadStats, TraceSource
-from tracestream.spill import RecordStore
+from tracestream.spill import RecordStore, concat_rows, same_rows, take_rows
 from tracestream.workers import deliver, outcome, pool_for, received, release_memory
 
 _MAX_LISTED = 5
 # Chunks between heap trims (workers.release_memory). Each trim hands freed pages back
 # and the next chunk's buffers fault them in again (page faults were most of verify's
 # system time); these counts keep a 1 GB run's tree PSS under its 250 MiB target.
-_TRIM_EVERY = 4  # in the main process
+_TRIM_EVERY = 8  # in the main process (4 while it joined each output chunk into a copy)
 _WORKER_TRIM_EVERY = 8  # in a worker, whose heap keeps freed memory (keep_freed_memory)
 _ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
@@ -211,6 +211,14 @@ class _OutputChecks:
         self.binding = {side: RecordStore(_BIND_DTYPE, sort_keys=("track", "key"),
                                           tmpdir=tmpdir, budget=_CHECK_BUDGET)
                         for side in ("source", "lane")}
+        # Perfetto's two imports of a number through a double agree wherever ×1000 lands on
+        # an integer (every epoch-µs value): while each batch's truncating rows are its
+        # rounding rows, they are held once, in the `round` store (see `_append_depth`)
+        self.trunc_is_round = True
+        # original tracks whose moved activities the binding check keeps (None: all; see
+        # `bind_only_on`), and whether every relocated flow came from one of them
+        self._flow_sources: set | None = None
+        self.sources_complete = True
         self._tmpdir = tmpdir
         self._rows: dict[str, list] = {v: [] for v in self.depth}
         self._bind_rows: list = []
@@ -229,6 +237,7 @@ class _OutputChecks:
         checks = cls({}, None)
         checks.synthetic = synthetic
         checks.depth = {v: _Kept(store.dtype) for v, store in checks.depth.items()}
+        checks.trunc_is_round = False  # a chunk's facts carry every variant
         checks.binding = {v: _Kept(store.dtype) for v, store in checks.binding.items()}
         checks.guides = _GuidesSeen()
         return checks
@@ -247,12 +256,18 @@ class _OutputChecks:
         (tracks, depth, binding, guides, kernels, streams, lane_slices, problems, moved,
          flows) = facts
         self._flush()
+        if self._flow_sources is not None:
+            binding = {**binding, "source": self._on_flow_sources(tracks, binding["source"])}
         ids = np.array([self._track(key) for key in tracks] + [0], np.int64)  # (never empty)
-        for stores, kept in ((self.depth, depth), (self.binding, binding)):
-            for name, batches in kept.items():
+        for kept in (depth, binding):
+            for batches in kept.values():
                 for batch in batches:
                     batch["track"] = ids[batch["track"]]
-                    stores[name].append(batch)
+        self._append_depth({v: concat_rows(batches) if len(batches) > 1 else batches[0]
+                            for v, batches in depth.items() if batches})
+        for name, batches in binding.items():
+            for batch in batches:
+                self.binding[name].append(batch)
         for guide in guides:
             self.guides.observe(*guide)
         for key, count in kernels.items():
@@ -264,6 +279,27 @@ class _OutputChecks:
         self.problems.extend(problems)
         self.relocated_events += moved
         self.relocated_flows += flows
+
+    def bind_only_on(self, sources: set) -> None:
+        """Keep moved activities for the binding check only on these original tracks (a
+        superset of those the relocated flows come from, e.g. every source track with GPU
+        flows): an activity on a track without flows binds nothing, and its rows would be
+        stored, sorted and swept for nothing. A relocated flow from another track clears
+        `sources_complete`: that flow's activities may be gone, and the caller must not
+        trust the binding check then."""
+        self._flow_sources = sources
+
+    def _on_flow_sources(self, tracks: list, batches: list) -> list:
+        """A chunk's source-side binding rows (`tracks` its track keys) less the moved
+        activities on tracks outside `bind_only_on`'s."""
+        kept = np.array([key in self._flow_sources for key in tracks] + [False])
+        out = []
+        for batch in batches:
+            flows = batch["mode"] != _ACTIVITY
+            if not kept[batch["track"][flows]].all():
+                self.sources_complete = False
+            out.append(take_rows(batch, flows | kept[batch["track"]]))
+        return out
 
     def _track(self, key: tuple) -> int:
         tid = self.track_ids.get(key)
@@ -488,13 +524,14 @@ class _OutputChecks:
         ts, dur = timed
         if depth:
             at = np.array(depth, np.int64)
+            batches = {}
             for variant, start, length in (("exact", ts.exact, dur.exact),
                                            ("round", ts.rounded, dur.rounded),
                                            ("trunc", ts.truncated, dur.truncated)):
-                rows = np.empty(len(at), self.depth[variant].dtype)
+                rows = batches[variant] = np.empty(len(at), self.depth[variant].dtype)
                 rows["track"], rows["start"] = tracks, start[at]
                 rows["end"] = rows["start"] + length[at]
-                self.depth[variant].append(rows)
+            self._append_depth(batches)
             depth.clear()
             tracks.clear()
         for k, name in guides:
@@ -521,10 +558,31 @@ class _OutputChecks:
             records["mode"], records["ordinal"] = mode, at + first
             self.binding[side].append(records)
 
+    def _append_depth(self, batches: dict[str, np.ndarray]) -> None:
+        """One batch of depth rows per variant (the same slices, in order) to their stores;
+        the truncating rows only once they differ from the rounding ones (from then on the
+        `trunc` store holds every row, the `round` store's earlier ones copied first)."""
+        if self.trunc_is_round and "trunc" in batches:
+            if same_rows(batches["round"], batches["trunc"]):
+                batches = {v: rows for v, rows in batches.items() if v != "trunc"}
+            else:
+                self.trunc_is_round = False
+                for block in self.depth["round"].sorted_blocks():
+                    self.depth["trunc"].append(block.copy())
+        for variant, rows in batches.items():
+            self.depth[variant].append(rows)
+
+    def depth_stores(self) -> dict:
+        """The depth rows' store of each variant (`trunc` the `round` one while they agree)."""
+        self._flush()
+        return {**self.depth, "trunc": self.depth["round"]} if self.trunc_is_round else dict(
+            self.depth)
+
     def _flush(self) -> None:
-        for variant, rows in self._rows.items():
-            if rows:
-                self.depth[variant].append(np.array(rows, dtype=self.depth[variant].dtype))
+        if self._rows["exact"]:
+            self._append_depth({v: np.array(rows, dtype=self.depth[v].dtype)
+                                for v, rows in self._rows.items()})
+            for rows in self._rows.values():
                 rows.clear()
         if self._bind_rows:
             rows = np.array(self._bind_rows, dtype=_BIND_ROW_DTYPE)
@@ -549,21 +607,27 @@ class _OutputChecks:
         nest unless all of them are zero-length. The sorted records are read a block at a
         time (`nesting_in_block`).
         """
-        self._flush()
         names = {v: k for k, v in self.track_ids.items()}
         problems = list(self.problems)  # slices on a synthetic track without ts or dur
-        for variant, store in self.depth.items():
-            state = _NestState()
-            for block in store.sorted_blocks():
-                for track, start, before in nesting_in_block(block, state):
-                    where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
-                    if before is None:
-                        problems.append(
-                            f"{where} starts with another there, one of them longer: "
-                            f"Perfetto nests the shorter ({variant} import) -> depth 1")
-                    else:
-                        problems.append(f"{where} overlaps one ending at {before} ns "
-                                        f"({variant} import) -> depth 1")
+        rounding: list = []  # the rounding import's findings, the truncating one's too
+        for variant, store in self.depth_stores().items():
+            if variant == "trunc" and self.trunc_is_round:
+                found = rounding
+            else:
+                state = _NestState()
+                found = [nested for block in store.sorted_blocks()
+                         for nested in nesting_in_block(block, state)]
+            if variant == "round":
+                rounding = found
+            for track, start, before in found:
+                where = f"{self.synthetic[names[track]]}: a slice starting at {start} ns"
+                if before is None:
+                    problems.append(
+                        f"{where} starts with another there, one of them longer: "
+                        f"Perfetto nests the shorter ({variant} import) -> depth 1")
+                else:
+                    problems.append(f"{where} overlaps one ending at {before} ns "
+                                    f"({variant} import) -> depth 1")
         return problems
 
     def binding_problems(self) -> list[str]:
@@ -1218,12 +1282,13 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     # restore's splice runs in a worker meanwhile (it reads the output file itself)
     restored = restoring.task
     checks = _OutputChecks(data, tmpdir)
+    checks.bind_only_on({index.tracks[track] for track in index.flow_tracks})
     planned = _PlannedStream(source, index, plan, dict(retired), pool, checks)
     try:
         # cut where events seem to end, not decoded: each chunk is compared with the
         # planned bytes, which the workers decode (see `_PlannedStream`)
         out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True)
-        if not _as_planned(out_scan, planned):
+        if not _as_planned(out_scan, planned) or not checks.sources_complete:
             return False
         if restored is None:
             restored = pool.submit(partial(_restored_from, quick=True), annotated, undo)
@@ -1266,14 +1331,15 @@ def _as_planned(out_scan: DocumentScanner, planned: _PlannedStream) -> bool:
 def _chunk_as_planned(chunk, base: int | None, end: int, expected: _Sequential) -> bool:
     """Whether an output chunk, and the separator before it (after `end`, from the first
     event at `base`), are the next planned bytes."""
-    content = chunk.content()
     start = 0 if base is None else chunk.offset - base
     if start < end:
         return False
     gap = expected.take(start - end)
     if gap is None or (gap and not _SEPARATOR.fullmatch(gap)):
         return False
-    return expected.matches(content)
+    # a speculative chunk's pieces are compared where they lie, never joined (a copy of
+    # every output byte)
+    return all(map(expected.matches, chunk.pieces if chunk.data is None else (chunk.data,)))
 
 
 _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
@@ -1294,7 +1360,8 @@ class _Sequential:
             piece = next(self._pieces, None)
             if piece is None:
                 return 0
-            self._data, self._pos = piece, 0
+            # (bytes, whose `startswith` `matches` compares with)
+            self._data, self._pos = bytes(piece) if type(piece) is not bytes else piece, 0
         return len(self._data) - self._pos
 
     def take(self, length: int) -> bytes | None:
@@ -1310,21 +1377,21 @@ class _Sequential:
             length -= n
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def matches(self, data: bytes) -> bool:
-        """Whether the next len(data) bytes are `data`, compared where they lie: no copy of
-        a 16 MB chunk's worth of planned bytes (whose pages would be faulted in) to compare
-        it. (The caller stops at the first chunk that differs.)"""
+    def matches(self, data: bytes | memoryview) -> bool:
+        """Whether the next len(data) bytes are `data`, compared where both lie: no copy of
+        a 16 MB chunk's worth of planned or output bytes (whose pages would be faulted in)
+        to compare them. (The caller stops at the first chunk that differs.)"""
         at = 0
-        while at < len(data):
-            left = self._left()
-            if not left:
-                return False
-            length = min(left, len(data) - at)
-            with memoryview(self._data) as view:
-                if not data.startswith(view[self._pos : self._pos + length], at):
+        with memoryview(data) as view:
+            while at < len(view):
+                left = self._left()
+                if not left:
                     return False
-            self._pos += length
-            at += length
+                length = min(left, len(view) - at)
+                if not self._data.startswith(view[at : at + length], self._pos):
+                    return False
+                self._pos += length
+                at += length
         return True
 
     def ended(self) -> bool:
@@ -1665,17 +1732,26 @@ def _digest_problems(restored: str, source: TraceSource, undo: Undo) -> list[str
 
 def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
     """`_restored_from` the output file at `path` (in a worker process), the quick way: a
-    digest that is not the source's sends verify to the exact one."""
+    digest that is not the source's sends verify to the exact one.
+
+    The output is first cut where its events seem to end, not decoded (`splice_back`'s
+    `speculative`); where that does not give the report's source digest back (an output
+    whose events hold `}, {` in a string, or one that differs), its events are cut
+    exactly, as before, and that digest is the answer."""
+    with TraceSource(path) as annotated:
+        problem, digest = _restored_from(annotated, undo, quick=True, speculative=True)
+    if not problem and digest == undo.sha256:
+        return problem, digest
     with TraceSource(path) as annotated:
         return _restored_from(annotated, undo, quick=True)
 
 
-def _restored_from(annotated: TraceSource, undo: Undo, *,
-                   quick: bool = False) -> tuple[str, str]:
+def _restored_from(annotated: TraceSource, undo: Undo, *, quick: bool = False,
+                   speculative: bool = False) -> tuple[str, str]:
     """(why restore's splice failed, "") or ("", the sha256 of the bytes it restores)."""
     writer = HashingWriter()
     try:
-        splice_back(annotated, undo, writer, quick=quick)
+        splice_back(annotated, undo, writer, quick=quick, speculative=speculative)
     except TraceError as exc:
         return str(exc), ""
     return "", writer.hexdigest()
