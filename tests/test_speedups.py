@@ -444,6 +444,7 @@ def test_json_rows_take_texts_by_code_and_refuse_odd_columns():
     codes = np.array([2, 0, 2], np.int64)
     assert C.json_rows(3, (b"<", b">"), ((C.CODED, codes, [b"a", b"b", b"c"]),), b" ") == \
         b"<c> <a> <c>"
+    assert C.json_rows(0, (b"<", b">"), ((C.CODED, codes[:0], [b"a"]),), b" ") == b""
     with pytest.raises(IndexError):
         C.json_rows(1, (b"", b""), ((C.CODED, np.array([3], np.int64), [b"a"]),), b"")
     with pytest.raises(TypeError):
