@@ -1487,16 +1487,37 @@ named(PyObject *module, PyObject *args)
     if (out == NULL)
         return NULL;
     Field name_field = {"name", NULL, -1};
+    Tally seen = {0};  /* names looked up, count: whether `wanted` holds each */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
         PyObject *k = PyList_GET_ITEM(kernels, i);
         PyObject *name = kernel_name(events, slices, k, &name_field);
-        int found = name != NULL ? PyDict_Contains(wanted, name) : -1;
+        int found = -1;
+        if (name != NULL && PyUnicode_CheckExact(name)) {
+            /* a name seen before in this call is found by comparing it, not by hashing it
+               (Kineto's kernel names are templated C++, often hundreds of characters) */
+            Py_ssize_t j = 0;
+            while (j < seen.used && !same_str(seen.name[j], name))
+                j++;
+            if (j < seen.used) {
+                found = (int)seen.count[j];
+            } else {
+                found = PyDict_Contains(wanted, name);
+                if (found >= 0 && seen.used < TALLY_NAMES) {
+                    seen.name[seen.used] = Py_NewRef(name);
+                    seen.count[seen.used++] = found;
+                }
+            }
+        } else if (name != NULL) {
+            found = PyDict_Contains(wanted, name);
+        }
         Py_XDECREF(name);
         if (found < 0 || (found && PyList_Append(out, k) < 0)) {
+            flush_tally(&seen, NULL);
             Py_DECREF(out);
             return NULL;
         }
     }
+    flush_tally(&seen, NULL);
     return out;
 }
 
