@@ -4,6 +4,8 @@ import heapq
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tracestream.index import SWEEP_DTYPE
 from tracestream.lanes import (
@@ -13,6 +15,8 @@ from tracestream.lanes import (
     PeakOverlap,
     Sweep,
     allocate,
+    is_member,
+    member_table,
     peak_overlap,
 )
 from tracestream.spill import RecordStore, concat_rows, key_order, same_rows
@@ -393,3 +397,14 @@ def test_same_rows_compares_whole_records_byte_for_byte():
     renamed = np.array([(1, 2, 3), (1, 5, 9)], [("a", "<i8"), ("b", "<i8"), ("c", "<i8")])
     assert not same_rows(a, renamed)
     assert same_rows(a[::-1], a[::-1].copy())  # (not contiguous: compared all the same)
+
+
+@given(st.sets(st.integers(-1, 60)), st.lists(st.integers(-1, 127), max_size=50),
+       st.sampled_from([np.int8, np.int32, np.int64]))
+def test_membership_by_table_is_isin(members, values, dtype):
+    """The sweep tests every record's kind, group (-1: a flow's) and track against small
+    sets by indexing a table: the answer is np.isin's, for values above the largest member
+    and for no members at all too."""
+    column = np.array(values, dtype)
+    expected = np.isin(column, np.array(sorted(members), np.int64))
+    assert is_member(member_table(members), column).tolist() == expected.tolist()

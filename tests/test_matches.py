@@ -113,6 +113,7 @@ def test_column_texts_and_ends_equal_each_match():
     for table in (mixed, kineto, whole):
         which = np.arange(len(table), dtype=np.int32)[::-1]  # any order, as a view's
         ts_texts, dur_texts = table.texts_of(which)
+        assert table.start_texts(which) == ts_texts
         end_texts, end_ceils = table.ends_of(which)
         for k, row in enumerate(which.tolist()):
             match = table.match(row)
@@ -120,6 +121,19 @@ def test_column_texts_and_ends_equal_each_match():
                                                    match.dur_text.encode())
             assert end_texts[k] == match.end.to_text().encode()
             assert end_ceils[k] == match.end.ceil_ns()
+
+
+def test_start_texts_of_integer_rows_write_one_column_at_once(monkeypatch):
+    """Guides show their anchors' starts only: for matches written as integer µs (many real
+    Kineto traces), the starts are written in one call, no duration and no per-form object
+    column on the way."""
+    table = _table([b"1764400000000003", b"0", b"1764400000000005"], [b"12", b"0", b"1"])
+    written = []
+    integers = matches.integers
+    monkeypatch.setattr(matches, "integers", lambda ns: written.append(len(ns)) or integers(ns))
+    monkeypatch.setattr(matches, "_by_form", lambda *a: pytest.fail("written a form at a time"))
+    assert table.start_texts(np.arange(3)) == [b"1764400000000003", b"0", b"1764400000000005"]
+    assert written == [3]
 
 
 def test_texts_of_kineto_forms_are_written_a_column_at_a_time(monkeypatch):

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracestream import observe, timebase
-from tracestream.events import KERNEL, MEMCPY
+from tracestream.events import KERNEL, MEMCPY, OTHER
 from tracestream.observe import (
     FLOW,
     META,
@@ -420,3 +420,21 @@ def test_the_category_memo_is_shared_by_chunks_and_bounded(monkeypatch):
     assert facts.slices["kind"].tolist() == [KERNEL]
     observe_chunk(b", ".join(odd[:3]), 0, Context(count_names=True, records=False))
     assert len(observe._CATEGORY_KINDS) == 4  # kept across chunks below the bound
+
+
+def test_events_without_a_category_are_classified_once(monkeypatch):
+    """Kineto writes instants and metadata without `cat`: a chunk of them asks the memo's
+    classifier once, not once per event (each a Python call in the C extension's loop)."""
+    monkeypatch.setattr(observe, "_CATEGORY_KINDS", observe.CategoryKinds())
+    asked = []
+    classify = observe.CategoryKinds.__missing__
+    monkeypatch.setattr(observe.CategoryKinds, "__missing__",
+                        lambda memo, cat: asked.append(cat) or classify(memo, cat))
+    instants = [b'{"ph": "i", "s": "t", "name": "sync", "pid": 1, "tid": 1, "ts": %d}' % k
+                for k in range(20)]
+    kernel = (b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
+              b'"args": {"device": 0}}')
+    facts = observe_chunk(b", ".join([*instants, kernel, kernel]), 0, Context())
+    assert asked == [None, "kernel"]
+    assert facts.slices["kind"].tolist() == [KERNEL, KERNEL]
+    assert dict(observe._CATEGORY_KINDS) == {None: OTHER, "kernel": KERNEL}

@@ -288,6 +288,24 @@ def test_anchor_kernels_are_picked_and_refused_alike(kernels):
     assert _observed(events, context) == _numpy(_observed, events, context)
 
 
+@needs_c
+@given(st.lists(st.integers(0, 44), min_size=1, max_size=200))
+def test_kernels_of_many_long_names_are_picked_alike(picks):
+    """The C extension finds a name seen before by comparing it, among the first 32 it
+    saw, instead of hashing it again (kernel names are long templated C++): names beyond
+    those, names of one length that differ in their last character, and non-string names
+    are picked as a dict lookup picks them."""
+    names = [b'"void gemm<%s, %02d>(float*)"' % (b"x" * 300, k) for k in range(40)]
+    names += [b"1", b"1.0", b'"void gemm<%s, 07>(float)"' % (b"x" * 300), b'"k"', b'"\\u006b"']
+    events = b", ".join(
+        b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1, '
+        b'"args": {"device": 0, "stream": 7}}' % (names[n], k) for k, n in enumerate(picks))
+    patterns = {"odd": re.compile(r"[13579]>\(float\*"), "k": re.compile("^k$|^1$")}
+    for context in (observe.Context(patterns=patterns, records=False, bounds=False),
+                    observe.Context(patterns=patterns)):
+        assert _observed(events, context) == _numpy(_observed, events, context)
+
+
 _STREAMS = st.sampled_from([b"7", b"7.0", b"true", b'"7"', b"null", b"[7]", b'{"s": 7}', None])
 
 
@@ -444,6 +462,7 @@ def test_json_rows_take_texts_by_code_and_refuse_odd_columns():
     codes = np.array([2, 0, 2], np.int64)
     assert C.json_rows(3, (b"<", b">"), ((C.CODED, codes, [b"a", b"b", b"c"]),), b" ") == \
         b"<c> <a> <c>"
+    assert C.json_rows(0, (b"<", b">"), ((C.CODED, codes[:0], [b"a"]),), b" ") == b""
     with pytest.raises(IndexError):
         C.json_rows(1, (b"", b""), ((C.CODED, np.array([3], np.int64), [b"a"]),), b"")
     with pytest.raises(TypeError):

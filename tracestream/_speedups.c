@@ -1487,16 +1487,37 @@ named(PyObject *module, PyObject *args)
     if (out == NULL)
         return NULL;
     Field name_field = {"name", NULL, -1};
+    Tally seen = {0};  /* names looked up, count: whether `wanted` holds each */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
         PyObject *k = PyList_GET_ITEM(kernels, i);
         PyObject *name = kernel_name(events, slices, k, &name_field);
-        int found = name != NULL ? PyDict_Contains(wanted, name) : -1;
+        int found = -1;
+        if (name != NULL && PyUnicode_CheckExact(name)) {
+            /* a name seen before in this call is found by comparing it, not by hashing it
+               (Kineto's kernel names are templated C++, often hundreds of characters) */
+            Py_ssize_t j = 0;
+            while (j < seen.used && !same_str(seen.name[j], name))
+                j++;
+            if (j < seen.used) {
+                found = (int)seen.count[j];
+            } else {
+                found = PyDict_Contains(wanted, name);
+                if (found >= 0 && seen.used < TALLY_NAMES) {
+                    seen.name[seen.used] = Py_NewRef(name);
+                    seen.count[seen.used++] = found;
+                }
+            }
+        } else if (name != NULL) {
+            found = PyDict_Contains(wanted, name);
+        }
         Py_XDECREF(name);
         if (found < 0 || (found && PyList_Append(out, k) < 0)) {
+            flush_tally(&seen, NULL);
             Py_DECREF(out);
             return NULL;
         }
     }
+    flush_tally(&seen, NULL);
     return out;
 }
 
@@ -1729,40 +1750,6 @@ typedef struct {
     int scale;         /* FIXED, SHORTEST: decimals */
 } RowColumn;
 
-/* A growing byte buffer. */
-typedef struct {
-    char *data;
-    Py_ssize_t len, cap;
-} Text;
-
-static int
-text_reserve(Text *t, Py_ssize_t more)
-{
-    if (t->len + more <= t->cap)
-        return 0;
-    Py_ssize_t cap = t->cap ? t->cap : 1 << 16;
-    while (cap < t->len + more)
-        cap *= 2;
-    char *data = PyMem_Realloc(t->data, cap);
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    t->data = data;
-    t->cap = cap;
-    return 0;
-}
-
-static int
-text_add(Text *t, const char *s, Py_ssize_t n)
-{
-    if (text_reserve(t, n) < 0)
-        return -1;
-    memcpy(t->data + t->len, s, n);
-    t->len += n;
-    return 0;
-}
-
 /* The decimal digits of `a` at `out`; returns how many (at most 20). */
 static int
 digits(char *out, uint64_t a)
@@ -1886,15 +1873,67 @@ bad:
     return -1;
 }
 
-/* Append the bytes object `item` (a TypeError for anything else). */
-static int
-add_bytes(Text *t, PyObject *item)
+/* The bytes object `item`'s size (a TypeError for anything else, -1). */
+static Py_ssize_t
+row_text_size(PyObject *item)
 {
     if (!PyBytes_Check(item)) {
         PyErr_SetString(PyExc_TypeError, "row texts must be bytes");
         return -1;
     }
-    return text_add(t, PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item));
+    return PyBytes_GET_SIZE(item);
+}
+
+/* Row i's text of a TEXTS or CODED column (an IndexError for a code that names none). */
+static PyObject *
+row_text(const RowColumn *col, Py_ssize_t i)
+{
+    if (col->kind == TEXTS)
+        return PyList_GET_ITEM(col->texts, i);
+    int64_t code = col->v[i];
+    if (code < 0 || code >= PyList_GET_SIZE(col->texts)) {
+        PyErr_SetString(PyExc_IndexError, "a row code names no text");
+        return NULL;
+    }
+    return PyList_GET_ITEM(col->texts, code);
+}
+
+#define NUMBER_ROOM 48  /* what number_text may write */
+
+/* An upper bound of json_rows' output: its parts, separators and texts as they are,
+   NUMBER_ROOM bytes a number; -1 with the error of an odd text. */
+static Py_ssize_t
+rows_bound(Py_ssize_t n, PyObject *parts, const RowColumn *cols, Py_ssize_t count,
+           Py_ssize_t sep_len)
+{
+    if (n <= 0)
+        return 0;
+    Py_ssize_t row = sep_len;
+    for (Py_ssize_t k = 0; k <= count; k++)
+        row += PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, k));
+    for (Py_ssize_t c = 0; c < count; c++)
+        if (cols[c].kind != TEXTS && cols[c].kind != CODED)
+            row += NUMBER_ROOM;
+    if (n && row > PY_SSIZE_T_MAX / n)
+        goto too_big;
+    Py_ssize_t bound = n * row;
+    for (Py_ssize_t c = 0; c < count; c++) {
+        if (cols[c].kind != TEXTS && cols[c].kind != CODED)
+            continue;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = row_text(&cols[c], i);
+            Py_ssize_t size = item == NULL ? -1 : row_text_size(item);
+            if (size < 0)
+                return -1;
+            if (bound > PY_SSIZE_T_MAX - size)
+                goto too_big;
+            bound += size;
+        }
+    }
+    return bound;
+too_big:
+    PyErr_NoMemory();
+    return -1;
 }
 
 PyDoc_STRVAR(json_rows_doc,
@@ -1919,7 +1958,6 @@ json_rows(PyObject *module, PyObject *args)
         return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(specs);
     RowColumn *cols = PyMem_Calloc(count ? count : 1, sizeof(RowColumn));
-    Text t = {0};
     PyObject *out = NULL;
     if (cols == NULL) {
         PyErr_NoMemory();
@@ -1937,47 +1975,46 @@ json_rows(PyObject *module, PyObject *args)
     for (Py_ssize_t c = 0; c < count; c++)  /* cols is zeroed: each one read is released */
         if (row_column(PyTuple_GET_ITEM(specs, c), n, &cols[c]) < 0)
             goto done;
+    /* written straight into the bytes object, sized by an upper bound and cut to what
+       was written: no growing buffer copied into it at the end */
+    Py_ssize_t bound = rows_bound(n, parts, cols, count, sep.len);
+    if (bound < 0)
+        goto done;
+    out = PyBytes_FromStringAndSize(NULL, bound);
+    if (out == NULL)
+        goto done;
+    char *start = PyBytes_AS_STRING(out), *at = start;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i && text_add(&t, sep.buf, sep.len) < 0)
-            goto done;
+        if (i) {
+            memcpy(at, sep.buf, sep.len);
+            at += sep.len;
+        }
         for (Py_ssize_t c = 0; c <= count; c++) {
-            if (add_bytes(&t, PyTuple_GET_ITEM(parts, c)) < 0)
-                goto done;
+            PyObject *part = PyTuple_GET_ITEM(parts, c);
+            memcpy(at, PyBytes_AS_STRING(part), PyBytes_GET_SIZE(part));
+            at += PyBytes_GET_SIZE(part);
             if (c == count)
                 break;
             RowColumn *col = &cols[c];
-            if (col->kind == TEXTS) {
-                if (add_bytes(&t, PyList_GET_ITEM(col->texts, i)) < 0)
-                    goto done;
+            if (col->kind == TEXTS || col->kind == CODED) {
+                PyObject *item = row_text(col, i);  /* checked by rows_bound */
+                memcpy(at, PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item));
+                at += PyBytes_GET_SIZE(item);
                 continue;
             }
-            if (col->kind == CODED) {
-                int64_t code = col->v[i];
-                if (code < 0 || code >= PyList_GET_SIZE(col->texts)) {
-                    PyErr_SetString(PyExc_IndexError, "a row code names no text");
-                    goto done;
-                }
-                if (add_bytes(&t, PyList_GET_ITEM(col->texts, code)) < 0)
-                    goto done;
-                continue;
-            }
-            if (text_reserve(&t, 48) < 0)
-                goto done;
-            int len = number_text(t.data + t.len, col->kind, col->scale, col->v[i]);
+            int len = number_text(at, col->kind, col->scale, col->v[i]);
             if (len < 0) {
-                out = Py_None;
-                Py_INCREF(out);
+                Py_SETREF(out, Py_NewRef(Py_None));
                 goto done;
             }
-            t.len += len;
+            at += len;
         }
     }
-    out = PyBytes_FromStringAndSize(t.data ? t.data : "", t.len);
+    _PyBytes_Resize(&out, at - start);  /* NULL with the error when it fails */
 done:
     if (cols != NULL)
         row_columns_release(cols, count);
     PyMem_Free(cols);
-    PyMem_Free(t.data);
     PyBuffer_Release(&sep);
     return out;
 }

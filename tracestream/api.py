@@ -27,7 +27,7 @@ from tracestream.errors import (
 from tracestream.guides import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, LayerSpec
 from tracestream.guidetext import GuideRows
 from tracestream.index import IndexOptions, run_index
-from tracestream.jsontext import write_pretty
+from tracestream.jsontext import PrettyWriter
 from tracestream.plan import CompactSpec, Plan, Planner
 from tracestream.progress import Progress
 from tracestream.reports import LayerRows
@@ -188,13 +188,25 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
     return index, plan
 
 
-def write_report(rep: OutputFile, plan: Plan, source: TraceSource) -> None:
-    """Write the plan's report, with the source's sha256 (its thread started after the
-    index pass) and that of its decompressed bytes (hashed by the index pass), after the
-    rewrite pass."""
+def report_rows(rep: OutputFile, report: PrettyWriter):
+    """Where the rewrite hands the report's guide rows, as it makes each block of guides'
+    events and rows together: (the rows, their writer), with the report's members before
+    them written now (the plan's, final). None for a report on stdout, which gets nothing
+    before the run is through, or one without guide rows."""
+    if rep.stdout:
+        return None
+    rows = report.head()
+    return (rows, report.rows) if isinstance(rows, GuideRows) else None
+
+
+def write_report(rep: OutputFile, plan: Plan, source: TraceSource,
+                 report: PrettyWriter | None = None) -> None:
+    """Write the plan's report (the rest of it, after `report_rows`), with the source's
+    sha256 (its thread started after the index pass) and that of its decompressed bytes
+    (hashed by the index pass), after the rewrite pass."""
     plan.report["source_sha256"] = source.sha256()
     plan.report["source_data_sha256"] = source.data_sha256()
-    write_pretty(plan.report, rep.write)  # the `layers` rows as they are made
+    (report or PrettyWriter(plan.report, rep.write)).finish()
     rep.close_stream()
 
 
@@ -229,8 +241,10 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
             plan.report["output_compression"] = compression
             with OutputFile(output, compression=compression, level=compress_level) as out, \
                     OutputFile(report_path, what="report") as rep:
-                rewrite(source, index, plan, out, progress=progress, pool=pool)
-                write_report(rep, plan, source)
+                report = PrettyWriter(plan.report, rep.write)
+                rewrite(source, index, plan, out, progress=progress, pool=pool,
+                        report_rows=report_rows(rep, report))
+                write_report(rep, plan, source, report)
                 commit_together([out, rep])
         finally:
             index.close()

@@ -59,11 +59,13 @@ def category_kind(cat: Any) -> int:
 
 
 class CategoryKinds(dict):
-    """Memoised `category_kind`: categories repeat, so classify each string once."""
+    """Memoised `category_kind`: categories repeat, so classify each one once. A missing
+    `cat` (None: Kineto's instants, and every metadata event) is remembered too: a real
+    trace holds one or two in every step, each a Python call when it was not."""
 
     def __missing__(self, cat):
         kind = category_kind(cat)
-        if isinstance(cat, str):
+        if cat is None or isinstance(cat, str):  # others are odd: classified each time
             self[cat] = kind
         return kind
 

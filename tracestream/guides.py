@@ -502,7 +502,7 @@ class GuideTable:
             last = layer == spec.num_layers - 1
             rows = view.order[index]
             packed = table.take(rows)
-            start_text = table.texts_of(rows, packed)[0]
+            start_text = table.start_texts(rows, packed)
             start_floor, start_us = table.exact_times(rows, rows=packed)
             end_text = list(start_text)
             end_floor, end_us = start_floor.copy(), start_us.copy()
@@ -511,7 +511,7 @@ class GuideTable:
             if len(inside):
                 upper = view.order[index[inside] + spec.anchor_stride]
                 packed_upper = table.take(upper)
-                for k, text in zip(inside.tolist(), table.texts_of(upper, packed_upper)[0]):
+                for k, text in zip(inside.tolist(), table.start_texts(upper, packed_upper)):
                     end_text[k] = text
                 end_floor[inside], end_us[inside] = table.exact_times(upper, rows=packed_upper)
             ends = np.flatnonzero(last)

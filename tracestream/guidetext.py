@@ -49,9 +49,12 @@ _ROW = pretty_item({field: RawNumber("%d" if field in _INTEGERS else "%b")
 """A report row as `dumps_pretty` writes it inside the report, values left open."""
 
 _KINDS = [orjson.dumps(kind) for kind in BOUNDARY_KINDS]
+_ROW_PAD = b"  " * ROWS_DEPTH
 _EVENT_PARTS = tuple(re.split(rb"%[bd]", _EVENT))
 _ROW_PARTS = tuple(re.split(rb"%[bd]", _ROW))
-"""The templates around their values, for the C extension's json_rows."""
+_ROW_PARTS_PADDED = (_ROW_PAD + _ROW_PARTS[0], *_ROW_PARTS[1:])
+"""The templates around their values, for the C extension's json_rows (a row indented
+as it sits in the report)."""
 
 
 class _Labels:
@@ -106,23 +109,36 @@ class GuideEvents:
     def texts(self) -> Iterator[bytes]:
         """Each block's events as the trace holds them, joined by ",\\n" (never split
         into one object per guide)."""
-        pid, tid, phase, evidence, notice = self._fixed
         labels = _Labels(self.guides)
-        native = speedups.native
         for block in self.guides.blocks():
-            if native is not None:  # the same bytes, written by the C extension
-                yield native.json_rows(len(block.kind), _EVENT_PARTS,
-                                       self._event_columns(native, block, labels), b",\n")
-                continue
-            columns = zip(block.layer_id.tolist(), block.guide_start_us.tolist(),
-                          block.guide_end_us.tolist(), block.pass_index.tolist(),
-                          block.anchor_index.tolist(), labels.names(block), labels.tids(block),
-                          block.start_text, block.end_text, block.kind.tolist())
-            yield b",\n".join([
-                _EVENT % (layer, pid, tid, start, end - start, p, layer, index, name, anchor_tid,
-                          start_text, end_text, _KINDS[kind], phase, evidence, notice)
-                for (layer, start, end, p, index, name, anchor_tid, start_text, end_text,
-                     kind) in columns])
+            yield self.block_text(block, labels)
+
+    def texts_with_rows(self, rows: GuideRows) -> Iterator[tuple[bytes, bytes]]:
+        """Each block's events (as `texts`) and its report rows (as `rows.pretty_blocks`),
+        both made from one read of the block's columns: a run that writes the two at once
+        reads and formats each guide's anchor rows, times and texts once, not twice."""
+        if rows.guides is not self.guides:
+            raise ValueError("the report rows are not of these guides")
+        labels = _Labels(self.guides)
+        for block in self.guides.blocks():
+            yield self.block_text(block, labels), rows.block_text(block, labels)
+
+    def block_text(self, block: GuideBlock, labels: _Labels) -> bytes:
+        """One block's events, joined by ",\\n"."""
+        pid, tid, phase, evidence, notice = self._fixed
+        native = speedups.native
+        if native is not None:  # the same bytes, written by the C extension
+            return native.json_rows(len(block.kind), _EVENT_PARTS,
+                                    self._event_columns(native, block, labels), b",\n")
+        columns = zip(block.layer_id.tolist(), block.guide_start_us.tolist(),
+                      block.guide_end_us.tolist(), block.pass_index.tolist(),
+                      block.anchor_index.tolist(), labels.names(block), labels.tids(block),
+                      block.start_text, block.end_text, block.kind.tolist())
+        return b",\n".join([
+            _EVENT % (layer, pid, tid, start, end - start, p, layer, index, name, anchor_tid,
+                      start_text, end_text, _KINDS[kind], phase, evidence, notice)
+            for (layer, start, end, p, index, name, anchor_tid, start_text, end_text,
+                 kind) in columns])
 
     def blocks(self) -> Iterator[list[bytes]]:
         """Each block's events, one bytes each (a raw newline is never inside a JSON
@@ -169,27 +185,36 @@ class GuideRows:
         if depth != ROWS_DEPTH:
             raise ValueError(f"report rows sit at depth {ROWS_DEPTH}, not {depth}")
         labels = _Labels(self.guides)
-        pad = b"  " * depth
-        native = speedups.native
-        parts = (pad + _ROW_PARTS[0], *_ROW_PARTS[1:])
         for block in self.guides.blocks():
-            text = self._native_rows(native, block, labels, parts) if native else None
-            if text is not None:  # the same bytes, written by the C extension
-                yield text
-                continue
-            columns = list(zip(
+            yield self.block_text(block, labels)
+
+    def block_text(self, block: GuideBlock, labels: _Labels) -> bytes:
+        """One block's rows, indented for ROWS_DEPTH and joined by ",\\n"; keeps the first
+        row of the first block and the last row of the last (the blocks come in order)."""
+        native = speedups.native
+        if native is not None:  # the same bytes, written by the C extension
+            text = self._native_rows(native, block, labels)
+        else:
+            columns = zip(
                 block.pass_index.tolist(), block.layer_id.tolist(), block.anchor_index.tolist(),
                 labels.names(block), labels.tids(block), block.start_text, block.end_text,
                 block.guide_start_us.tolist(), block.guide_end_us.tolist(),
                 self._relative_ms(block.start_floor_ns), self._relative_ms(block.end_floor_ns),
-                [_KINDS[k] for k in block.kind.tolist()]))
-            if self.first is None:
-                self.first = _row(columns[0])
-            self.last = _row(columns[-1])
-            yield b",\n".join([pad + _ROW % values for values in columns])
+                [_KINDS[k] for k in block.kind.tolist()])
+            text = b",\n".join([_ROW_PAD + _ROW % values for values in columns])
+        if self.first is None:
+            self.first = self._row_at(block, labels, 0)
+        if self._ends_the_table(block):
+            self.last = self._row_at(block, labels, len(block.kind) - 1)
+        return text
 
-    def _native_rows(self, native, block: GuideBlock, labels: _Labels,
-                     parts: tuple) -> bytes | None:
+    def _ends_the_table(self, block: GuideBlock) -> bool:
+        """Whether the block's last guide is the last guide (its row is the summary's)."""
+        spec = self.guides.spec
+        return (int(block.pass_index[-1]) == spec.passes - 1
+                and int(block.layer_id[-1]) == spec.first_layer + spec.num_layers - 1)
+
+    def _native_rows(self, native, block: GuideBlock, labels: _Labels) -> bytes:
         """The block's rows joined, from the C extension's json_rows. Where it cannot write
         a relative ms itself (it declines one, or the times lie too far from the origin:
         see relative_ms_column), it takes them as the texts Python writes."""
@@ -205,15 +230,11 @@ class GuideRows:
             (native.SHORTEST, ends, 6), (native.CODED, _int64(block.kind), _KINDS)]
         text = None
         if starts is not None and ends is not None:
-            text = native.json_rows(len(block.kind), parts, tuple(columns), b",\n")
+            text = native.json_rows(len(block.kind), _ROW_PARTS_PADDED, tuple(columns), b",\n")
         if text is None:
             columns[9] = (native.TEXTS, self._relative_ms(block.start_floor_ns))
             columns[10] = (native.TEXTS, self._relative_ms(block.end_floor_ns))
-            text = native.json_rows(len(block.kind), parts, tuple(columns), b",\n")
-        if text is not None:
-            if self.first is None:
-                self.first = self._row_at(block, labels, 0)
-            self.last = self._row_at(block, labels, len(block.kind) - 1)
+            text = native.json_rows(len(block.kind), _ROW_PARTS_PADDED, tuple(columns), b",\n")
         return text
 
     def _row_at(self, block: GuideBlock, labels: _Labels, k: int) -> dict:

@@ -747,7 +747,7 @@ class ClusterRows(StreamedRows):
         table = self.anchors.table
         starts = self.anchors.order[first]
         starts_ns = table.starts[starts]  # the floor ns of each ts
-        start_texts, _ = table.texts_of(starts)
+        start_texts = table.start_texts(starts)
         end_texts, ends_ns = table.ends_of(self.anchors.order[first + sizes - 1])
         return first, sizes, start_texts, end_texts, starts_ns, np.asarray(ends_ns, np.int64)
 
@@ -814,8 +814,8 @@ class FlaggedRows(StreamedRows):
     def rows(self, start: int, stop: int) -> list[dict]:
         windows = self.windows[start:stop]
         table = self.anchors.table
-        from_texts, _ = table.texts_of(self.anchors.order[windows])
-        to_texts, _ = table.texts_of(self.anchors.order[windows + 1])
+        from_texts = table.start_texts(self.anchors.order[windows])
+        to_texts = table.start_texts(self.anchors.order[windows + 1])
         return [
             {"from_index": i, "to_index": i + 1, "count": n,
              "start_us": RawNumber(a.decode()), "end_us": RawNumber(b.decode())}

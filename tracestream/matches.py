@@ -290,13 +290,28 @@ class MatchTable(Sequence):
         (`rows`: `take(which)`, when the caller has read them already)."""
         rows = self.take(which) if rows is None else rows
         forms = rows["form"]
+        return (self._texts(which, forms, rows["start"], 0),
+                self._texts(which, forms, rows["dur"], 1))
+
+    def start_texts(self, which: np.ndarray, rows: np.ndarray | None = None) -> list[bytes]:
+        """The ts texts of rows `which` (`texts_of`'s first list), their durations not
+        written (guides and most report rows show starts only)."""
+        rows = self.take(which) if rows is None else rows
+        return self._texts(which, rows["form"], rows["start"], 0)
+
+    def _texts(self, which: np.ndarray, forms: np.ndarray, ns: np.ndarray,
+               part: int) -> list[bytes]:
+        """One column's texts (part 0: ts, 1: dur): all in one of Kineto's forms written
+        at once (the usual case: every match of a trace is written alike), else a form at
+        a time, rows kept as text one by one."""
         if (forms == THREE_DECIMALS).all():
-            return threes(rows["start"]), threes(rows["dur"])
-        ts, dur = _by_form(forms, rows["start"]), _by_form(forms, rows["dur"])
+            return threes(ns)
+        if (forms == INTEGER).all():
+            return integers(ns)
+        texts = _by_form(forms, ns)
         for k in np.flatnonzero(forms == AS_TEXT).tolist():
-            ts_text, dur_text = self.texts[int(which[k])]
-            ts[k], dur[k] = ts_text.encode(), dur_text.encode()
-        return ts.tolist(), dur.tolist()
+            texts[k] = self.texts[int(which[k])][part].encode()
+        return texts.tolist()
 
     def ends_of(self, which: np.ndarray, rows: np.ndarray | None = None
                 ) -> tuple[list[bytes], np.ndarray]:

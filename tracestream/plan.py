@@ -9,7 +9,7 @@ add, and the report.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,13 +91,25 @@ class AppendedEvents:
         if self.guides is not None:
             yield from self.guides.blocks()
 
-    def texts(self) -> Iterator[bytes]:
+    def texts(self, rows: tuple[GuideRows, Callable[[bytes], None]] | None = None
+              ) -> Iterator[bytes]:
         """The events in order, a non-empty block at a time, joined by ",\\n" as the trace
-        holds them (the guides' never split into one object each)."""
+        holds them (the guides' never split into one object each).
+
+        `rows`: (the report's guide rows, where its blocks go): each block of guides' report
+        rows is made with its events and handed over as they are (see GuideEvents
+        .texts_with_rows)."""
         if self.metadata:
             yield b",\n".join(self.metadata)
-        if self.guides is not None:
+        if self.guides is None:
+            return
+        if rows is None:
             yield from self.guides.texts()
+            return
+        table, write = rows
+        for events, row_text in self.guides.texts_with_rows(table):
+            write(row_text)
+            yield events
 
     def __iter__(self) -> Iterator[bytes]:
         for block in self.blocks():

@@ -408,11 +408,13 @@ def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndar
 
 
 def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
-            *, progress=None, pool=None) -> None:
+            *, progress=None, pool=None, report_rows=None) -> None:
+    """The rewrite pass into `out`. `report_rows`: (the report's guide rows, where they go),
+    to make each block of guides' report rows with its events (AppendedEvents.texts)."""
     with collector_paused():
         try:
             _rewrite(source, index, plan, out, progress,
-                     pool if pool is not None else InlinePool())
+                     pool if pool is not None else InlinePool(), report_rows)
         except Exception:
             if not out.failed:
                 _refuse_if_changed(source)
@@ -432,13 +434,13 @@ def _refuse_if_changed(source: TraceSource) -> None:
     source.finish_read(stats)
 
 
-def _rewrite(source, index, plan, out, progress, pool) -> None:
+def _rewrite(source, index, plan, out, progress, pool, report_rows) -> None:
     stats = ReadStats()
     by_path = source.plain_path if pool.workers else None
     if by_path is not None and progress is None:  # the workers read what they rewrite
         cursor = FileCursor(source.open_plain(), PieceChecksum())
         try:
-            _rewrite_from(cursor, index, plan, out, pool, by_path)
+            _rewrite_from(cursor, index, plan, out, pool, by_path, report_rows)
         finally:
             cursor.close()
         cursor.checksum.finish(stats)
@@ -446,12 +448,12 @@ def _rewrite(source, index, plan, out, progress, pool) -> None:
         blocks: Iterable[bytes] = source.read(stats)
         if progress is not None:
             blocks = progress.wrap(blocks, "rewrite")
-        _rewrite_from(StreamCursor(blocks), index, plan, out, pool, by_path)
+        _rewrite_from(StreamCursor(blocks), index, plan, out, pool, by_path, report_rows)
     source.finish_read(stats)
 
 
 def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
-                  by_path: str | None) -> None:
+                  by_path: str | None, report_rows=None) -> None:
     """The rewrite pass over `cursor`; chunks with edits go to the workers, which read them
     themselves from `by_path` when it is given."""
     layout = index.layout
@@ -521,7 +523,8 @@ def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
         cursor.copy_to(out, insert_at)
     if plan.appended:
         lead = b"" if (not layout.event_count or ends_dropped) else b",\n"
-        for text in plan.appended.texts():  # guide events: made a block at a time
+        # guide events (and their report rows): made a block at a time
+        for text in plan.appended.texts(report_rows):
             out.write(lead)
             out.write(text)
             lead = b",\n"
