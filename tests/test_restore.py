@@ -299,6 +299,42 @@ def test_every_chunk_boundary_restores_exactly(tmp_path, command, place, quick, 
                                          chunk_bytes=chunk_bytes)
 
 
+@pytest.mark.parametrize("speculative", [False, True], ids=["quick", "speculative"])
+def test_a_lookalike_among_relocated_events_restores_exactly(tmp_path, speculative):
+    """The provenance key's text in a CPU event's name, in a chunk that holds nothing else
+    to undo but relocations: the quick undo leaves it (the key is still there) and the
+    chunk's events are read exactly, also where the chunk was cut speculatively and not
+    decoded."""
+    from tracestream.reports import load_report
+    from tracestream.restore import HashingWriter, Undo, splice_back
+    from tracestream.source import TraceSource
+
+    events = []
+    for step in range(12):
+        for event in gpu_events():
+            event = {**event, "ts": event["ts"] + 1000 * step}
+            if "id" in event:
+                event["id"] += 10 * step
+            events.append(event)
+        if step == 6:
+            events.append({"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "dur": 1,
+                           "ts": 1000 * step + 5,
+                           "name": json.dumps({"_compact_gpu_track": _LOOKALIKE})})
+    text = ('{"traceEvents": [\n' + ",\n".join(
+        json.dumps(e, separators=(", ", ": ")) for e in events) + "\n]}\n").encode()
+    source = write(tmp_path / "source.json", text)
+    output = tmp_path / "out.json"
+    annotate("compact", source, output)
+    undo = Undo.from_report(*load_report(Path(f"{output}.compact.json")), name="out")
+    for chunk_bytes in (100, 300, 700, 1500):
+        writer = HashingWriter()
+        with TraceSource(output) as annotated:
+            splice_back(annotated, undo, writer, chunk_bytes=chunk_bytes, quick=True,
+                        speculative=speculative)
+        assert writer.hexdigest() == hashlib.sha256(text).hexdigest(), chunk_bytes
+    assert_verified(source, output)
+
+
 def test_verify_catches_a_change_between_events(tmp_path):
     """Whitespace between events is not part of any event: only the byte comparison of the
     restored output with the source sees it (one failed check, the plan's still holds)."""

@@ -284,6 +284,8 @@ class _State:
                 self.last_kept_end = base + chunk.length
                 self.writer.write(undone[0])
                 return
+            if raws is None:  # the key's text left in a name or nested object: exactly
+                raws = _decoded(data, base)
         pieces: list[bytes] = []
         pos = 0  # chunk bytes before this are in `pieces`
         start = 0
