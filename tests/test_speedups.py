@@ -181,6 +181,18 @@ def test_splice_refuses_ranges_out_of_order():
 
 
 @needs_c
+@pytest.mark.parametrize("ordinal", [0, 7, 9, 10, 99, 100, 1_234_567, 2**63 - 1, -1, -2**63])
+def test_splice_writes_the_ordinal_in_decimal(ordinal):
+    """The provenance member's ordinal is its decimal text (what `%d` writes), at every
+    width; the size summed first and the bytes written agree."""
+    data = b'{"pid": 0, "tid": 7, "args": {"a": 1}}'
+    columns = tuple(np.array([v], np.int64) for v in (0, 8, 9, 18, 19, 30, ordinal))
+    parts = (b"<", b"|", b"|", b">")
+    spliced = C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts)
+    assert spliced == b'{"pid": 0, "tid": 99, "args": {<0|7|%d>, "a": 1}}' % ordinal
+
+
+@needs_c
 def test_splice_writes_into_a_slot_that_holds_the_chunk():
     """A worker's shared slot: the spliced chunk goes there (its length returned) when it
     fits, else it comes back as bytes; the slot's bytes past it stay as they were."""

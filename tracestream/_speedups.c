@@ -12,7 +12,6 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -433,6 +432,26 @@ PyDoc_STRVAR(splice_doc,
 "With `into` (a writable buffer: a worker's shared slot), a chunk that fits is\n"
 "written there and its length returned instead (workers.deliver without a copy).");
 
+
+/* `value` in decimal, as "%lld" writes it, into `out` (24 bytes hold any int64); the
+   length. snprintf parsed its format for every relocated event: ~1.5% of a compact run. */
+static int
+decimal_text(char *out, int64_t value)
+{
+    char reversed[20];
+    uint64_t magnitude = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
+    int count = 0, len = 0;
+    do {
+        reversed[count++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (value < 0)
+        out[len++] = '-';
+    while (count)
+        out[len++] = reversed[--count];
+    return len;
+}
+
 static PyObject *
 splice(PyObject *module, PyObject *args)
 {
@@ -484,7 +503,7 @@ splice(PyObject *module, PyObject *args)
         }
         const Template *t = with_args[i] ? &with : &without;
         total += PyBytes_GET_SIZE(tid) - (t1 - t0) + t->fixed + (p1 - p0) + (t1 - t0)
-                 + snprintf(digits, sizeof digits, "%lld", (long long)c[ORDINAL][i]);
+                 + decimal_text(digits, c[ORDINAL][i]);
         if (pid != Py_None)
             total += PyBytes_GET_SIZE(pid) - (p1 - p0);
         if (with_args[i] && args_have_members(data, buf.len, resume))
@@ -519,7 +538,7 @@ splice(PyObject *module, PyObject *args)
         PUT(PyBytes_AS_STRING(tid), PyBytes_GET_SIZE(tid));
         PUT(data + t1, resume - t1);
         const Template *t = with_args[i] ? &with : &without;
-        int len = snprintf(digits, sizeof digits, "%lld", (long long)c[ORDINAL][i]);
+        int len = decimal_text(digits, c[ORDINAL][i]);
         PUT(t->part[0], t->len[0]);
         PUT(data + p0, p1 - p0);
         PUT(t->part[1], t->len[1]);
