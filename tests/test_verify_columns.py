@@ -381,3 +381,21 @@ def test_binding_rows_kept_only_on_tracks_whose_flows_moved():
     assert merged({(1, 7)}) == ([2, 3], [], True)  # the activity from tid 8 is not kept
     sizes, _, complete = merged({(1, 8)})  # the flow from tid 7: not to be trusted
     assert sizes == [2, 3] and not complete
+
+
+def test_the_checks_memo_of_categories_stays_bounded():
+    """`verify` compares an output event by event where it differs from the plan: an output
+    of ever new categories does not grow its memo of category kinds past the bound, and a
+    kernel met after the bound is still counted as one."""
+    from tracestream.verify import _OutputChecks
+
+    checks = _OutputChecks({}, None)
+    limit = checks.kinds.limit
+    for k in range(limit + 500):
+        checks.observe(k, (f'{{"ph": "X", "cat": "odd{k}", "name": "n", "pid": 1, "tid": 1, '
+                           f'"ts": {k}, "dur": 1}}').encode())
+    assert len(checks.kinds) <= limit
+    checks.observe(limit + 500, b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
+                                b'"tid": 7, "ts": 1, "dur": 2, "args": {"device": 0}}')
+    assert checks.kernels == {(0, 0): 1}
+    checks.close()

@@ -61,11 +61,20 @@ def category_kind(cat: Any) -> int:
 class CategoryKinds(dict):
     """Memoised `category_kind`: categories repeat, so classify each one once. A missing
     `cat` (None: Kineto's instants, and every metadata event) is remembered too: a real
-    trace holds one or two in every step, each a Python call when it was not."""
+    trace holds one or two in every step, each a Python call when it was not.
+
+    Emptied when it holds `limit` categories and meets a new one, so a trace of ever new
+    categories cannot grow it without bound (a real trace has a few dozen)."""
+
+    def __init__(self, limit: int = 1 << 12):
+        super().__init__()
+        self.limit = limit
 
     def __missing__(self, cat):
         kind = category_kind(cat)
         if cat is None or isinstance(cat, str):  # others are odd: classified each time
+            if len(self) >= self.limit:
+                self.clear()
             self[cat] = kind
         return kind
 

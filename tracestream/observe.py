@@ -344,16 +344,8 @@ def observe_received_chunk(slot: int, length: int, offset: int, ctx: Context) ->
 
 
 _CATEGORY_KINDS = CategoryKinds()
-_MAX_CATEGORIES = 1 << 12
-
-
-def _category_kinds() -> CategoryKinds:
-    """The process's memo of category kinds, shared by its chunks: a trace has a few
-    categories, and classifying them afresh for every chunk cost ~2% of a worker's time.
-    Emptied past `_MAX_CATEGORIES` strings, so odd traces cannot grow it without bound."""
-    if len(_CATEGORY_KINDS) > _MAX_CATEGORIES:
-        _CATEGORY_KINDS.clear()
-    return _CATEGORY_KINDS
+"""The process's memo of category kinds, shared by its chunks: a trace has a few
+categories, and classifying them afresh for every chunk cost ~2% of a worker's time."""
 
 
 @dataclass
@@ -440,7 +432,7 @@ class _Observer:
         # msgspec.Raw texts (bytes-like, empty when absent): bytes only where one is read
         ts_texts = _Texts(events, "ts")
         dur_texts = _Texts(events, "dur")
-        kinds_of = _category_kinds()
+        kinds_of = _CATEGORY_KINDS
         classified = self._classified(kinds_of)
         if classified is not None:
             phase, kind_of, owned, phase_counts = classified
