@@ -364,6 +364,9 @@ def _flow_member(key: bytes, value) -> bytes:
                           st.integers(0, 3)),
                 min_size=1, max_size=40),
        st.booleans())
+@example([(b"f", None, b"4611686018427387903", b'"ac2g"', 0, 0),  # 19 digits, packed
+          (b"s", None, b"-4611686018427387904", b'"ac2g"', 0, 0),  # just out of range
+          (b"t", None, b"12345678901234567890123", b'"ac2g"', 0, 0)], True)
 def test_flows_are_kept_alike_either_way(flows, records):
     """A chunk's flows: tracks numbered in order of first appearance, which bind to the
     next slice (`f` without "bp": "e", however `e` is spelled), ids packed where they are

@@ -17,6 +17,10 @@
 #include <emmintrin.h>
 #endif
 
+/* The key of a relocated event's provenance member (events.PROVENANCE_KEY). */
+static const char PROVENANCE_KEY[] = "_compact_gpu_track";
+#define PROVENANCE_KEY_LEN ((Py_ssize_t)sizeof PROVENANCE_KEY - 1)
+
 /* A growing array of positions. */
 typedef struct {
     int64_t *items;
@@ -646,6 +650,7 @@ typedef struct {
     const char *name;
     PyTypeObject *type;
     Py_ssize_t offset;
+    int column; /* in a scan: 0 not looked up yet, -1 none, else F_* + 1 (field_column) */
 } Field;
 
 /* The field's value (a new reference), or NULL with an exception. */
@@ -662,6 +667,809 @@ read_field(PyObject *object, Field *field)
     if (value == NULL && !PyErr_Occurred())
         PyErr_Format(PyExc_AttributeError, "an event's `%s` is unset", field->name);
     return value;
+}
+
+/* -- the scan: a chunk's events read in one pass, without a Python object each ---------
+
+   msgspec decodes every event of a chunk into a struct of objects (its phase, category,
+   name, pid and tid as new str and int objects, its ts and dur as Raw views, its args as
+   another struct), and the index pass then reads a few of those fields of each event
+   and frees them all: more than half of the decode's time. `scan_events` validates the
+   same JSON in one pass and keeps, per event, where each field's value lies and what
+   kind of value it is. A value becomes an object only when a function below reads it,
+   and then one object per distinct text of the chunk (a chunk has a few categories,
+   pids and names among thousands of events).
+
+   It accepts only what msgspec accepts with the same result, and declines (None) the
+   rest: a key spelled with escapes, a field given twice, a pid that is no integer of up
+   to 18 digits, string or null, nesting deeper than MAX_SCAN_DEPTH, a surrogate escape.
+   The caller then decodes the chunk with msgspec, which says what is wrong, if anything.
+
+   The scan is a sequence of its events: `scan[i]` is event i decoded by msgspec (for the
+   few events Python code reads one by one). The functions below that read events take
+   a list of msgspec structs or a scan (see Events). */
+
+enum { F_PH, F_CAT, F_NAME, F_PID, F_TID, F_TS, F_DUR, F_ARGS, F_ID, F_BP,
+       F_DEVICE, F_STREAM, F_PROVENANCE, SCAN_FIELDS };
+static const char *const scan_field_names[SCAN_FIELDS] = {
+    "ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp",
+    "device", "stream", "provenance"};
+enum { V_ABSENT, V_STRING, V_ESCAPED, V_INT, V_NUMBER, V_NULL, V_TRUE, V_FALSE,
+       V_OBJECT, V_ARRAY };
+#define MAX_SCAN_DEPTH 64
+
+#define MAX_SPAN ((1 << 28) - 1) /* a longer value: the scan declines */
+
+typedef struct {
+    int32_t off;       /* the value's text, in the scanned document */
+    uint32_t len : 28;
+    uint32_t type : 4; /* V_* */
+} Span;
+
+static inline const unsigned char *
+skip_ws(const unsigned char *p, const unsigned char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+static inline int
+is_hex(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+}
+
+/* Past the closing quote of the string at p (its opening quote), or NULL where it is
+   not valid JSON or holds a surrogate escape; *escaped set where it holds a backslash. */
+static const unsigned char *
+string_end(const unsigned char *p, const unsigned char *end, int *escaped)
+{
+    p++;
+    for (;;) {
+#ifdef __SSE2__
+        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+        const __m128i control = _mm_set1_epi8(0x1F);
+        while (end - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            __m128i low = _mm_cmpeq_epi8(_mm_max_epu8(v, control), control); /* <= 0x1F */
+            int hits = _mm_movemask_epi8(_mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), low));
+            if (hits) {
+                p += __builtin_ctz(hits);
+                break;
+            }
+            p += 16;
+        }
+#endif
+        while (p < end && *p != '"' && *p != '\\' && *p >= 0x20)
+            p++;
+        if (p >= end || *p < 0x20)
+            return NULL;
+        if (*p == '"')
+            return p + 1;
+        *escaped = 1;
+        if (end - p < 2)
+            return NULL;
+        unsigned char e = p[1];
+        if (e == 'u') {
+            if (end - p < 6 || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4]) || !is_hex(p[5]))
+                return NULL;
+            if ((p[2] | 0x20) == 'd' && !(p[3] >= '0' && p[3] <= '7'))
+                return NULL; /* a surrogate: msgspec decides */
+            p += 6;
+        } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n'
+                   || e == 'r' || e == 't') {
+            p += 2;
+        } else {
+            return NULL;
+        }
+    }
+}
+
+/* Past the JSON number at p, or NULL; *integer: no fraction and no exponent. */
+static const unsigned char *
+number_end(const unsigned char *p, const unsigned char *end, int *integer)
+{
+    *integer = 1;
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end)
+        return NULL;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    else
+        return NULL;
+    if (p < end && *p == '.') {
+        *integer = 0;
+        const unsigned char *digits = ++p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == digits)
+            return NULL;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        *integer = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        const unsigned char *digits = p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == digits)
+            return NULL;
+    }
+    return p;
+}
+
+static const unsigned char *value_end(const unsigned char *p, const unsigned char *end,
+                                      int depth, int *type);
+
+/* Past the array or object at p, validated, or NULL. */
+static const unsigned char *
+container_end(const unsigned char *p, const unsigned char *end, int depth)
+{
+    if (depth > MAX_SCAN_DEPTH)
+        return NULL;
+    int type, escaped;
+    int object = *p == '{';
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == (object ? '}' : ']'))
+        return p + 1;
+    for (;;) {
+        if (object) {
+            if (p >= end || *p != '"' || (p = string_end(p, end, &escaped)) == NULL)
+                return NULL;
+            p = skip_ws(p, end);
+            if (p >= end || *p != ':')
+                return NULL;
+            p = skip_ws(p + 1, end);
+        }
+        if ((p = value_end(p, end, depth + 1, &type)) == NULL)
+            return NULL;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == (object ? '}' : ']'))
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* Past the JSON value at p, validated, or NULL; its V_* kind in *type. */
+static const unsigned char *
+value_end(const unsigned char *p, const unsigned char *end, int depth, int *type)
+{
+    int escaped = 0, integer;
+    if (p >= end)
+        return NULL;
+    switch (*p) {
+    case '"':
+        p = string_end(p, end, &escaped);
+        *type = escaped ? V_ESCAPED : V_STRING;
+        return p;
+    case '{':
+        *type = V_OBJECT;
+        return container_end(p, end, depth);
+    case '[':
+        *type = V_ARRAY;
+        return container_end(p, end, depth);
+    case 't':
+        *type = V_TRUE;
+        return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        *type = V_FALSE;
+        return end - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        *type = V_NULL;
+        return end - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default:
+        p = number_end(p, end, &integer);
+        *type = integer ? V_INT : V_NUMBER;
+        return p;
+    }
+}
+
+/* The field an event's key names (F_*), or -1. */
+static inline int
+event_key(const unsigned char *k, Py_ssize_t n)
+{
+    switch (n) {
+    case 2:
+        return memcmp(k, "ph", 2) == 0 ? F_PH : memcmp(k, "ts", 2) == 0 ? F_TS
+             : memcmp(k, "id", 2) == 0 ? F_ID : memcmp(k, "bp", 2) == 0 ? F_BP : -1;
+    case 3:
+        return memcmp(k, "cat", 3) == 0 ? F_CAT : memcmp(k, "pid", 3) == 0 ? F_PID
+             : memcmp(k, "tid", 3) == 0 ? F_TID : memcmp(k, "dur", 3) == 0 ? F_DUR : -1;
+    case 4:
+        return memcmp(k, "name", 4) == 0 ? F_NAME : memcmp(k, "args", 4) == 0 ? F_ARGS : -1;
+    }
+    return -1;
+}
+
+/* The field an args key names (F_DEVICE, F_STREAM, F_PROVENANCE), or -1. */
+static inline int
+args_key(const unsigned char *k, Py_ssize_t n)
+{
+    if (n == 6)
+        return memcmp(k, "device", 6) == 0 ? F_DEVICE : memcmp(k, "stream", 6) == 0 ? F_STREAM
+                                                                                  : -1;
+    return n == PROVENANCE_KEY_LEN && memcmp(k, PROVENANCE_KEY, n) == 0 ? F_PROVENANCE : -1;
+}
+
+/* Whether a span is an integer of at most 18 digits (within int64 whatever they are). */
+static inline int
+short_int(const unsigned char *d, const Span *span)
+{
+    return span->type == V_INT && span->len - (d[span->off] == '-') <= 18;
+}
+
+/* Whether a field's value is of a kind its msgspec type takes as the scan reads it. */
+static inline int
+scan_type_ok(const unsigned char *d, int field, const Span *span)
+{
+    switch (field) {
+    case F_PH: /* str | None */
+        return span->type == V_STRING || span->type == V_ESCAPED || span->type == V_NULL;
+    case F_PID:
+    case F_TID: /* int | str | None */
+        return span->type == V_STRING || span->type == V_ESCAPED || span->type == V_NULL
+               || short_int(d, span);
+    case F_ARGS: /* _Args | None */
+        return span->type == V_OBJECT || span->type == V_NULL;
+    }
+    return 1; /* Any, or Raw */
+}
+
+/* Past the object at p (an event, or its args where `in_args`), its fields' spans in
+   `fields` (offsets from `base`), or NULL where the scan declines. */
+static const unsigned char *
+scan_object(const unsigned char *base, const unsigned char *p, const unsigned char *end,
+            Span *fields, int in_args)
+{
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    for (;;) {
+        int escaped = 0, type;
+        if (p >= end || *p != '"')
+            return NULL;
+        const unsigned char *key = p + 1;
+        if ((p = string_end(p, end, &escaped)) == NULL || escaped)
+            return NULL; /* an escaped key may spell a field */
+        Py_ssize_t key_len = p - 1 - key;
+        int field = in_args ? args_key(key, key_len) : event_key(key, key_len);
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':')
+            return NULL;
+        p = skip_ws(p + 1, end);
+        const unsigned char *value = p;
+        if (field >= 0 && fields[field].type != V_ABSENT)
+            return NULL; /* given twice */
+        if (field == F_ARGS && p < end && *p == '{') {
+            p = scan_object(base, p, end, fields, 1);
+            type = V_OBJECT;
+        } else {
+            p = value_end(p, end, 2 + in_args, &type);
+        }
+        if (p == NULL)
+            return NULL;
+        if (field >= 0) {
+            Span *span = &fields[field];
+            if (p - value > MAX_SPAN)
+                return NULL;
+            span->off = (int32_t)(value - base);
+            span->len = (uint32_t)(p - value);
+            span->type = (uint32_t)type;
+            if (!scan_type_ok(base, field, span))
+                return NULL;
+        }
+        p = skip_ws(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == '}')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* One distinct string text of the scan: where its str is in the scan's `values`. */
+typedef struct {
+    uint64_t hash;
+    int32_t off, len;
+    int32_t value; /* -1: an empty entry */
+} Interned;
+
+#define INT_CACHE 64 /* recent int values kept, by value (scanned_value) */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;         /* the scanned document, held while the scan lives */
+    const unsigned char *d;
+    Py_ssize_t n;           /* events */
+    int64_t *starts, *ends; /* each event's bytes, in the document */
+    Span *col[SCAN_FIELDS]; /* per field, each event's value */
+    PyObject *decode_value; /* msgspec.json.decode: a value's text -> its object */
+    PyObject *decode_event; /* one event's text -> the struct msgspec makes of it */
+    PyObject *unset;        /* msgspec.UNSET: an absent provenance */
+    PyObject *empty;        /* b"": an absent ts or dur */
+    Interned *table;        /* distinct string texts, open addressing */
+    Py_ssize_t table_size, table_used;
+    PyObject **values;      /* their str, in order of first use (strong references) */
+    int32_t *memo[SCAN_FIELDS]; /* per field and event: its str's number, -1 not looked up */
+    int64_t int_key[INT_CACHE];
+    PyObject *int_value[INT_CACHE];
+    int shift;              /* 1 where the document is bracketed: the chunk is d + 1 */
+} Scanned;
+
+static void
+scanned_dealloc(Scanned *s)
+{
+    for (Py_ssize_t j = 0; j < s->table_used; j++)
+        Py_DECREF(s->values[j]);
+    for (int k = 0; k < INT_CACHE; k++)
+        Py_XDECREF(s->int_value[k]);
+    for (int k = 0; k < SCAN_FIELDS; k++)
+        PyMem_Free(s->memo[k]);
+    PyMem_Free(s->values);
+    PyMem_Free(s->table);
+    PyMem_Free(s->starts);
+    PyMem_Free(s->ends);
+    for (int k = 0; k < SCAN_FIELDS; k++)
+        PyMem_Free(s->col[k]);
+    if (s->view.obj != NULL)
+        PyBuffer_Release(&s->view);
+    Py_XDECREF(s->decode_value);
+    Py_XDECREF(s->decode_event);
+    Py_XDECREF(s->unset);
+    Py_XDECREF(s->empty);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static Py_ssize_t
+scanned_length(Scanned *s)
+{
+    return s->n;
+}
+
+/* scan[i]: event i as msgspec decodes it on its own. */
+static PyObject *
+scanned_item(Scanned *s, Py_ssize_t i)
+{
+    if (i < 0 || i >= s->n) {
+        PyErr_SetString(PyExc_IndexError, "scan index out of range");
+        return NULL;
+    }
+    PyObject *text = PyBytes_FromStringAndSize((const char *)s->d + s->starts[i],
+                                               s->ends[i] - s->starts[i]);
+    if (text == NULL)
+        return NULL;
+    PyObject *event = PyObject_CallOneArg(s->decode_event, text);
+    Py_DECREF(text);
+    return event;
+}
+
+/* scan.spans(): each event's (start, end) in the chunk, as int64 bytearrays. */
+static PyObject *
+scanned_spans(Scanned *s, PyObject *unused)
+{
+    PyObject *starts = PyByteArray_FromStringAndSize(NULL, s->n * 8);
+    PyObject *ends = PyByteArray_FromStringAndSize(NULL, s->n * 8);
+    if (starts == NULL || ends == NULL) {
+        Py_XDECREF(starts);
+        Py_XDECREF(ends);
+        return NULL;
+    }
+    int64_t *start = (int64_t *)PyByteArray_AS_STRING(starts);
+    int64_t *end = (int64_t *)PyByteArray_AS_STRING(ends);
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        start[i] = s->starts[i] - s->shift;
+        end[i] = s->ends[i] - s->shift;
+    }
+    return Py_BuildValue("(NN)", starts, ends);
+}
+
+static PyMethodDef scanned_methods[] = {
+    {"spans", (PyCFunction)scanned_spans, METH_NOARGS,
+     PyDoc_STR("spans() -> (starts, ends): each event's bytes in the chunk (int64 bytearrays)")},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods scanned_as_sequence = {
+    .sq_length = (lenfunc)scanned_length,
+    .sq_item = (ssizeargfunc)scanned_item,
+};
+
+static PyTypeObject ScannedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracestream._speedups.Scan",
+    .tp_doc = PyDoc_STR("A chunk's events as scan_events read them (see there)."),
+    .tp_basicsize = sizeof(Scanned),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)scanned_dealloc,
+    .tp_as_sequence = &scanned_as_sequence,
+    .tp_methods = scanned_methods,
+};
+
+static inline uint64_t
+text_hash(const unsigned char *p, Py_ssize_t n)
+{
+    uint64_t h = UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * UINT64_C(0xFF51AFD7ED558CCD);
+        h ^= h >> 32;
+    }
+    if (n >= 4) { /* the last 4 to 7 bytes, as two loads that may overlap */
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        w = ((uint64_t)a << 32) | b;
+    } else {
+        w = n ? ((uint64_t)p[0] << 16) | ((uint64_t)p[n / 2] << 8) | p[n - 1] : 0;
+    }
+    h = (h ^ w) * UINT64_C(0xC4CEB9FE1A85EC53);
+    return h ^ (h >> 29);
+}
+
+/* The value of a short integer's text (short_int). */
+static inline int64_t
+short_int_value(const unsigned char *text, Py_ssize_t len)
+{
+    int64_t number = 0;
+    for (Py_ssize_t j = text[0] == '-'; j < len; j++)
+        number = 10 * number + (text[j] - '0');
+    return text[0] == '-' ? -number : number;
+}
+
+/* An int of the value (a new reference), kept for the next use of the same value: a
+   chunk's pids, tids, devices and streams are a few values, read event after event. */
+static PyObject *
+cached_int(Scanned *s, int64_t value)
+{
+    int k = (int)(((uint64_t)value * UINT64_C(0x9E3779B97F4A7C15)) >> 58);
+    if (s->int_value[k] != NULL && s->int_key[k] == value)
+        return Py_NewRef(s->int_value[k]);
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL)
+        return NULL;
+    Py_XSETREF(s->int_value[k], Py_NewRef(number));
+    s->int_key[k] = value;
+    return number;
+}
+
+/* The str of field `field` of event i, a string without escapes: one object per distinct
+   text (a borrowed reference, held by the scan), or NULL with an exception. Each event's
+   is remembered, since several functions read the same names and keys. */
+static PyObject *
+interned_value(Scanned *s, Py_ssize_t i, int field, const Span *span)
+{
+    if (s->memo[field] == NULL) {
+        if ((s->memo[field] = PyMem_Malloc(s->n * sizeof(int32_t))) == NULL)
+            return PyErr_NoMemory();
+        memset(s->memo[field], 0xFF, s->n * sizeof(int32_t)); /* -1 */
+    }
+    if (s->memo[field][i] >= 0)
+        return s->values[s->memo[field][i]];
+    if (2 * (s->table_used + 1) > s->table_size) {
+        Py_ssize_t size = s->table_size ? 2 * s->table_size : 256;
+        Interned *table = PyMem_Malloc(size * sizeof(Interned));
+        PyObject **values = PyMem_Realloc(s->values, (size / 2) * sizeof(PyObject *));
+        if (values != NULL)
+            s->values = values;
+        if (table == NULL || values == NULL) {
+            PyMem_Free(table);
+            return PyErr_NoMemory();
+        }
+        for (Py_ssize_t k = 0; k < size; k++)
+            table[k].value = -1;
+        for (Py_ssize_t j = 0; j < s->table_size; j++) {
+            if (s->table[j].value < 0)
+                continue;
+            Py_ssize_t k = (Py_ssize_t)(s->table[j].hash & (uint64_t)(size - 1));
+            while (table[k].value >= 0)
+                k = (k + 1) & (size - 1);
+            table[k] = s->table[j];
+        }
+        PyMem_Free(s->table);
+        s->table = table;
+        s->table_size = size;
+    }
+    const unsigned char *text = s->d + span->off;
+    uint64_t hash = text_hash(text, span->len);
+    Py_ssize_t k = (Py_ssize_t)(hash & (uint64_t)(s->table_size - 1));
+    for (; s->table[k].value >= 0; k = (k + 1) & (s->table_size - 1)) {
+        const Interned *entry = &s->table[k];
+        if (entry->hash == hash && entry->len == span->len
+            && memcmp(s->d + entry->off, text, span->len) == 0)
+            return s->values[s->memo[field][i] = entry->value];
+    }
+    PyObject *value = PyUnicode_DecodeUTF8((const char *)text + 1, span->len - 2, NULL);
+    if (value == NULL)
+        return NULL;
+    int32_t number = (int32_t)s->table_used++;
+    s->values[number] = value;
+    s->table[k] = (Interned){hash, span->off, span->len, number};
+    s->memo[field][i] = number;
+    return value;
+}
+
+/* The value of field `field` of event i as msgspec gives it (a new reference), or NULL
+   with an exception. Not for F_ARGS itself. */
+static PyObject *
+scanned_value(Scanned *s, Py_ssize_t i, int field)
+{
+    const Span *span = &s->col[field][i];
+    if (field == F_TS || field == F_DUR) /* msgspec.Raw: the text */
+        return span->type == V_ABSENT
+                   ? Py_NewRef(s->empty)
+                   : PyBytes_FromStringAndSize((const char *)s->d + span->off, span->len);
+    switch (span->type) {
+    case V_ABSENT:
+        return Py_NewRef(field == F_PROVENANCE ? s->unset : Py_None);
+    case V_NULL:
+        Py_RETURN_NONE;
+    case V_TRUE:
+        Py_RETURN_TRUE;
+    case V_FALSE:
+        Py_RETURN_FALSE;
+    case V_STRING:
+        if (span->len == 3) /* one character, ASCII (the chunk is UTF-8): a cached str */
+            return PyUnicode_FromOrdinal(s->d[span->off + 1]);
+        return Py_XNewRef(interned_value(s, i, field, span));
+    case V_INT:
+        if (short_int(s->d, span))
+            return cached_int(s, short_int_value(s->d + span->off, span->len));
+    }
+    PyObject *text = PyBytes_FromStringAndSize((const char *)s->d + span->off, span->len);
+    PyObject *value = text != NULL ? PyObject_CallOneArg(s->decode_value, text) : NULL;
+    Py_XDECREF(text);
+    return value;
+}
+
+PyDoc_STRVAR(scan_events_doc,
+"scan_events(document, decode_value, decode_event, unset, bracketed) -> Scan or None\n\n"
+"A chunk's events (bytes-like: a JSON array where `bracketed`, else the events and\n"
+"the commas between them), validated and read in one pass, or\n"
+"None where the scan declines (see the comment above scan_events in the source):\n"
+"the caller has checked it is UTF-8 (a string's bytes are not looked at again).\n"
+"decode it with msgspec then. The scan is a sequence of the events; functions of\n"
+"this module that read events' fields take it as they take a list of msgspec structs\n"
+"(observe.Event). `decode_value(text)` gives a field's value where the scan keeps\n"
+"none of its own (escaped strings, floats, objects), `decode_event(text)` an event,\n"
+"`unset` the provenance of args without one.");
+
+static PyObject *
+scan_events(PyObject *module, PyObject *args)
+{
+    PyObject *document, *decode_value, *decode_event, *unset;
+    int bracketed;
+    if (!PyArg_ParseTuple(args, "OOOOp:scan_events", &document, &decode_value, &decode_event,
+                          &unset, &bracketed))
+        return NULL;
+    Scanned *s = PyObject_New(Scanned, &ScannedType);
+    if (s == NULL)
+        return NULL;
+    memset((char *)s + sizeof(PyObject), 0, sizeof(Scanned) - sizeof(PyObject));
+    if (PyObject_GetBuffer(document, &s->view, PyBUF_SIMPLE) < 0) {
+        s->view.obj = NULL;
+        Py_DECREF(s);
+        return NULL;
+    }
+    s->decode_value = Py_NewRef(decode_value);
+    s->decode_event = Py_NewRef(decode_event);
+    s->unset = Py_NewRef(unset);
+    if ((s->empty = PyBytes_FromStringAndSize(NULL, 0)) == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    const unsigned char *d = s->view.buf, *end = d + s->view.len;
+    s->d = d;
+    if (s->view.len > INT32_MAX)
+        goto decline;
+    Py_ssize_t cap = 0;
+    const unsigned char *p = skip_ws(d, end);
+    s->shift = bracketed;
+    if (bracketed) {
+        if (p >= end || *p != '[')
+            goto decline;
+        p = skip_ws(p + 1, end);
+    }
+    if (bracketed ? p < end && *p == ']' : p >= end) { /* no events */
+        p += bracketed;
+    } else {
+        for (;;) {
+            if (p >= end || *p != '{')
+                goto decline;
+            if (s->n == cap) {
+                cap = cap ? 2 * cap : 4096;
+                int64_t *starts = PyMem_Realloc(s->starts, cap * sizeof(int64_t));
+                if (starts != NULL)
+                    s->starts = starts;
+                int64_t *ends = PyMem_Realloc(s->ends, cap * sizeof(int64_t));
+                if (ends != NULL)
+                    s->ends = ends;
+                int columns = 0;
+                for (int k = 0; k < SCAN_FIELDS; k++) {
+                    Span *column = PyMem_Realloc(s->col[k], cap * sizeof(Span));
+                    if (column != NULL) {
+                        s->col[k] = column;
+                        columns++;
+                    }
+                }
+                if (starts == NULL || ends == NULL || columns < SCAN_FIELDS) {
+                    Py_DECREF(s);
+                    return PyErr_NoMemory();
+                }
+            }
+            Span fields[SCAN_FIELDS] = {{0}};
+            s->starts[s->n] = p - d;
+            if ((p = scan_object(d, p, end, fields, 0)) == NULL)
+                goto decline;
+            for (int k = 0; k < SCAN_FIELDS; k++)
+                s->col[k][s->n] = fields[k];
+            s->ends[s->n++] = p - d;
+            p = skip_ws(p, end);
+            if (!bracketed && p == end)
+                break;
+            if (p >= end)
+                goto decline;
+            if (bracketed && *p == ']') {
+                p++;
+                break;
+            }
+            if (*p != ',')
+                goto decline;
+            p = skip_ws(p + 1, end);
+        }
+    }
+    if (skip_ws(p, end) != end)
+        goto decline;
+    return (PyObject *)s;
+
+decline:
+    Py_DECREF(s);
+    Py_RETURN_NONE;
+}
+
+/* The events a function reads: a list of msgspec structs, or a scan. */
+typedef struct {
+    PyObject *list;
+    Scanned *scan;
+    Py_ssize_t size;
+} Events;
+
+/* PyArg_ParseTuple's "O&" converter for Events. */
+static int
+events_arg(PyObject *object, void *address)
+{
+    Events *events = address;
+    if (PyList_Check(object)) {
+        *events = (Events){object, NULL, PyList_GET_SIZE(object)};
+        return 1;
+    }
+    if (Py_IS_TYPE(object, &ScannedType)) {
+        *events = (Events){NULL, (Scanned *)object, ((Scanned *)object)->n};
+        return 1;
+    }
+    PyErr_SetString(PyExc_ValueError, "events: a list of structs or a scan");
+    return 0;
+}
+
+/* The scan's column of a field (F_*), found by its name once, or -1. */
+static int
+field_column(Field *field)
+{
+    if (field->column == 0) {
+        field->column = -1;
+        for (int k = 0; k < SCAN_FIELDS; k++)
+            if (strcmp(scan_field_names[k], field->name) == 0)
+                field->column = k + 1;
+    }
+    return field->column > 0 ? field->column - 1 : -1;
+}
+
+/* events[i].<field> (a new reference), or NULL with an exception. */
+static PyObject *
+event_field(Events *events, Py_ssize_t i, Field *field)
+{
+    if (events->list != NULL)
+        return read_field(PyList_GET_ITEM(events->list, i), field);
+    int column = field_column(field);
+    if (column < 0 || column == F_ARGS || column >= F_DEVICE) {
+        PyErr_Format(PyExc_AttributeError, "a scanned event has no field `%s`", field->name);
+        return NULL;
+    }
+    return scanned_value(events->scan, i, column);
+}
+
+/* events[i].args.<inner>, or `no_args` where args is None (a new reference), or NULL with
+   an exception. */
+static PyObject *
+event_args_field(Events *events, Py_ssize_t i, Field *args_field, Field *inner,
+                 PyObject *no_args)
+{
+    if (events->list != NULL) {
+        PyObject *event_args = read_field(PyList_GET_ITEM(events->list, i), args_field);
+        if (event_args == NULL || event_args == Py_None) {
+            Py_XDECREF(event_args);
+            return event_args == NULL ? NULL : Py_NewRef(no_args);
+        }
+        PyObject *value = read_field(event_args, inner);
+        Py_DECREF(event_args);
+        return value;
+    }
+    int column = field_column(inner);
+    if (field_column(args_field) != F_ARGS || column < F_DEVICE) {
+        PyErr_Format(PyExc_AttributeError, "a scanned event has no field `%s.%s`",
+                     args_field->name, inner->name);
+        return NULL;
+    }
+    if (events->scan->col[F_ARGS][i].type != V_OBJECT)
+        return Py_NewRef(no_args);
+    return scanned_value(events->scan, i, column);
+}
+
+/* For a scan: whether field `column` of event i is the one-letter string `letter` (1 or
+   0), or -1 where the value must be decoded to know (escapes); -1 for a list too. */
+static int
+scanned_is_char(Events *events, Py_ssize_t i, int column, char letter)
+{
+    if (events->scan == NULL)
+        return -1;
+    const Span *span = &events->scan->col[column][i];
+    if (span->type == V_ESCAPED)
+        return -1;
+    return span->type == V_STRING && span->len == 3
+           && events->scan->d[span->off + 1] == (unsigned char)letter;
+}
+
+/* The event index held by `index` (an int), or -1 with an IndexError. */
+static Py_ssize_t
+event_index(Events *events, PyObject *index)
+{
+    Py_ssize_t at = PyLong_AsSsize_t(index);
+    if (at < 0 || at >= events->size) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_IndexError, "an index past the events");
+        return -1;
+    }
+    return at;
+}
+
+PyDoc_STRVAR(event_values_doc,
+"event_values(events, indices, key) -> list\n\n"
+"events[i].<key> for each of the indices (a list of msgspec structs or a scan, whose\n"
+"ts and dur are bytes where msgspec gives a Raw): a scan reads these where they lie,\n"
+"its events one by one are decoded whole.");
+
+static PyObject *
+event_values(PyObject *module, PyObject *args)
+{
+    Events events;
+    PyObject *indices;
+    Field field = {NULL, NULL, -1};
+    if (!PyArg_ParseTuple(args, "O&O!s:event_values", events_arg, &events, &PyList_Type,
+                          &indices, &field.name))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(indices);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        Py_ssize_t at = event_index(&events, PyList_GET_ITEM(indices, i));
+        PyObject *value = at >= 0 ? event_field(&events, at, &field) : NULL;
+        if (value == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, value);
+    }
+    return out;
 }
 
 PyDoc_STRVAR(decimal_column_doc,
@@ -681,13 +1489,18 @@ enum { SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_DECIMAL, SHAPE_OTHER };
 static PyObject *
 decimal_column(PyObject *module, PyObject *args)
 {
-    PyObject *events;
+    Events events;
     Field field = {NULL, NULL, -1};
     int is_signed;
-    if (!PyArg_ParseTuple(args, "O!sp:decimal_column", &PyList_Type, &events, &field.name,
+    if (!PyArg_ParseTuple(args, "O&sp:decimal_column", events_arg, &events, &field.name,
                           &is_signed))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(events);
+    Py_ssize_t n = events.size;
+    int column = events.scan != NULL ? field_column(&field) : -1;
+    if (events.scan != NULL && column != F_TS && column != F_DUR) {
+        PyErr_Format(PyExc_ValueError, "no number column `%s` in a scan", field.name);
+        return NULL;
+    }
     PyObject *ns_obj = PyByteArray_FromStringAndSize(NULL, n * 8);
     PyObject *shapes_obj = PyByteArray_FromStringAndSize(NULL, n);
     if (ns_obj == NULL || shapes_obj == NULL)
@@ -695,12 +1508,18 @@ decimal_column(PyObject *module, PyObject *args)
     int64_t *ns = (int64_t *)PyByteArray_AS_STRING(ns_obj);
     char *shapes = PyByteArray_AS_STRING(shapes_obj);
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_buffer view;
-        PyObject *text = read_field(PyList_GET_ITEM(events, i), &field);
-        int viewed = text != NULL ? PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) : -1;
-        Py_XDECREF(text); /* the event holds the text while it is viewed */
-        if (viewed < 0)
-            goto fail;
+        Py_buffer view = {0};
+        if (events.scan != NULL) { /* the text where it lies in the scanned document */
+            const Span *span = &events.scan->col[column][i];
+            view.buf = (void *)(events.scan->d + span->off);
+            view.len = span->type == V_ABSENT ? 0 : span->len;
+        } else {
+            PyObject *text = read_field(PyList_GET_ITEM(events.list, i), &field);
+            int viewed = text != NULL ? PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) : -1;
+            Py_XDECREF(text); /* the event holds the text while it is viewed */
+            if (viewed < 0)
+                goto fail;
+        }
         const unsigned char *t = view.buf;
         Py_ssize_t len = view.len, at = 0;
         int decimals = 0, ok = 1, negative = 0;
@@ -1072,9 +1891,10 @@ PyDoc_STRVAR(slice_keys_doc,
 static PyObject *
 slice_keys(PyObject *module, PyObject *args)
 {
-    PyObject *events, *indices, *scopes_device;
+    Events events;
+    PyObject *indices, *scopes_device;
     Py_buffer scopes;
-    if (!PyArg_ParseTuple(args, "O!O!y*O:slice_keys", &PyList_Type, &events, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O&O!y*O:slice_keys", events_arg, &events, &PyList_Type,
                           &indices, &scopes, &scopes_device))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(indices);
@@ -1092,31 +1912,18 @@ slice_keys(PyObject *module, PyObject *args)
     Field args_field = {"args", NULL, -1}, device_field = {"device", NULL, -1};
     IntPairs track_pairs = {0}, group_pairs = {0};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(indices, i));
-        if (at < 0 || at >= PyList_GET_SIZE(events)) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_IndexError, "an index past the events");
+        Py_ssize_t at = event_index(&events, PyList_GET_ITEM(indices, i));
+        if (at < 0) {
             ok = 0;
             break;
         }
-        PyObject *event = PyList_GET_ITEM(events, at);
-        PyObject *pid = read_field(event, &pid_field);
-        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
+        PyObject *pid = event_field(&events, at, &pid_field);
+        PyObject *tid = pid ? event_field(&events, at, &tid_field) : NULL;
         PyObject *device = NULL;
-        if (tid != NULL) {
-            if (scope[i]) {
-                device = Py_NewRef(scopes_device);
-            }
-            else {
-                PyObject *event_args = read_field(event, &args_field);
-                if (event_args == Py_None)
-                    device = event_args; /* the reference moves over */
-                else if (event_args != NULL) {
-                    device = read_field(event_args, &device_field);
-                    Py_DECREF(event_args);
-                }
-            }
-        }
+        if (tid != NULL)
+            device = scope[i] ? Py_NewRef(scopes_device)
+                              : event_args_field(&events, at, &args_field, &device_field,
+                                                 Py_None);
         long track = device ? cached_pair_code(&track_pairs, track_map, track_keys, pid, tid) : -1;
         long group = track >= 0
                          ? cached_pair_code(&group_pairs, group_map, group_keys, pid, device)
@@ -1162,12 +1969,13 @@ PyDoc_STRVAR(classify_doc,
 static PyObject *
 classify(PyObject *module, PyObject *args)
 {
-    PyObject *events, *phase_codes, *kinds;
+    Events events;
+    PyObject *phase_codes, *kinds;
     int other_phase;
-    if (!PyArg_ParseTuple(args, "O!O!iO!:classify", &PyList_Type, &events, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O&O!iO!:classify", events_arg, &events, &PyDict_Type,
                           &phase_codes, &other_phase, &PyDict_Type, &kinds))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(events);
+    Py_ssize_t n = events.size;
     PyObject *phases = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *kind_codes = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *owners = PyByteArray_FromStringAndSize(NULL, n);
@@ -1182,18 +1990,22 @@ classify(PyObject *module, PyObject *args)
     char *phase = PyByteArray_AS_STRING(phases), *kind = PyByteArray_AS_STRING(kind_codes);
     char *owned = PyByteArray_AS_STRING(owners);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *event = PyList_GET_ITEM(events, i);
-        Py_XSETREF(ph, read_field(event, &ph_field));
-        Py_XSETREF(cat, ph ? read_field(event, &cat_field) : NULL);
+        Py_XSETREF(ph, event_field(&events, i, &ph_field));
+        Py_XSETREF(cat, ph ? event_field(&events, i, &cat_field) : NULL);
         if (cat == NULL)
             goto fail;
-        PyObject *pid = read_field(event, &pid_field);
-        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
-        owned[i] = tid != NULL && pid != Py_None && tid != Py_None;
-        Py_XDECREF(pid);
-        if (tid == NULL)
-            goto fail;
-        Py_DECREF(tid);
+        if (events.scan != NULL) { /* a pid and a tid: neither absent nor null */
+            int pid = events.scan->col[F_PID][i].type, tid = events.scan->col[F_TID][i].type;
+            owned[i] = pid != V_ABSENT && pid != V_NULL && tid != V_ABSENT && tid != V_NULL;
+        } else {
+            PyObject *pid = event_field(&events, i, &pid_field);
+            PyObject *tid = pid ? event_field(&events, i, &tid_field) : NULL;
+            owned[i] = tid != NULL && pid != Py_None && tid != Py_None;
+            Py_XDECREF(pid);
+            if (tid == NULL)
+                goto fail;
+            Py_DECREF(tid);
+        }
         PyObject *code = PyDict_GetItemWithError(phase_codes, ph);
         if (code == NULL && PyErr_Occurred())
             goto fail;
@@ -1265,21 +2077,14 @@ PyDoc_STRVAR(first_set_doc,
 static PyObject *
 first_set(PyObject *module, PyObject *args)
 {
-    PyObject *events, *unset;
+    Events events;
+    PyObject *unset;
     Field outer_field = {NULL, NULL, -1}, inner_field = {NULL, NULL, -1};
-    if (!PyArg_ParseTuple(args, "O!ssO:first_set", &PyList_Type, &events, &outer_field.name,
+    if (!PyArg_ParseTuple(args, "O&ssO:first_set", events_arg, &events, &outer_field.name,
                           &inner_field.name, &unset))
         return NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
-        PyObject *outer = read_field(PyList_GET_ITEM(events, i), &outer_field);
-        if (outer == NULL)
-            return NULL;
-        if (outer == Py_None) {
-            Py_DECREF(outer);
-            continue;
-        }
-        PyObject *inner = read_field(outer, &inner_field);
-        Py_DECREF(outer);
+    for (Py_ssize_t i = 0; i < events.size; i++) {
+        PyObject *inner = event_args_field(&events, i, &outer_field, &inner_field, unset);
         if (inner == NULL)
             return NULL;
         int set = inner != unset;
@@ -1305,11 +2110,11 @@ item_at(PyObject *list, PyObject *index)
 
 /* The `name` of events[slices[k]] (a new reference), or NULL with an exception. */
 static PyObject *
-kernel_name(PyObject *events, PyObject *slices, PyObject *k, Field *name_field)
+kernel_name(Events *events, PyObject *slices, PyObject *k, Field *name_field)
 {
     PyObject *slice = item_at(slices, k);
-    PyObject *event = slice ? item_at(events, slice) : NULL;
-    return event ? read_field(event, name_field) : NULL;
+    Py_ssize_t at = slice ? event_index(events, slice) : -1;
+    return at >= 0 ? event_field(events, at, name_field) : NULL;
 }
 
 PyDoc_STRVAR(name_counts_doc,
@@ -1372,8 +2177,9 @@ flush_tally(Tally *tally, PyObject *counts)
 static PyObject *
 name_counts(PyObject *module, PyObject *args)
 {
-    PyObject *events, *slices, *kernels, *groups;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!:name_counts", &PyList_Type, &events, &PyList_Type,
+    Events events;
+    PyObject *slices, *kernels, *groups;
+    if (!PyArg_ParseTuple(args, "O&O!O!O!:name_counts", events_arg, &events, &PyList_Type,
                           &slices, &PyList_Type, &kernels, &PyList_Type, &groups))
         return NULL;
     PyObject *out = PyDict_New();
@@ -1401,7 +2207,7 @@ name_counts(PyObject *module, PyObject *args)
                     goto fail;
             }
         }
-        PyObject *name = kernel_name(events, slices, k, &name_field);
+        PyObject *name = kernel_name(&events, slices, k, &name_field);
         if (name == NULL)
             goto fail;
         if (!PyUnicode_CheckExact(name)) { /* counted in the dict, after the names before */
@@ -1449,9 +2255,10 @@ PyDoc_STRVAR(first_unhashable_device_doc,
 static PyObject *
 first_unhashable_device(PyObject *module, PyObject *args)
 {
-    PyObject *events, *slices;
+    Events events;
+    PyObject *slices;
     Py_buffer scopes;
-    if (!PyArg_ParseTuple(args, "O!O!y*:first_unhashable_device", &PyList_Type, &events,
+    if (!PyArg_ParseTuple(args, "O&O!y*:first_unhashable_device", events_arg, &events,
                           &PyList_Type, &slices, &scopes))
         return NULL;
     PyObject *out = NULL;
@@ -1464,13 +2271,10 @@ first_unhashable_device(PyObject *module, PyObject *args)
     for (Py_ssize_t k = 0; k < n; k++) {
         if (((const char *)scopes.buf)[k])
             continue;
-        PyObject *event = item_at(events, PyList_GET_ITEM(slices, k));
-        PyObject *event_args = event ? read_field(event, &args_field) : NULL;
-        if (event_args == NULL)
-            goto done;
-        PyObject *device = event_args == Py_None ? Py_NewRef(Py_None)
-                                                 : read_field(event_args, &device_field);
-        Py_DECREF(event_args);
+        Py_ssize_t at = event_index(&events, PyList_GET_ITEM(slices, k));
+        PyObject *device = at >= 0 ? event_args_field(&events, at, &args_field, &device_field,
+                                                      Py_None)
+                                   : NULL;
         if (device == NULL)
             goto done;
         Py_hash_t hash = PyObject_Hash(device);
@@ -1498,8 +2302,9 @@ PyDoc_STRVAR(named_doc,
 static PyObject *
 named(PyObject *module, PyObject *args)
 {
-    PyObject *events, *slices, *kernels, *wanted;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!:named", &PyList_Type, &events, &PyList_Type,
+    Events events;
+    PyObject *slices, *kernels, *wanted;
+    if (!PyArg_ParseTuple(args, "O&O!O!O!:named", events_arg, &events, &PyList_Type,
                           &slices, &PyList_Type, &kernels, &PyDict_Type, &wanted))
         return NULL;
     PyObject *out = PyList_New(0);
@@ -1509,7 +2314,7 @@ named(PyObject *module, PyObject *args)
     Tally seen = {0};  /* names looked up, count: whether `wanted` holds each */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); i++) {
         PyObject *k = PyList_GET_ITEM(kernels, i);
-        PyObject *name = kernel_name(events, slices, k, &name_field);
+        PyObject *name = kernel_name(&events, slices, k, &name_field);
         int found = -1;
         if (name != NULL && PyUnicode_CheckExact(name)) {
             /* a name seen before in this call is found by comparing it, not by hashing it
@@ -1551,8 +2356,9 @@ PyDoc_STRVAR(match_keys_doc,
 static PyObject *
 match_keys(PyObject *module, PyObject *args)
 {
-    PyObject *events, *indices;
-    if (!PyArg_ParseTuple(args, "O!O!:match_keys", &PyList_Type, &events, &PyList_Type,
+    Events events;
+    PyObject *indices;
+    if (!PyArg_ParseTuple(args, "O&O!:match_keys", events_arg, &events, &PyList_Type,
                           &indices))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(indices);
@@ -1564,16 +2370,11 @@ match_keys(PyObject *module, PyObject *args)
     Field name_field = {"name", NULL, -1}, args_field = {"args", NULL, -1};
     Field stream_field = {"stream", NULL, -1};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        PyObject *event = item_at(events, PyList_GET_ITEM(indices, i));
-        PyObject *event_args = event ? read_field(event, &args_field) : NULL;
-        PyObject *stream = NULL, *name = NULL;
-        if (event_args != NULL) {
-            stream = event_args == Py_None ? Py_NewRef(Py_None)
-                                           : read_field(event_args, &stream_field);
-            Py_DECREF(event_args);
-        }
-        if (stream != NULL)
-            name = read_field(event, &name_field);
+        Py_ssize_t at = event_index(&events, PyList_GET_ITEM(indices, i));
+        PyObject *stream = at >= 0 ? event_args_field(&events, at, &args_field, &stream_field,
+                                                      Py_None)
+                                   : NULL;
+        PyObject *name = stream != NULL ? event_field(&events, at, &name_field) : NULL;
         long stream_code = name != NULL ? pair_code(stream_map, stream_keys,
                                                     (PyObject *)Py_TYPE(stream), stream)
                                         : -1;
@@ -1612,8 +2413,9 @@ PyDoc_STRVAR(track_keys_doc,
 static PyObject *
 track_keys(PyObject *module, PyObject *args)
 {
-    PyObject *events, *indices;
-    if (!PyArg_ParseTuple(args, "O!O!:track_keys", &PyList_Type, &events, &PyList_Type,
+    Events events;
+    PyObject *indices;
+    if (!PyArg_ParseTuple(args, "O&O!:track_keys", events_arg, &events, &PyList_Type,
                           &indices))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(indices);
@@ -1623,9 +2425,9 @@ track_keys(PyObject *module, PyObject *args)
     Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
     IntPairs pairs = {0};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        PyObject *event = item_at(events, PyList_GET_ITEM(indices, i));
-        PyObject *pid = event ? read_field(event, &pid_field) : NULL;
-        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
+        Py_ssize_t at = event_index(&events, PyList_GET_ITEM(indices, i));
+        PyObject *pid = at >= 0 ? event_field(&events, at, &pid_field) : NULL;
+        PyObject *tid = pid ? event_field(&events, at, &tid_field) : NULL;
         long code = tid ? cached_pair_code(&pairs, map, keys, pid, tid) : -1;
         Py_XDECREF(pid);
         Py_XDECREF(tid);
@@ -1677,9 +2479,10 @@ equals_text(PyObject *value, PyObject *text)
 static PyObject *
 flow_columns(PyObject *module, PyObject *args)
 {
-    PyObject *events, *flows;
+    Events events;
+    PyObject *flows;
     long long no_id;
-    if (!PyArg_ParseTuple(args, "O!O!L:flow_columns", &PyList_Type, &events, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O&O!L:flow_columns", events_arg, &events, &PyList_Type,
                           &flows, &no_id))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(flows);
@@ -1697,41 +2500,56 @@ flow_columns(PyObject *module, PyObject *args)
     IntPairs pairs = {0};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         ok = 0;
-        PyObject *event = item_at(events, PyList_GET_ITEM(flows, i));
-        if (event == NULL)
+        Py_ssize_t at = event_index(&events, PyList_GET_ITEM(flows, i));
+        if (at < 0)
             break;
-        PyObject *pid = read_field(event, &pid_field);
-        PyObject *tid = pid ? read_field(event, &tid_field) : NULL;
+        PyObject *pid = event_field(&events, at, &pid_field);
+        PyObject *tid = pid ? event_field(&events, at, &tid_field) : NULL;
         long track = tid ? cached_pair_code(&pairs, track_map, track_keys, pid, tid) : -1;
         Py_XDECREF(pid);
         Py_XDECREF(tid);
         if (track < 0)
             break;
         ((int32_t *)PyByteArray_AS_STRING(track_codes))[i] = (int32_t)track;
-        PyObject *ph = read_field(event, &ph_field);
-        int is_f = ph != NULL ? equals_text(ph, f_text) : -1;
-        Py_XDECREF(ph);
+        int is_f = scanned_is_char(&events, at, F_PH, 'f');
+        if (is_f < 0) {
+            PyObject *ph = event_field(&events, at, &ph_field);
+            is_f = ph != NULL ? equals_text(ph, f_text) : -1;
+            Py_XDECREF(ph);
+        }
         int next = 0;
         if (is_f > 0) {
-            PyObject *bp = read_field(event, &bp_field);
-            int is_e = bp != NULL ? equals_text(bp, e_text) : -1;
-            Py_XDECREF(bp);
-            if (is_e < 0)
+            int is_e = scanned_is_char(&events, at, F_BP, 'e');
+            if (is_e < 0) {
+                PyObject *bp = event_field(&events, at, &bp_field);
+                is_e = bp != NULL ? equals_text(bp, e_text) : -1;
+                Py_XDECREF(bp);
+            }
+            if (is_e < 0 && PyErr_Occurred())
                 break;
             next = !is_e;
         }
-        else if (is_f < 0)
+        else if (is_f < 0 && PyErr_Occurred())
             break;
         PyByteArray_AS_STRING(binds)[i] = (char)next;
-        PyObject *id = read_field(event, &id_field);
-        if (id == NULL)
-            break;
         int64_t value;
-        int packed = exact_int(id, &value) && value > -(INT64_C(1) << 62)
-                     && value < (INT64_C(1) << 62);
-        Py_DECREF(id);
+        int packed;
+        const Span *span = events.scan != NULL ? &events.scan->col[F_ID][at] : NULL;
+        if (span != NULL && (span->type != V_INT || short_int(events.scan->d, span))) {
+            /* an int (no bool, no float, no text): read where it lies */
+            packed = span->type == V_INT;
+            if (packed)
+                value = short_int_value(events.scan->d + span->off, span->len);
+        } else {
+            PyObject *id = event_field(&events, at, &id_field);
+            if (id == NULL)
+                break;
+            packed = exact_int(id, &value);
+            Py_DECREF(id);
+        }
+        packed = packed && value > -(INT64_C(1) << 62) && value < (INT64_C(1) << 62);
         ((int64_t *)PyByteArray_AS_STRING(ids))[i] = packed ? value : (int64_t)no_id;
-        PyObject *cat = read_field(event, &cat_field);
+        PyObject *cat = event_field(&events, at, &cat_field);
         PyObject *key = cat == NULL ? NULL : PyUnicode_Check(cat) ? Py_NewRef(cat)
                                                                  : PyObject_Str(cat);
         Py_XDECREF(cat);
@@ -2040,8 +2858,6 @@ done:
 
 /* ---- restore's quick undo (edit.undo_relocations) ---- */
 
-static const char PROVENANCE_KEY[] = "_compact_gpu_track";
-#define PROVENANCE_KEY_LEN ((Py_ssize_t)sizeof PROVENANCE_KEY - 1)
 
 /* Whether data[at:] starts with the literal. */
 static inline int
@@ -2300,6 +3116,8 @@ static PyMethodDef methods[] = {
     {"track_keys", track_keys, METH_VARARGS, track_keys_doc},
     {"decimal_column", decimal_column, METH_VARARGS, decimal_column_doc},
     {"check_columns", check_columns, METH_VARARGS, check_columns_doc},
+    {"scan_events", scan_events, METH_VARARGS, scan_events_doc},
+    {"event_values", event_values, METH_VARARGS, event_values_doc},
     {"json_rows", json_rows, METH_VARARGS, json_rows_doc},
     {"undo_relocations", undo_relocations, METH_O, undo_relocations_doc},
     {NULL, NULL, 0, NULL},
@@ -2314,6 +3132,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    if (PyType_Ready(&ScannedType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

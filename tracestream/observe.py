@@ -105,6 +105,8 @@ _EVENTS = msgspec.json.Decoder(list[Event])
 _READ_EVENTS = msgspec.json.Decoder(list[ReadEvent])
 """`id` and `bp` accept any value: skipping them refuses the same inputs, and saves ~3% of
 the decode where nothing binds flows."""
+_EVENT = msgspec.json.Decoder(Event)
+"""One event of a scanned chunk, decoded where Python code reads it (see decode_chunk)."""
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 _MOVED_KEYS = _INTERPRETED_KEYS[:4]
@@ -221,10 +223,14 @@ class ChunkError(Exception):
 def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Event]:
     """The chunk's events; BadCut if the cut was wrong, ChunkError if the input is malformed.
 
-    `doc`: the chunk between `[` and `]` where the caller has it so (else it is made).
+    `doc`: the chunk between `[` and `]` where the caller has it so (else it is made
+    where msgspec decodes it).
     `decoder`: `_EVENTS`, or `_READ_EVENTS` where no flow is bound (see `decoder_for`).
+    With the C extension the events are its scan (a sequence of msgspec's Event, see
+    `speedups`), unless it declines the chunk.
     """
-    if doc is None:
+    native = speedups.native
+    if doc is None and native is None:
         doc, ascii_only = bracketed(data)
     else:
         ascii_only = data.isascii()
@@ -233,6 +239,13 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
+    if native is not None:
+        scanned = native.scan_events(data if doc is None else doc, msgspec.json.decode,
+                                     _EVENT.decode, msgspec.UNSET, doc is not None)
+        if scanned is not None:
+            return scanned
+        if doc is None:
+            doc = b"".join((b"[", data, b"]"))
     try:
         return decoder.decode(doc)
     except msgspec.ValidationError as exc:
@@ -390,8 +403,16 @@ class _Observer:
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
         if self._spans is None:
-            self._spans = event_spans(self.data, len(self.events))
+            self._spans = self._scanned_spans() or event_spans(self.data, len(self.events))
         return self._spans
+
+    def _scanned_spans(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The events' spans as the scan found them, where they are event_spans' (a chunk
+        from its first event's `{` to its last one's `}`, as chunks are cut); else None."""
+        if not hasattr(self.events, "spans") or not len(self.events):
+            return None
+        starts, ends = (np.frombuffer(b, np.int64) for b in self.events.spans())
+        return (starts, ends) if starts[0] == 0 and ends[-1] == len(self.data) else None
 
     @property
     def scan(self) -> KeyScan:
@@ -472,7 +493,7 @@ class _Observer:
         if self.ctx.track_facts:
             others = np.flatnonzero(~(is_slice | is_flow | is_meta)).tolist()
             other = self._first_on_track(others)
-        annotations = ([events[i].name for i in np.flatnonzero(kind_of == CPU_ANNOTATION).tolist()]
+        annotations = (self._values(np.flatnonzero(kind_of == CPU_ANNOTATION).tolist(), "name")
                        if self.ctx.count_names else [])
         origin = self._chunk_origin(metas, ts_texts, ts_ns, has_ts)
         thread_meta, process_meta, meta_cands = self._metadata(metas)
@@ -822,7 +843,14 @@ class _Observer:
         hits = self._hits([slices[k] for k in kernels], sev, range(len(kernels)), names)
         return [k for k, name in zip(kernels, names) if name in hits], hits
 
-    def _match_keys(self, events: list[int], matched: list) -> tuple:
+    def _values(self, events: list[int], key: str) -> list:
+        """The `key` field of each of the events (by the C extension where it is built: it
+        reads a scan's values where they lie, see decode_chunk)."""
+        if speedups.native is not None:
+            return speedups.native.event_values(self.events, events, key)
+        return [getattr(self.events[i], key) for i in events]
+
+    def _match_keys(self, events: list[int]) -> tuple:
         """(stream codes, streams, name codes, names) of the matched events: each one's
         args.stream and name as a code into the distinct (type, value) keys, in order of
         first appearance; an object or array as a stream is refused."""
@@ -836,6 +864,7 @@ class _Observer:
             else:
                 return (np.frombuffer(stream_codes, np.int32), [x for _, x in stream_keys],
                         np.frombuffer(name_codes, np.int32), [x for _, x in name_keys])
+        matched = [self.events[i] for i in events]
         stream_ids: dict = {}
         streams = [a.stream if a is not None else None for a in (e.args for e in matched)]
         try:
@@ -857,11 +886,10 @@ class _Observer:
         found, hits = self._matched_kernels(slices, kernels)  # positions among the slices
         events = [slices[k] for k in found]
         self._check_duplicates(events)
-        matched = [self.events[i] for i in events]
-        stream_codes, streams_list, name_codes, names_list = self._match_keys(events, matched)
+        stream_codes, streams_list, name_codes, names_list = self._match_keys(events)
         at = np.array(found, np.int64)
-        ts_of = [bytes(e.ts) for e in matched]
-        dur_of = [bytes(e.dur) for e in matched]
+        ts_of = list(map(bytes, self._values(events, "ts")))
+        dur_of = list(map(bytes, self._values(events, "dur")))
         forms = number_forms(ts_of, dur_of, start[at], dur[at])
         packed = np.empty(len(found), MATCH_DTYPE)
         packed["ordinal"] = events
