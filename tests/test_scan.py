@@ -71,6 +71,7 @@ def assert_same_as_msgspec(document: bytes) -> bool:
     if scanned is None:
         return False
     assert len(scanned) == len(decoded)
+    assert scanned.ascii == document.isascii()  # else its caller checks the UTF-8
     assert fields_of(scanned, len(decoded)) == fields_of(decoded, len(decoded))
     assert [scanned[i] for i in range(len(decoded))] == decoded  # one by one: msgspec's
     # the chunk as the index pass has it, without the brackets: the same events, and

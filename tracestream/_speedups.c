@@ -721,9 +721,10 @@ is_hex(unsigned char c)
 }
 
 /* Past the closing quote of the string at p (its opening quote), or NULL where it is
-   not valid JSON or holds a surrogate escape; *escaped set where it holds a backslash. */
+   not valid JSON or holds a surrogate escape; *escaped set where it holds a backslash,
+   *high where it holds a byte above 0x7F (a string is the only place one may be). */
 static const unsigned char *
-string_end(const unsigned char *p, const unsigned char *end, int *escaped)
+string_end(const unsigned char *p, const unsigned char *end, int *escaped, int *high)
 {
     p++;
     for (;;) {
@@ -736,14 +737,16 @@ string_end(const unsigned char *p, const unsigned char *end, int *escaped)
             int hits = _mm_movemask_epi8(_mm_or_si128(
                 _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), low));
             if (hits) {
+                *high |= _mm_movemask_epi8(v) & ((1 << __builtin_ctz(hits)) - 1);
                 p += __builtin_ctz(hits);
                 break;
             }
+            *high |= _mm_movemask_epi8(v);
             p += 16;
         }
 #endif
         while (p < end && *p != '"' && *p != '\\' && *p >= 0x20)
-            p++;
+            *high |= *p++ & 0x80;
         if (p >= end || *p < 0x20)
             return NULL;
         if (*p == '"')
@@ -806,11 +809,11 @@ number_end(const unsigned char *p, const unsigned char *end, int *integer)
 }
 
 static const unsigned char *value_end(const unsigned char *p, const unsigned char *end,
-                                      int depth, int *type);
+                                      int depth, int *type, int *high);
 
 /* Past the array or object at p, validated, or NULL. */
 static const unsigned char *
-container_end(const unsigned char *p, const unsigned char *end, int depth)
+container_end(const unsigned char *p, const unsigned char *end, int depth, int *high)
 {
     if (depth > MAX_SCAN_DEPTH)
         return NULL;
@@ -821,14 +824,14 @@ container_end(const unsigned char *p, const unsigned char *end, int depth)
         return p + 1;
     for (;;) {
         if (object) {
-            if (p >= end || *p != '"' || (p = string_end(p, end, &escaped)) == NULL)
+            if (p >= end || *p != '"' || (p = string_end(p, end, &escaped, high)) == NULL)
                 return NULL;
             p = skip_ws(p, end);
             if (p >= end || *p != ':')
                 return NULL;
             p = skip_ws(p + 1, end);
         }
-        if ((p = value_end(p, end, depth + 1, &type)) == NULL)
+        if ((p = value_end(p, end, depth + 1, &type, high)) == NULL)
             return NULL;
         p = skip_ws(p, end);
         if (p >= end)
@@ -843,22 +846,22 @@ container_end(const unsigned char *p, const unsigned char *end, int depth)
 
 /* Past the JSON value at p, validated, or NULL; its V_* kind in *type. */
 static const unsigned char *
-value_end(const unsigned char *p, const unsigned char *end, int depth, int *type)
+value_end(const unsigned char *p, const unsigned char *end, int depth, int *type, int *high)
 {
     int escaped = 0, integer;
     if (p >= end)
         return NULL;
     switch (*p) {
     case '"':
-        p = string_end(p, end, &escaped);
+        p = string_end(p, end, &escaped, high);
         *type = escaped ? V_ESCAPED : V_STRING;
         return p;
     case '{':
         *type = V_OBJECT;
-        return container_end(p, end, depth);
+        return container_end(p, end, depth, high);
     case '[':
         *type = V_ARRAY;
-        return container_end(p, end, depth);
+        return container_end(p, end, depth, high);
     case 't':
         *type = V_TRUE;
         return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
@@ -930,7 +933,7 @@ scan_type_ok(const unsigned char *d, int field, const Span *span)
    `fields` (offsets from `base`), or NULL where the scan declines. */
 static const unsigned char *
 scan_object(const unsigned char *base, const unsigned char *p, const unsigned char *end,
-            Span *fields, int in_args)
+            Span *fields, int in_args, int *high)
 {
     p = skip_ws(p + 1, end);
     if (p < end && *p == '}')
@@ -940,7 +943,7 @@ scan_object(const unsigned char *base, const unsigned char *p, const unsigned ch
         if (p >= end || *p != '"')
             return NULL;
         const unsigned char *key = p + 1;
-        if ((p = string_end(p, end, &escaped)) == NULL || escaped)
+        if ((p = string_end(p, end, &escaped, high)) == NULL || escaped)
             return NULL; /* an escaped key may spell a field */
         Py_ssize_t key_len = p - 1 - key;
         int field = in_args ? args_key(key, key_len) : event_key(key, key_len);
@@ -952,10 +955,10 @@ scan_object(const unsigned char *base, const unsigned char *p, const unsigned ch
         if (field >= 0 && fields[field].type != V_ABSENT)
             return NULL; /* given twice */
         if (field == F_ARGS && p < end && *p == '{') {
-            p = scan_object(base, p, end, fields, 1);
+            p = scan_object(base, p, end, fields, 1, high);
             type = V_OBJECT;
         } else {
-            p = value_end(p, end, 2 + in_args, &type);
+            p = value_end(p, end, 2 + in_args, &type, high);
         }
         if (p == NULL)
             return NULL;
@@ -1007,7 +1010,14 @@ typedef struct {
     int64_t int_key[INT_CACHE];
     PyObject *int_value[INT_CACHE];
     int shift;              /* 1 where the document is bracketed: the chunk is d + 1 */
+    char ascii;             /* no byte above 0x7F: no UTF-8 to check */
 } Scanned;
+
+static PyMemberDef scanned_members[] = {
+    {"ascii", T_BOOL, offsetof(Scanned, ascii), READONLY,
+     PyDoc_STR("whether the chunk is all ASCII (else its caller checks it is UTF-8)")},
+    {NULL, 0, 0, 0, NULL},
+};
 
 static void
 scanned_dealloc(Scanned *s)
@@ -1096,6 +1106,7 @@ static PyTypeObject ScannedType = {
     .tp_dealloc = (destructor)scanned_dealloc,
     .tp_as_sequence = &scanned_as_sequence,
     .tp_methods = scanned_methods,
+    .tp_members = scanned_members,
 };
 
 static inline uint64_t
@@ -1239,7 +1250,8 @@ PyDoc_STRVAR(scan_events_doc,
 "A chunk's events (bytes-like: a JSON array where `bracketed`, else the events and\n"
 "the commas between them), validated and read in one pass, or\n"
 "None where the scan declines (see the comment above scan_events in the source):\n"
-"the caller has checked it is UTF-8 (a string's bytes are not looked at again).\n"
+"its `ascii` is False where a string holds a byte above 0x7F: the caller then checks\n"
+"the chunk is UTF-8 before it reads a value (the scan does not).\n"
 "decode it with msgspec then. The scan is a sequence of the events; functions of\n"
 "this module that read events' fields take it as they take a list of msgspec structs\n"
 "(observe.Event). `decode_value(text)` gives a field's value where the scan keeps\n"
@@ -1275,6 +1287,7 @@ scan_events(PyObject *module, PyObject *args)
     if (s->view.len > INT32_MAX)
         goto decline;
     Py_ssize_t cap = 0;
+    int high = 0;
     const unsigned char *p = skip_ws(d, end);
     s->shift = bracketed;
     if (bracketed) {
@@ -1311,7 +1324,7 @@ scan_events(PyObject *module, PyObject *args)
             }
             Span fields[SCAN_FIELDS] = {{0}};
             s->starts[s->n] = p - d;
-            if ((p = scan_object(d, p, end, fields, 0)) == NULL)
+            if ((p = scan_object(d, p, end, fields, 0, &high)) == NULL)
                 goto decline;
             for (int k = 0; k < SCAN_FIELDS; k++)
                 s->col[k][s->n] = fields[k];
@@ -1332,6 +1345,7 @@ scan_events(PyObject *module, PyObject *args)
     }
     if (skip_ws(p, end) != end)
         goto decline;
+    s->ascii = !high;
     return (PyObject *)s;
 
 decline:

@@ -230,22 +230,19 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
     `speedups`), unless it declines the chunk.
     """
     native = speedups.native
-    if doc is None and native is None:
-        doc, ascii_only = bracketed(data)
-    else:
-        ascii_only = data.isascii()
-    if not ascii_only:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
     if native is not None:
         scanned = native.scan_events(data if doc is None else doc, msgspec.json.decode,
                                      _EVENT.decode, msgspec.UNSET, doc is not None)
         if scanned is not None:
+            if not scanned.ascii:
+                _check_utf8(data, offset)
             return scanned
-        if doc is None:
-            doc = b"".join((b"[", data, b"]"))
+    if doc is None:
+        doc, ascii_only = bracketed(data)
+    else:
+        ascii_only = data.isascii()
+    if not ascii_only:
+        _check_utf8(data, offset)
     try:
         return decoder.decode(doc)
     except msgspec.ValidationError as exc:
@@ -270,6 +267,14 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
         pass
     reason = "JSON nested too deeply" if isinstance(first, RecursionError) else str(first)
     raise ChunkError(reason, offset, None)
+
+
+def _check_utf8(data: bytes, offset: int) -> None:
+    """ChunkError where the chunk's bytes are not UTF-8 (JSON text is)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
 
 
 def bracketed(data: bytes) -> tuple[bytes, bool]:
