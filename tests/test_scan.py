@@ -98,7 +98,7 @@ KINEKO_LIKE = (
     b'  {"ph": "M", "name": "thread_name", "pid": "host", "tid": "stream 7", '
     b'"args": {"name": "stream 7 \\u00e9\\n"}},\n'
     b'  {"ph": "i", "s": "t", "name": "\\"quoted\\"", "pid": -3, "tid": null, "ts": 5e3, '
-    b'"args": null, "cat": 1.5, "id": 123456789012345678901234567890}]'
+    b'"args": null, "cat": true, "id": -123456789012345678}]'
 )
 
 
@@ -124,6 +124,8 @@ def test_the_index_pass_scans_the_shipped_sample():
 
 
 @pytest.mark.parametrize("document", [
+    b'[{"id": 1.5, "cat": [1], "name": {"a": 1}, "args": {"stream": 1e-400}}]',  # decoded
+    b'[{"id": 9223372036854775808, "name": 18446744073709551616}]',  # beyond int64
     b'[{"p\\u0069d": 1}]',  # an escaped key may spell a field msgspec reads
     b'[{"pid": 1, "pid": 2}]',  # a field twice: which one wins is msgspec's to say
     b'[{"args": {"device": 1, "device": 2}}]',
@@ -144,6 +146,9 @@ def test_the_scan_declines_what_it_leaves_to_msgspec(document):
     b'[{"a": "\\u12g4"}]', b'[{"a": tru}]', b'[{"a": nul}]', b'[{"a" 1}]', b'[{"a": 1}',
     b'[{"a": 1}] x', b'[{"a": 1} {"b": 2}]', b'[{"a": [1, 2,]}]', b'[{"a": {"b"}}]',
     b'[{"a": -}]', b'[{"a": "x}]', b'{"a": 1}', b'', b'[', b'[{"a": NaN}]',
+    # numbers msgspec decodes (fields of any type) and finds out of range
+    b'[{"id": 1e400}]', b'[{"cat": -1e400}]', b'[{"name": ' + b"1" * 5000 + b'}]',
+    b'[{"args": {"device": [1e400]}}]', b'[{"bp": {"x": ' + b"2" * 5000 + b'}}]',
 ])
 def test_the_scan_refuses_what_msgspec_refuses(document):
     assert msgspec_events(document) is None

@@ -682,7 +682,10 @@ read_field(PyObject *object, Field *field)
 
    It accepts only what msgspec accepts with the same result, and declines (None) the
    rest: a key spelled with escapes, a field given twice, a pid that is no integer of up
-   to 18 digits, string or null, nesting deeper than MAX_SCAN_DEPTH, a surrogate escape.
+   to 18 digits, string or null, a field msgspec decodes as any value (the category, the
+   name, args.device, ...) holding a float, a longer integer, an array or an object (msgspec
+   refuses numbers out of range there), nesting deeper than MAX_SCAN_DEPTH, a surrogate
+   escape.
    The caller then decodes the chunk with msgspec, which says what is wrong, if anything.
 
    The scan is a sequence of its events: `scan[i]` is event i decoded by msgspec (for the
@@ -925,8 +928,14 @@ scan_type_ok(const unsigned char *d, int field, const Span *span)
                || short_int(d, span);
     case F_ARGS: /* _Args | None */
         return span->type == V_OBJECT || span->type == V_NULL;
+    case F_TS:
+    case F_DUR: /* Raw: the text, whatever it is */
+        return 1;
     }
-    return 1; /* Any, or Raw */
+    /* Any: decoded by msgspec, which refuses numbers out of range, also inside arrays and
+       objects; the scan keeps strings, ints of 64 bits, null, true and false */
+    return span->type == V_STRING || span->type == V_ESCAPED || span->type == V_NULL
+           || span->type == V_TRUE || span->type == V_FALSE || short_int(d, span);
 }
 
 /* Past the object at p (an event, or its args where `in_args`), its fields' spans in
