@@ -1,12 +1,14 @@
 """Which code does the per-chunk byte work: the C extension, or the numpy it mirrors.
 
 `tracestream._speedups` (built from _speedups.c by setup.py where a C compiler is
-available) finds a chunk's event separators and key positions, reads the decoded
-events' fields (ts/dur columns, phase and category codes, track and group keys)
-and splices relocated events, each in one pass. The numpy and Python code in
-keyscan, observe and rewrite returns the same and stays the reference; it runs
-when the extension is missing or when the environment sets TRACESTREAM_PURE=1
-(for comparing the two).
+available) scans a chunk's events (validating the JSON and keeping where each field
+the index reads lies, instead of msgspec's decode into structs; it declines what it
+cannot be sure msgspec reads alike, and msgspec decodes those chunks), finds key
+positions, reads the events' fields (ts/dur columns, phase and category codes, track
+and group keys) and splices relocated events, each in one pass. The numpy and Python
+code in keyscan, observe and rewrite, with msgspec's decode, returns the same and stays
+the reference; it runs when the extension is missing or when the environment sets
+TRACESTREAM_PURE=1 (for comparing the two).
 """
 
 from __future__ import annotations
