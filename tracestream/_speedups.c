@@ -709,14 +709,6 @@ typedef struct {
     uint32_t type : 4; /* V_* */
 } Span;
 
-static inline const unsigned char *
-skip_ws(const unsigned char *p, const unsigned char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-        p++;
-    return p;
-}
-
 static inline int
 is_hex(unsigned char c)
 {
@@ -822,28 +814,28 @@ container_end(const unsigned char *p, const unsigned char *end, int depth, int *
         return NULL;
     int type, escaped;
     int object = *p == '{';
-    p = skip_ws(p + 1, end);
+    p = skip_space(p + 1, end);
     if (p < end && *p == (object ? '}' : ']'))
         return p + 1;
     for (;;) {
         if (object) {
             if (p >= end || *p != '"' || (p = string_end(p, end, &escaped, high)) == NULL)
                 return NULL;
-            p = skip_ws(p, end);
+            p = skip_space(p, end);
             if (p >= end || *p != ':')
                 return NULL;
-            p = skip_ws(p + 1, end);
+            p = skip_space(p + 1, end);
         }
         if ((p = value_end(p, end, depth + 1, &type, high)) == NULL)
             return NULL;
-        p = skip_ws(p, end);
+        p = skip_space(p, end);
         if (p >= end)
             return NULL;
         if (*p == (object ? '}' : ']'))
             return p + 1;
         if (*p != ',')
             return NULL;
-        p = skip_ws(p + 1, end);
+        p = skip_space(p + 1, end);
     }
 }
 
@@ -944,7 +936,7 @@ static const unsigned char *
 scan_object(const unsigned char *base, const unsigned char *p, const unsigned char *end,
             Span *fields, int in_args, int *high)
 {
-    p = skip_ws(p + 1, end);
+    p = skip_space(p + 1, end);
     if (p < end && *p == '}')
         return p + 1;
     for (;;) {
@@ -956,10 +948,10 @@ scan_object(const unsigned char *base, const unsigned char *p, const unsigned ch
             return NULL; /* an escaped key may spell a field */
         Py_ssize_t key_len = p - 1 - key;
         int field = in_args ? args_key(key, key_len) : event_key(key, key_len);
-        p = skip_ws(p, end);
+        p = skip_space(p, end);
         if (p >= end || *p != ':')
             return NULL;
-        p = skip_ws(p + 1, end);
+        p = skip_space(p + 1, end);
         const unsigned char *value = p;
         if (field >= 0 && fields[field].type != V_ABSENT)
             return NULL; /* given twice */
@@ -981,14 +973,14 @@ scan_object(const unsigned char *base, const unsigned char *p, const unsigned ch
             if (!scan_type_ok(base, field, span))
                 return NULL;
         }
-        p = skip_ws(p, end);
+        p = skip_space(p, end);
         if (p >= end)
             return NULL;
         if (*p == '}')
             return p + 1;
         if (*p != ',')
             return NULL;
-        p = skip_ws(p + 1, end);
+        p = skip_space(p + 1, end);
     }
 }
 
@@ -1297,12 +1289,12 @@ scan_events(PyObject *module, PyObject *args)
         goto decline;
     Py_ssize_t cap = 0;
     int high = 0;
-    const unsigned char *p = skip_ws(d, end);
+    const unsigned char *p = skip_space(d, end);
     s->shift = bracketed;
     if (bracketed) {
         if (p >= end || *p != '[')
             goto decline;
-        p = skip_ws(p + 1, end);
+        p = skip_space(p + 1, end);
     }
     if (bracketed ? p < end && *p == ']' : p >= end) { /* no events */
         p += bracketed;
@@ -1338,7 +1330,7 @@ scan_events(PyObject *module, PyObject *args)
             for (int k = 0; k < SCAN_FIELDS; k++)
                 s->col[k][s->n] = fields[k];
             s->ends[s->n++] = p - d;
-            p = skip_ws(p, end);
+            p = skip_space(p, end);
             if (!bracketed && p == end)
                 break;
             if (p >= end)
@@ -1349,10 +1341,10 @@ scan_events(PyObject *module, PyObject *args)
             }
             if (*p != ',')
                 goto decline;
-            p = skip_ws(p + 1, end);
+            p = skip_space(p + 1, end);
         }
     }
-    if (skip_ws(p, end) != end)
+    if (skip_space(p, end) != end)
         goto decline;
     s->ascii = !high;
     return (PyObject *)s;
