@@ -98,3 +98,31 @@ def test_the_index_pass_with_workers_checksums_each_chunk_where_it_is_decoded(tm
                 path.stat().st_size, zlib.crc32(path.read_bytes()), True)
         finally:
             index.close()
+
+
+@pytest.mark.parametrize("compress", ["gzip", "zstd"])
+def test_only_a_source_whose_text_is_hashed_pays_for_the_hash(tmp_path, compress):
+    """The first read of a compressed source hashes its JSON text (the report's
+    source_data_sha256); an annotated trace's (`hashes_data=False`, verify and restore)
+    is read without one, and asking for it is an internal error, not a wrong hash."""
+    import gzip
+    import hashlib
+
+    import zstandard
+
+    events = b",".join(b'{"ph": "i", "ts": %d}' % k for k in range(500))
+    text = b'{"traceEvents": [' + events + b"]}"
+    path = tmp_path / f"t.json.{compress[:2]}"
+    path.write_bytes(gzip.compress(text) if compress == "gzip"
+                     else zstandard.ZstdCompressor().compress(text))
+    for hashes, expected in ((True, hashlib.sha256(text).hexdigest()), (False, "")):
+        with TraceSource(path, hashes_data=hashes) as source:
+            stats = ReadStats()
+            assert b"".join(source.read(stats)) == text
+            source.finish_read(stats)
+            assert stats.data_sha256 == expected
+            if hashes:
+                assert source.data_sha256() == expected
+            else:
+                with pytest.raises(TraceError, match="internal error"):
+                    source.data_sha256()

@@ -167,7 +167,7 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
     check_compress_level(compression_for(output, compress), compress_level)
     report_path = find_report(trace, report)
     undo = Undo.from_report(*load_report(report_path), name=trace)
-    with TraceSource(trace) as annotated, OutputFile(
+    with TraceSource(trace, hashes_data=False) as annotated, OutputFile(
         output, compression=compression_for(output, compress), level=compress_level
     ) as out:
         writer = HashingWriter(out)

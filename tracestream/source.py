@@ -9,7 +9,10 @@ it, so later passes read the spool. The spool has no name while it is open
 Every read checksums the raw bytes (CRC-32, cheap) in a background thread
 together with decompression, so a file that changes between passes is detected
 and refused. The first read of a compressed input also hashes the decompressed
-bytes (sha256, the JSON text that `restore` gives back). The report's sha256 of
+bytes (sha256, the JSON text that `restore` gives back), unless the source is made with
+`hashes_data=False` (an annotated trace, whose own hash nothing asks for: `verify` and
+`restore` read its bytes to restore the source's, hashed as they are written). The
+report's sha256 of
 the raw bytes is computed on request, in a thread of its own, by a further read
 (`TraceSource.start_hashing`); for an uncompressed input, whose raw bytes are its
 decompressed bytes, that one hash is both. A source made with `read_once=True`
@@ -108,9 +111,13 @@ class ReadStats:
 class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
-    def __init__(self, spec: str | os.PathLike, *, stdin=None, read_once: bool = False):
+    def __init__(self, spec: str | os.PathLike, *, stdin=None, read_once: bool = False,
+                 hashes_data: bool = True):
         self.spec = str(spec)
         self.read_once = read_once  # a read-only command's source: one read, no sha256
+        # False: the first read of a compressed input hashes nothing (~0.5 CPU-s per GB of
+        # JSON text) where nothing asks for `data_sha256`
+        self.hashes_data = hashes_data
         self._hasher: _Hasher | None = None
         self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._stdin = None
@@ -356,13 +363,14 @@ class TraceSource:
             raise TraceError("internal error: the source is hashed during its first read")
         if self.compression == "none":
             return self.sha256()
-        if self.read_once:
-            raise TraceError("internal error: a source made with read_once was hashed")
+        if self.read_once or not self.hashes_data:
+            raise TraceError("internal error: a source read without a hash was hashed")
         return self.first_stats.data_sha256
 
     def _hashes_first_read(self, compression: str) -> bool:
         """Whether the read about to start hashes the decompressed bytes (see data_sha256)."""
-        return self.first_stats is None and not self.read_once and compression != "none"
+        return (self.first_stats is None and self.hashes_data and not self.read_once
+                and compression != "none")
 
     def _decoded(self, raw: Iterator[bytes], stats: ReadStats, compression: str):
         """Checksum and decompress in a background thread; yield decompressed blocks."""

@@ -1206,7 +1206,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     layer_spec, compact_spec = report_specs(data)
     # workers fork before the reader threads start
     with pool_for(trace, workers) as pool, TraceSource(trace) as source, \
-            TraceSource(output) as annotated:
+            TraceSource(output, hashes_data=False) as annotated:
         restoring = _Restoring(data, retired, annotated, pool)
         try:
             index, plan = build_plan(
@@ -1738,11 +1738,11 @@ def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
     `speculative`); where that does not give the report's source digest back (an output
     whose events hold `}, {` in a string, or one that differs), its events are cut
     exactly, as before, and that digest is the answer."""
-    with TraceSource(path) as annotated:
+    with TraceSource(path, hashes_data=False) as annotated:
         problem, digest = _restored_from(annotated, undo, quick=True, speculative=True)
     if not problem and digest == undo.sha256:
         return problem, digest
-    with TraceSource(path) as annotated:
+    with TraceSource(path, hashes_data=False) as annotated:
         return _restored_from(annotated, undo, quick=True)
 
 
