@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tracestream.verify import (
     _ACTIVITY,
     _BIND_DTYPE,
+    GuideOrder,
     _NestState,
     _Sequential,
     _TrackBindings,
@@ -208,7 +209,9 @@ def _comparable(facts: tuple) -> tuple:
     rows = {f"{side} {v}": np.concatenate(batches).tolist() if batches else []
             for side, kept in (("depth", depth), ("binding", binding))
             for v, batches in kept.items()}
-    return (tracks, rows, list(guides), kernels, streams, lanes, problems, moved, flows)
+    starts, ends, names = guides
+    return (tracks, rows, list(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(), names)),
+            kernels, streams, lanes, problems, moved, flows)
 
 
 def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
@@ -250,7 +253,7 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
             _facts_one_at_a_time(chunk, first, synthetic))
     whole = _facts_of(b",\n".join(events), 0, synthetic)
     assert len(whole[4]) == len(whole[5]) == 3 and whole[9] == 10  # devices, flows
-    assert [name for _, _, name in whole[3]] == ["L0", "L3", "L4"]  # guides
+    assert whole[3][2] == ["L0", "L3", "L4"]  # guides
 
 
 @pytest.mark.parametrize("name", REAL_WITH_GPU)
@@ -399,3 +402,41 @@ def test_the_checks_memo_of_categories_stays_bounded():
                                 b'"tid": 7, "ts": 1, "dur": 2, "args": {"device": 0}}')
     assert checks.kernels == {(0, 0): 1}
     checks.close()
+
+
+_REPORT_VALUE = st.one_of(st.integers(0, 40), st.none(), st.booleans(), st.just(2.0),
+                          st.just("3"), st.just([1, [2]]), st.just(1 << 62), st.just(1 << 70))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30), st.sampled_from(["L0", "L1"])),
+                max_size=25),
+       st.lists(st.fixed_dictionaries({"guide_start_us": _REPORT_VALUE,
+                                       "guide_end_us": _REPORT_VALUE,
+                                       "layer_id": st.sampled_from([0, 1, "x", None]),
+                                       "pass_index": st.integers(0, 3)}), max_size=25),
+       st.lists(st.integers(1, 9), max_size=6))
+def test_guides_checked_a_chunk_at_a_time_find_what_one_at_a_time_finds(guides, rows, cuts):
+    """The main process checks each chunk's guides as columns: the order problems, the
+    report rows that do not describe their guide (odd values in the rows included) and
+    their counts are those found a guide at a time."""
+    guides = [(start * 1000, (start + length) * 1000, name) for start, length, name in guides]
+    rows = [dict(row) for row in rows]
+    for k, row in enumerate(rows[: len(guides)]):  # most rows describe their guide
+        if k % 3:
+            row.update(guide_start_us=guides[k][0] // 1000, guide_end_us=guides[k][1] // 1000,
+                       layer_id=int(guides[k][2][1]))
+    one, batched = GuideOrder(rows), GuideOrder(rows)
+    for guide in guides:
+        one.observe(*guide)
+    at = 0
+    for size in [*cuts, len(guides)]:
+        part = guides[at : at + size]
+        at += len(part)
+        batched.observe_many(np.array([g[0] for g in part], np.int64),
+                             np.array([g[1] for g in part], np.int64), [g[2] for g in part])
+    for found in (one, batched):
+        assert found.count == len(guides)
+    assert (batched.problems, batched.problem_count) == (one.problems, one.problem_count)
+    assert (batched.row_problems, batched.row_problem_count) == (one.row_problems,
+                                                                 one.row_problem_count)

@@ -247,7 +247,7 @@ class _OutputChecks:
         a chunk whose events went one at a time through `observe` made many small ones)."""
         self._flush()
         return (list(self.track_ids), {v: kept.joined() for v, kept in self.depth.items()},
-                {v: kept.joined() for v, kept in self.binding.items()}, list(self.guides),
+                {v: kept.joined() for v, kept in self.binding.items()}, self.guides.columns(),
                 self.kernels, self.streams, self.lane_slices, self.problems,
                 self.relocated_events, self.relocated_flows)
 
@@ -268,8 +268,7 @@ class _OutputChecks:
         for name, batches in binding.items():
             for batch in batches:
                 self.binding[name].append(batch)
-        for guide in guides:
-            self.guides.observe(*guide)
+        self.guides.observe_many(*guides)
         for key, count in kernels.items():
             self.kernels[key] = self.kernels.get(key, 0) + count
         for key, tids in streams.items():
@@ -534,10 +533,12 @@ class _OutputChecks:
             self._append_depth(batches)
             depth.clear()
             tracks.clear()
-        for k, name in guides:
-            start = int(ts.rounded[k])
-            self.guides.observe(start, start + int(dur.rounded[k]), name)
-        guides.clear()
+        if guides:
+            at = np.array([k for k, _ in guides], np.int64)
+            starts = ts.rounded[at]
+            self.guides.observe_many(starts, starts + dur.rounded[at],
+                                     [name for _, name in guides])
+            guides.clear()
         if binds:
             self._emit_binds(first, timed, *(np.array(column, np.int64)
                                              for column in zip(*binds)))
@@ -750,11 +751,30 @@ class _Kept:
         return self.batches
 
 
-class _GuidesSeen(list):
-    """A chunk's guides as `GuideOrder.observe` would get them: (start, end, name)."""
+class _GuidesSeen:
+    """A chunk's guides as `GuideOrder` would get them, in order: their start and end
+    (ns) and names, handed to `GuideOrder.observe_many` as columns."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.names: list = []
 
     def observe(self, start: int, end: int, name: Any) -> None:
-        self.append((start, end, name))
+        self.starts.append(start)
+        self.ends.append(end)
+        self.names.append(name)
+
+    def observe_many(self, starts: np.ndarray, ends: np.ndarray, names: list) -> None:
+        self.starts.extend(starts.tolist())
+        self.ends.extend(ends.tolist())
+        self.names.extend(names)
+
+    def columns(self) -> tuple:
+        try:
+            return np.array(self.starts, np.int64), np.array(self.ends, np.int64), self.names
+        except OverflowError:  # a value timebase read past int64: checked one at a time
+            return self.starts, self.ends, self.names
 
 
 class _Interned:
@@ -1792,7 +1812,10 @@ def _top_level_problems(src: Layout, out: Layout, plan: Plan) -> list[str]:
 class GuideOrder:
     """The output's guides, checked as they stream by: their count, each one against the
     one before (in time order, no overlap) and against the report's next `layers` row
-    (read from the report file alongside); only the first few problems are kept."""
+    (read from the report file alongside); only the first few problems are kept.
+
+    A chunk's guides come as columns (`observe_many`): a nightly output has 10^5-10^6 of
+    them, and the main process checked each one in Python."""
 
     def __init__(self, rows: Iterable[dict] | None = None):
         self.count = 0
@@ -1810,9 +1833,45 @@ class GuideOrder:
         if last is None:
             return
         if start < last[0]:
-            self._problem(f"guide {name} starts before {last[2]}")
+            self._problem(_order_problem(name, last[2], before=True))
         elif start < last[1]:
-            self._problem(f"guide {name} overlaps {last[2]}")
+            self._problem(_order_problem(name, last[2], before=False))
+
+    def observe_many(self, starts: np.ndarray, ends: np.ndarray, names: list) -> None:
+        """`observe` of each guide in turn (int64 start and end columns in ns, their names),
+        a column at a time (lists: one at a time)."""
+        if not isinstance(starts, np.ndarray) or not isinstance(ends, np.ndarray):
+            for guide in zip(starts, ends, names):
+                self.observe(*guide)
+            return
+        count = len(names)
+        if not count:
+            return
+        self.count += count
+        previous_starts, previous_ends = np.empty(count, np.int64), np.empty(count, np.int64)
+        previous_starts[1:], previous_ends[1:] = starts[:-1], ends[:-1]
+        if self._last is not None:
+            previous_starts[0], previous_ends[0] = self._last[0], self._last[1]
+        before = starts < previous_starts
+        overlaps = ~before & (starts < previous_ends)
+        if self._last is None:
+            before[0] = overlaps[0] = False
+        last = self._last
+        for k in np.flatnonzero(before | overlaps).tolist():
+            self._problem(_order_problem(names[k], names[k - 1] if k else last[2],
+                                         before=bool(before[k])))
+        self._last = (int(starts[-1]), int(ends[-1]), names[-1])
+        rows = list(itertools.islice(self._rows, count)) if self._rows is not None else []
+        if not rows:
+            return
+        said_starts, starts_ok = _whole_us_in_ns([row.get("guide_start_us") for row in rows])
+        said_ends, ends_ok = _whole_us_in_ns([row.get("guide_end_us") for row in rows])
+        described = (starts_ok & ends_ok & (said_starts == starts[: len(rows)])
+                     & (said_ends == ends[: len(rows)]))
+        for k in np.flatnonzero(described).tolist():
+            described[k] = names[k] == f"L{rows[k].get('layer_id')}"
+        for k in np.flatnonzero(~described).tolist():
+            self._row_problem(rows[k], int(starts[k]), int(ends[k]), names[k])
 
     def _problem(self, text: str) -> None:
         self.problem_count += 1
@@ -1828,12 +1887,40 @@ class GuideOrder:
         if (start, end, name) == (said[0] * 1000 if isinstance(said[0], int) else None,
                                   said[1] * 1000 if isinstance(said[1], int) else None, said[2]):
             return
+        self._row_problem(row, start, end, name)
+
+    def _row_problem(self, row: dict, start: int, end: int, name: str) -> None:
         self.row_problem_count += 1
         if len(self.row_problems) <= _MAX_LISTED:
             self.row_problems.append(
-                f"the report's row {said[2]} (pass {row.get('pass_index')}) says "
-                f"[{said[0]}, {said[1]}] µs, the output's guide {name} is "
-                f"[{start / 1000:g}, {end / 1000:g}] µs")
+                f"the report's row L{row.get('layer_id')} (pass {row.get('pass_index')}) says "
+                f"[{row.get('guide_start_us')}, {row.get('guide_end_us')}] µs, the output's "
+                f"guide {name} is [{start / 1000:g}, {end / 1000:g}] µs")
+
+
+def _order_problem(name: str, previous: str, *, before: bool) -> str:
+    return f"guide {name} {'starts before' if before else 'overlaps'} {previous}"
+
+
+_NS_LIMIT = (1 << 63) // 1000  # whole µs whose ns fit in int64
+
+
+def _whole_us_in_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """The report's whole-µs values in ns as int64, and which are ints (`observe`'s
+    isinstance: a bool is one) whose ns fit; the others (absent, floats, text) match no
+    guide, as a Python int out of int64 range matches none."""
+    try:
+        column = np.array(values) if values else np.zeros(0, np.int64)
+    except (ValueError, TypeError, OverflowError):  # (ragged arrays)
+        column = np.zeros((0, 0))
+    if column.ndim == 1 and column.dtype.kind in "biu" and (
+            (column < _NS_LIMIT) & (column > -_NS_LIMIT)).all():
+        return column.astype(np.int64) * 1000, np.ones(len(values), bool)
+    ns, ok = np.zeros(len(values), np.int64), np.zeros(len(values), bool)
+    for k, value in enumerate(values):
+        if isinstance(value, int) and -_NS_LIMIT < value < _NS_LIMIT:
+            ns[k], ok[k] = value * 1000, True
+    return ns, ok
 
 
 def _guide_problems(guides: GuideOrder, data: dict) -> tuple[list[str], int]:
