@@ -17,7 +17,7 @@ from conftest import ROOT, read_bytes
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tracestream import observe, speedups
+from tracestream import observe, speedups, verify
 from tracestream.events import PROVENANCE_KEY
 
 C = speedups.built
@@ -216,3 +216,130 @@ def test_damaged_chunks_are_declined_or_agreed_on(at, inserted, removed):
     """Bytes inserted into or cut out of a valid chunk: whatever msgspec refuses, the scan
     refuses too (never a different reading of broken JSON)."""
     assert_same_as_msgspec(KINEKO_LIKE[:at] + inserted + KINEKO_LIKE[at + removed:])
+
+
+# -- the scan in verify's mode: the provenance read as verify._Origin (`origins`) -----------
+
+_CHECK_LIST = msgspec.json.Decoder(list[verify._CheckEvent])
+CHECK_TOP = ("ph", "cat", "pid", "tid", "ts", "dur", "bp", "name")
+
+
+def check_scan(document: bytes):
+    return C.scan_events(document, msgspec.json.decode, verify._CHECK_EVENT.decode, None, True,
+                         True)
+
+
+def check_columns(events) -> tuple:
+    """verify's check columns of the events, and the values they number, in order."""
+    codes, devices = verify._TrackCodes(), verify._Interned()
+    columns = C.check_columns(events, verify.CategoryKinds(), verify._ACTIVITY_MASK,
+                              codes.pids.table, codes.tids.table, devices.table)
+    return (tuple(bytes(column) for column in columns),
+            [[(type(v), v) for v in table[1]]
+             for table in (codes.pids.table, codes.tids.table, devices.table)])
+
+
+def check_fields_of(events, count: int) -> list[tuple]:
+    every = list(range(count))
+    columns = [C.event_values(events, every, key) for key in CHECK_TOP]
+    return [tuple(bytes(v) if key in ("ts", "dur") else
+                  (type(v), v) if key != "name" else verify._decoded_name(v)
+                  for key, v in zip(CHECK_TOP, row)) for row in zip(*columns)]
+
+
+def assert_checked_as_msgspec(document: bytes) -> bool:
+    """verify's scan declines or agrees with its msgspec decode (`_CheckEvent`) on every
+    field verify reads and on its check columns; whether it accepted."""
+    try:
+        decoded = _CHECK_LIST.decode(document)
+    except (msgspec.DecodeError, RecursionError):
+        decoded = None
+    try:
+        document.decode("utf-8")
+    except UnicodeDecodeError:  # (verify checks the UTF-8 first)
+        return False
+    scanned = check_scan(document)
+    if decoded is None:
+        assert scanned is None, f"the scan accepted what msgspec refuses: {document!r}"
+        return False
+    if scanned is None:
+        return False
+    assert len(scanned) == len(decoded)
+    assert [scanned[i] for i in range(len(decoded))] == decoded
+    assert check_fields_of(scanned, len(decoded)) == check_fields_of(decoded, len(decoded))
+    try:
+        expected = check_columns(decoded)
+    except TypeError:  # an unhashable category or device
+        with pytest.raises(TypeError):
+            check_columns(scanned)
+        return True
+    assert check_columns(scanned) == expected
+    return True
+
+
+MOVED = (
+    b'[{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 1000001, "ts": 10.5, '
+    b'"dur": 2, "args": {"%b": {"pid": 0, "tid": 7, "source_event_index": 3, '
+    b'"had_args": true}, "device": 0, "stream": 7}},\n'
+    b'  {"ph": "f", "id": 12, "pid": 0, "tid": 1000001, "ts": 10.5, "cat": "ac2g", '
+    b'"name": "ac2g", "bp": "e", "args": {"%b": {"pid": 0, "tid": "s 7", '
+    b'"source_event_index": 4, "had_args": false}}},\n'
+    b'  {"ph": "X", "cat": "layer_guide", "name": "L0", "pid": "Spans", "tid": 1000000, '
+    b'"ts": 9, "dur": 4, "args": {"%b": null}},\n'
+    b'  {"ph": "X", "cat": "cpu_op", "name": "\\u00e9", "pid": 1, "tid": 1, "ts": 9}]'
+) % ((PROVENANCE_KEY.encode(),) * 3)
+
+
+def test_verify_s_scan_reads_provenance_as_msgspec_does():
+    assert assert_checked_as_msgspec(MOVED)
+    assert scan(MOVED) is None  # the index pass's mode: a provenance object is any value
+    pids = [value for _, value in check_columns(check_scan(MOVED))[1][0]]
+    assert pids == [0, "Spans", 1]
+
+
+@pytest.mark.parametrize("provenance, refused", [
+    (b'"x"', True), (b"[1]", True), (b"7", True),  # not verify._Origin: a ValidationError
+    (b'{"pid": 1e400}', True),  # out of range where msgspec decodes any value
+    (b'{"pid": 1.5, "tid": 2}', False), (b'{"pid": [1], "tid": 2}', False),  # any value
+    (b'{"pid": 1, "pid": 2}', False), (b'{"p\\u0069d": 1}', False),  # which one is msgspec's
+    (b'{"pid": 12345678901234567890}', False),
+])
+def test_verify_s_scan_declines_a_provenance_it_cannot_read_as_msgspec(provenance, refused):
+    document = b'[{"ph": "X", "args": {"%b": %b}}]' % (PROVENANCE_KEY.encode(), provenance)
+    assert check_scan(document) is None
+    try:
+        _CHECK_LIST.decode(document)
+    except msgspec.DecodeError:
+        assert refused
+    else:
+        assert not refused
+
+
+_ORIGINS = st.one_of(_VALUES, st.dictionaries(
+    st.sampled_from(["pid", "tid", "source_event_index", "x"]), _VALUES, max_size=4))
+_CHECK_ARGS = st.one_of(st.none(), st.dictionaries(
+    st.sampled_from(["device", "stream", PROVENANCE_KEY, "x"]), _ORIGINS, max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(_KEYS, _VALUES), max_size=8),
+                          st.one_of(st.none(), _CHECK_ARGS), st.booleans()), max_size=6))
+def test_generated_outputs_are_checked_as_msgspec_decodes_them(events):
+    texts = []
+    for members, args, spaced in events:
+        if args is not None:
+            members = members + [("args", args)]
+        texts.append(_event_text(members, spaced))
+    assert_checked_as_msgspec(b"[" + b",\n ".join(texts) + b"]")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, len(MOVED) - 1), st.binary(min_size=0, max_size=3), st.integers(0, 3))
+def test_damaged_outputs_are_declined_or_checked_alike(at, inserted, removed):
+    assert_checked_as_msgspec(MOVED[:at] + inserted + MOVED[at + removed:])
+
+
+def test_verify_scans_a_layers_output_chunk():
+    """The fast path is taken on an output chunk (a scan that always declined would pass
+    every other test of verify, slowly)."""
+    assert type(verify._scanned(MOVED[1:-1])).__name__ == "Scan"

@@ -693,10 +693,10 @@ read_field(PyObject *object, Field *field)
    a list of msgspec structs or a scan (see Events). */
 
 enum { F_PH, F_CAT, F_NAME, F_PID, F_TID, F_TS, F_DUR, F_ARGS, F_ID, F_BP,
-       F_DEVICE, F_STREAM, F_PROVENANCE, SCAN_FIELDS };
+       F_DEVICE, F_STREAM, F_PROVENANCE, F_ORIGIN_PID, F_ORIGIN_TID, SCAN_FIELDS };
 static const char *const scan_field_names[SCAN_FIELDS] = {
     "ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp",
-    "device", "stream", "provenance"};
+    "device", "stream", "provenance", "origin pid", "origin tid"};
 enum { V_ABSENT, V_STRING, V_ESCAPED, V_INT, V_NUMBER, V_NULL, V_TRUE, V_FALSE,
        V_OBJECT, V_ARRAY };
 #define MAX_SCAN_DEPTH 64
@@ -907,10 +907,13 @@ short_int(const unsigned char *d, const Span *span)
     return span->type == V_INT && span->len - (d[span->off] == '-') <= 18;
 }
 
-/* Whether a field's value is of a kind its msgspec type takes as the scan reads it. */
+/* Whether a field's value is of a kind its msgspec type takes as the scan reads it
+   (`origins`: the provenance is verify's struct of pid and tid, see scan_events). */
 static inline int
-scan_type_ok(const unsigned char *d, int field, const Span *span)
+scan_type_ok(const unsigned char *d, int field, const Span *span, int origins)
 {
+    if (field == F_PROVENANCE && origins) /* _Origin | None */
+        return span->type == V_OBJECT || span->type == V_NULL;
     switch (field) {
     case F_PH: /* str | None */
         return span->type == V_STRING || span->type == V_ESCAPED || span->type == V_NULL;
@@ -930,11 +933,22 @@ scan_type_ok(const unsigned char *d, int field, const Span *span)
            || span->type == V_TRUE || span->type == V_FALSE || short_int(d, span);
 }
 
-/* Past the object at p (an event, or its args where `in_args`), its fields' spans in
-   `fields` (offsets from `base`), or NULL where the scan declines. */
+enum { IN_EVENT, IN_ARGS, IN_ORIGIN }; /* the object scan_object reads */
+
+/* The field a key of the provenance names (F_ORIGIN_PID, F_ORIGIN_TID), or -1. */
+static inline int
+origin_key(const unsigned char *k, Py_ssize_t n)
+{
+    return n != 3 ? -1 : memcmp(k, "pid", 3) == 0 ? F_ORIGIN_PID
+                       : memcmp(k, "tid", 3) == 0 ? F_ORIGIN_TID : -1;
+}
+
+/* Past the object at p (an event, its args or, where `origins`, its args' provenance:
+   `level`), its fields' spans in `fields` (offsets from `base`), or NULL where the scan
+   declines. */
 static const unsigned char *
 scan_object(const unsigned char *base, const unsigned char *p, const unsigned char *end,
-            Span *fields, int in_args, int *high)
+            Span *fields, int level, int origins, int *high)
 {
     p = skip_space(p + 1, end);
     if (p < end && *p == '}')
@@ -947,7 +961,9 @@ scan_object(const unsigned char *base, const unsigned char *p, const unsigned ch
         if ((p = string_end(p, end, &escaped, high)) == NULL || escaped)
             return NULL; /* an escaped key may spell a field */
         Py_ssize_t key_len = p - 1 - key;
-        int field = in_args ? args_key(key, key_len) : event_key(key, key_len);
+        int field = level == IN_EVENT ? event_key(key, key_len)
+                    : level == IN_ARGS  ? args_key(key, key_len)
+                                        : origin_key(key, key_len);
         p = skip_space(p, end);
         if (p >= end || *p != ':')
             return NULL;
@@ -955,11 +971,11 @@ scan_object(const unsigned char *base, const unsigned char *p, const unsigned ch
         const unsigned char *value = p;
         if (field >= 0 && fields[field].type != V_ABSENT)
             return NULL; /* given twice */
-        if (field == F_ARGS && p < end && *p == '{') {
-            p = scan_object(base, p, end, fields, 1, high);
+        if ((field == F_ARGS || (field == F_PROVENANCE && origins)) && p < end && *p == '{') {
+            p = scan_object(base, p, end, fields, level + 1, origins, high);
             type = V_OBJECT;
         } else {
-            p = value_end(p, end, 2 + in_args, &type, high);
+            p = value_end(p, end, 2 + level, &type, high);
         }
         if (p == NULL)
             return NULL;
@@ -970,7 +986,7 @@ scan_object(const unsigned char *base, const unsigned char *p, const unsigned ch
             span->off = (int32_t)(value - base);
             span->len = (uint32_t)(p - value);
             span->type = (uint32_t)type;
-            if (!scan_type_ok(base, field, span))
+            if (!scan_type_ok(base, field, span, origins))
                 return NULL;
         }
         p = skip_space(p, end);
@@ -1247,7 +1263,8 @@ scanned_value(Scanned *s, Py_ssize_t i, int field)
 }
 
 PyDoc_STRVAR(scan_events_doc,
-"scan_events(document, decode_value, decode_event, unset, bracketed) -> Scan or None\n\n"
+"scan_events(document, decode_value, decode_event, unset, bracketed, origins=False)\n"
+"-> Scan or None\n\n"
 "A chunk's events (bytes-like: a JSON array where `bracketed`, else the events and\n"
 "the commas between them), validated and read in one pass, or\n"
 "None where the scan declines (see the comment above scan_events in the source):\n"
@@ -1257,15 +1274,18 @@ PyDoc_STRVAR(scan_events_doc,
 "this module that read events' fields take it as they take a list of msgspec structs\n"
 "(observe.Event). `decode_value(text)` gives a field's value where the scan keeps\n"
 "none of its own (escaped strings, floats, objects), `decode_event(text)` an event,\n"
-"`unset` the provenance of args without one.");
+"`unset` the provenance of args without one.\n"
+"`origins`: read the provenance as verify's struct (verify._Origin: an object or null,\n"
+"its pid and tid kept as fields of their own, any value msgspec takes there) instead of\n"
+"as any value (an object: declined).");
 
 static PyObject *
 scan_events(PyObject *module, PyObject *args)
 {
     PyObject *document, *decode_value, *decode_event, *unset;
-    int bracketed;
-    if (!PyArg_ParseTuple(args, "OOOOp:scan_events", &document, &decode_value, &decode_event,
-                          &unset, &bracketed))
+    int bracketed, origins = 0;
+    if (!PyArg_ParseTuple(args, "OOOOp|p:scan_events", &document, &decode_value, &decode_event,
+                          &unset, &bracketed, &origins))
         return NULL;
     Scanned *s = PyObject_New(Scanned, &ScannedType);
     if (s == NULL)
@@ -1325,7 +1345,7 @@ scan_events(PyObject *module, PyObject *args)
             }
             Span fields[SCAN_FIELDS] = {{0}};
             s->starts[s->n] = p - d;
-            if ((p = scan_object(d, p, end, fields, 0, &high)) == NULL)
+            if ((p = scan_object(d, p, end, fields, IN_EVENT, origins, &high)) == NULL)
                 goto decline;
             for (int k = 0; k < SCAN_FIELDS; k++)
                 s->col[k][s->n] = fields[k];
@@ -1601,15 +1621,13 @@ interned(PyObject *numbers, PyObject *values, PyObject *value)
     return failed ? -1 : number;
 }
 
-/* The track code of an object's pid and tid fields: the pid's number in the high half,
-   the tid's in the low one (verify._TrackCodes); -1 with an exception. */
+/* The track code of a pid and a tid (new references, released here; NULL: an error
+   already set): the pid's number in the high half, the tid's in the low one
+   (verify._TrackCodes); -1 with an exception. */
 static int64_t
-track_code(PyObject *object, Field *pid_field, Field *tid_field, PyObject *pids[2],
-           PyObject *tids[2])
+track_code(PyObject *pid, PyObject *tid, PyObject *pids[2], PyObject *tids[2])
 {
-    PyObject *pid = read_field(object, pid_field);
-    PyObject *tid = pid != NULL ? read_field(object, tid_field) : NULL;
-    Py_ssize_t p = tid != NULL ? interned(pids[0], pids[1], pid) : -1;
+    Py_ssize_t p = pid != NULL && tid != NULL ? interned(pids[0], pids[1], pid) : -1;
     Py_ssize_t t = p >= 0 ? interned(tids[0], tids[1], tid) : -1;
     Py_XDECREF(pid);
     Py_XDECREF(tid);
@@ -1618,12 +1636,55 @@ track_code(PyObject *object, Field *pid_field, Field *tid_field, PyObject *pids[
 
 enum { CHECK_OTHER, CHECK_SLICE, CHECK_FLOW }; /* verify's phase codes */
 
+/* The original track code of moved event i: its provenance's pid and tid. */
+static int64_t
+origin_code(Events *events, Py_ssize_t i, PyObject *pids[2], PyObject *tids[2])
+{
+    if (events->scan != NULL)
+        return track_code(scanned_value(events->scan, i, F_ORIGIN_PID),
+                          scanned_value(events->scan, i, F_ORIGIN_TID), pids, tids);
+    static Field args_field = {"args", NULL, -1}, origin_field = {"origin", NULL, -1};
+    static Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
+    PyObject *event_args = read_field(PyList_GET_ITEM(events->list, i), &args_field);
+    PyObject *origin = event_args != NULL ? read_field(event_args, &origin_field) : NULL;
+    Py_XDECREF(event_args);
+    if (origin == NULL)
+        return -1;
+    PyObject *pid = read_field(origin, &pid_field);
+    PyObject *tid = pid != NULL ? read_field(origin, &tid_field) : NULL;
+    Py_DECREF(origin);
+    return track_code(pid, tid, pids, tids);
+}
+
+/* Whether event i is moved (its args hold a provenance that is not null): 1, 0, or -1
+   with an exception. */
+static int
+is_moved(Events *events, Py_ssize_t i)
+{
+    if (events->scan != NULL)
+        return events->scan->col[F_ARGS][i].type == V_OBJECT
+               && events->scan->col[F_PROVENANCE][i].type == V_OBJECT;
+    static Field args_field = {"args", NULL, -1}, origin_field = {"origin", NULL, -1};
+    PyObject *event_args = read_field(PyList_GET_ITEM(events->list, i), &args_field);
+    if (event_args == NULL || event_args == Py_None) {
+        Py_XDECREF(event_args);
+        return event_args == NULL ? -1 : 0;
+    }
+    PyObject *origin = read_field(event_args, &origin_field);
+    Py_DECREF(event_args);
+    if (origin == NULL)
+        return -1;
+    Py_DECREF(origin);
+    return origin != Py_None;
+}
+
 PyDoc_STRVAR(check_columns_doc,
 "check_columns(events, kinds, activity, (pid numbers, pid values),\n"
 "              (tid numbers, tid values), (device numbers, device values))\n"
 "-> (phases, kinds, tracks, origins, moved, devices)\n\n"
-"What verify's output-only checks read of a chunk's decoded events (verify._CheckEvent),\n"
-"per event: the phase (int8: 1 for X, 2 for s, t and f, else 0); the kind (int8:\n"
+"What verify's output-only checks read of a chunk's decoded events (a list of\n"
+"verify._CheckEvent, or their scan_events with `origins`), per event: the phase (int8: 1\n"
+"for X, 2 for s, t and f, else 0); the kind (int8:\n"
 "kinds[cat] for X, else 0); the track (int64: the pid's number << 32 | the tid's); the\n"
 "original track (the provenance's pid and tid, for a moved flow or a moved X event of\n"
 "an `activity` kind (bytes: 1 at such a kind), else the track); whether it is moved\n"
@@ -1636,21 +1697,22 @@ PyDoc_STRVAR(check_columns_doc,
 static PyObject *
 check_columns(PyObject *module, PyObject *args)
 {
-    PyObject *events, *kinds, *pids[2], *tids[2], *devices[2];
+    Events events;
+    PyObject *kinds, *pids[2], *tids[2], *devices[2];
     Py_buffer activity;
-    if (!PyArg_ParseTuple(args, "O!O!y*(O!O!)(O!O!)(O!O!):check_columns", &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O&O!y*(O!O!)(O!O!)(O!O!):check_columns", events_arg,
                           &events, &PyDict_Type, &kinds, &activity, &PyDict_Type, &pids[0],
                           &PyList_Type, &pids[1], &PyDict_Type, &tids[0], &PyList_Type,
                           &tids[1], &PyDict_Type, &devices[0], &PyList_Type, &devices[1]))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(events);
+    Py_ssize_t n = events.size;
     PyObject *phases = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *kind_codes = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *tracks = PyByteArray_FromStringAndSize(NULL, n * 8);
     PyObject *origins = PyByteArray_FromStringAndSize(NULL, n * 8);
     PyObject *moves = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *device_codes = PyByteArray_FromStringAndSize(NULL, n * 8);
-    PyObject *value = NULL, *inner = NULL;
+    PyObject *value = NULL;
     if (phases == NULL || kind_codes == NULL || tracks == NULL || origins == NULL
         || moves == NULL || device_codes == NULL)
         goto fail;
@@ -1662,13 +1724,10 @@ check_columns(PyObject *module, PyObject *args)
     const unsigned char *is_activity = activity.buf;
     Field ph_field = {"ph", NULL, -1}, cat_field = {"cat", NULL, -1};
     Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
-    Field args_field = {"args", NULL, -1}, origin_field = {"origin", NULL, -1};
-    Field origin_pid = {"pid", NULL, -1}, origin_tid = {"tid", NULL, -1};
-    Field device_field = {"device", NULL, -1};
+    Field args_field = {"args", NULL, -1}, device_field = {"device", NULL, -1};
     /* the events' own fields, their tracks numbered first */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *event = PyList_GET_ITEM(events, i);
-        Py_XSETREF(value, read_field(event, &ph_field));
+        Py_XSETREF(value, event_field(&events, i, &ph_field));
         if (value == NULL)
             goto fail;
         phase[i] = CHECK_OTHER;
@@ -1677,18 +1736,16 @@ check_columns(PyObject *module, PyObject *args)
             phase[i] = c == 'X' ? CHECK_SLICE : (c == 's' || c == 't' || c == 'f') ? CHECK_FLOW
                                                                                  : CHECK_OTHER;
         }
-        if ((track[i] = track_code(event, &pid_field, &tid_field, pids, tids)) < 0)
+        PyObject *pid = event_field(&events, i, &pid_field);
+        PyObject *tid = pid != NULL ? event_field(&events, i, &tid_field) : NULL;
+        int move = (track[i] = track_code(pid, tid, pids, tids)) < 0 ? -1 : is_moved(&events, i);
+        if (move < 0)
             goto fail;
-        Py_XSETREF(value, read_field(event, &args_field));
-        Py_XSETREF(inner, value != NULL && value != Py_None ? read_field(value, &origin_field)
-                                                            : Py_XNewRef(value));
-        if (inner == NULL)
-            goto fail;
-        moved[i] = inner != Py_None;
+        moved[i] = (char)move;
         kind[i] = 0;
         if (phase[i] != CHECK_SLICE)
             continue;
-        Py_XSETREF(value, read_field(event, &cat_field));
+        Py_XSETREF(value, event_field(&events, i, &cat_field));
         if (value == NULL)
             goto fail;
         PyObject *found = PyDict_GetItemWithError(kinds, value);
@@ -1706,12 +1763,8 @@ check_columns(PyObject *module, PyObject *args)
         unsigned char k = (unsigned char)kind[i];
         int active = phase[i] == CHECK_SLICE && k < activity.len && is_activity[k];
         origin[i] = track[i];
-        if (!moved[i] || !(active || phase[i] == CHECK_FLOW))
-            continue;
-        Py_XSETREF(value, read_field(PyList_GET_ITEM(events, i), &args_field));
-        Py_XSETREF(inner, value != NULL ? read_field(value, &origin_field) : NULL);
-        if (inner == NULL
-            || (origin[i] = track_code(inner, &origin_pid, &origin_tid, pids, tids)) < 0)
+        if (moved[i] && (active || phase[i] == CHECK_FLOW)
+            && (origin[i] = origin_code(&events, i, pids, tids)) < 0)
             goto fail;
     }
     /* the devices of activities */
@@ -1720,20 +1773,16 @@ check_columns(PyObject *module, PyObject *args)
         device[i] = -1;
         if (!(phase[i] == CHECK_SLICE && k < activity.len && is_activity[k]))
             continue;
-        Py_XSETREF(value, read_field(PyList_GET_ITEM(events, i), &args_field));
-        Py_XSETREF(inner, value != NULL && value != Py_None ? read_field(value, &device_field)
-                                                            : Py_XNewRef(value));
-        if (inner == NULL || (device[i] = interned(devices[0], devices[1], inner)) < 0)
+        Py_XSETREF(value, event_args_field(&events, i, &args_field, &device_field, Py_None));
+        if (value == NULL || (device[i] = interned(devices[0], devices[1], value)) < 0)
             goto fail;
     }
     Py_XDECREF(value);
-    Py_XDECREF(inner);
     PyBuffer_Release(&activity);
     return Py_BuildValue("(NNNNNN)", phases, kind_codes, tracks, origins, moves, device_codes);
 
 fail:
     Py_XDECREF(value);
-    Py_XDECREF(inner);
     PyBuffer_Release(&activity);
     Py_XDECREF(phases);
     Py_XDECREF(kind_codes);

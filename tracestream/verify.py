@@ -369,18 +369,21 @@ class _OutputChecks:
         whose numbers are not all written in Kineto's shapes goes an event at a time
         (`_observe_events`). (`raws` None: read from `content`.)
         """
-        document = b"".join((b"[", content, b"]"))  # one copy (a + b + c copies twice)
-        try:
-            events = _CHECK_EVENTS.decode(document)
-        except msgspec.ValidationError:
-            events = None
+        document = None
+        events = _scanned(content)
+        if events is None:
+            document = b"".join((b"[", content, b"]"))  # one copy (a + b + c copies twice)
+            try:
+                events = _CHECK_EVENTS.decode(document)
+            except msgspec.ValidationError:
+                events = None
         if events is None or (raws is not None and len(events) != len(raws)):
-            for i, raw in enumerate(_RAW_EVENTS.decode(document) if raws is None else raws):
+            for i, raw in enumerate(_raws(content, document) if raws is None else raws):
                 self.observe(first + i, bytes(raw))
             return
         timed = _Timed(events)
         if not self._observe_columns(first, events, timed):
-            self._observe_events(first, _RAW_EVENTS.decode(document) if raws is None else raws,
+            self._observe_events(first, _raws(content, document) if raws is None else raws,
                                  events, timed)
 
     def _observe_columns(self, first: int, events: list, timed: _Timed) -> bool:
@@ -425,11 +428,14 @@ class _OutputChecks:
             self.lane_slices[key] = self.lane_slices.get(key, 0) + int(slices[k])
         # (a category of GUIDE_CATEGORY is of kind LAYER_GUIDE: only those events are read)
         maybe_guides = synthetic[kind[synthetic] == LAYER_GUIDE].tolist()
-        guides = [(i, _name(events[i])) for i in maybe_guides if events[i].cat == GUIDE_CATEGORY]
+        guides = [(i, _decoded_name(name)) for i, cat, name in zip(
+            maybe_guides, _values(events, maybe_guides, "cat"),
+            _values(events, maybe_guides, "name")) if cat == GUIDE_CATEGORY]
         mode = np.full(len(at), _ACTIVITY, np.int64)
+        flow_list = flows.tolist()
         mode[np.searchsorted(at, flows)] = [
-            _NEXT_FLOW if binds_next(events[i].ph, events[i].bp) else _FLOW
-            for i in flows.tolist()]
+            _NEXT_FLOW if binds_next(ph, bp) else _FLOW
+            for ph, bp in zip(_values(events, flow_list, "ph"), _values(events, flow_list, "bp"))]
         ids = partial(_numbered, distinct, numbered)
         self._emit(first, timed, synthetic.tolist(), ids(track[synthetic]).tolist(), [],
                    guides)
@@ -951,7 +957,45 @@ _CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
 
 def _name(event: _CheckEvent) -> Any:
     """An event's name as `decode_head` reads it (None when it has none)."""
-    return msgspec.json.decode(event.name) if len(event.name) else None
+    return _decoded_name(event.name)
+
+
+def _decoded_name(name: Any) -> Any:
+    """A name as `decode_head` reads it: `_CheckEvent`'s text (None when empty), or the
+    value a scan gives."""
+    if not isinstance(name, msgspec.Raw):
+        return name
+    return msgspec.json.decode(name) if len(name) else None
+
+
+_CHECK_EVENT = msgspec.json.Decoder(_CheckEvent)
+
+
+def _scanned(content: bytes):
+    """A chunk's events as the C extension's scan reads them (`_CheckEvent`s one by one,
+    the provenance as `_Origin`), or None where it declines them (or is not built): the
+    caller then decodes them with msgspec, which decides what is valid. The scan accepts
+    only what msgspec accepts with the same values (see `_speedups.scan_events`); it is
+    the index pass's, run in the mode that reads a provenance's pid and tid, and its
+    answers are held to msgspec's by tests (`tests/test_scan.py`)."""
+    if speedups.native is None:
+        return None
+    return speedups.native.scan_events(content, msgspec.json.decode, _CHECK_EVENT.decode, None,
+                                       False, True)
+
+
+def _raws(content: bytes, document: bytes | None) -> list:
+    """The chunk's events as exact texts (msgspec.Raw)."""
+    if document is None:
+        document = b"".join((b"[", content, b"]"))
+    return _RAW_EVENTS.decode(document)
+
+
+def _values(events, indices: list[int], key: str) -> list:
+    """events[i].<key> for each of the indices (their texts where `_CheckEvent` keeps one)."""
+    if speedups.native is not None:
+        return speedups.native.event_values(events, indices, key)
+    return [getattr(events[i], key) for i in indices]
 
 _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _PHASE, _ARGS, _PID, _TID, _CAT = (attrgetter(name)
