@@ -126,3 +126,54 @@ def test_only_a_source_whose_text_is_hashed_pays_for_the_hash(tmp_path, compress
             else:
                 with pytest.raises(TraceError, match="internal error"):
                     source.data_sha256()
+
+
+def test_a_file_comparison_hashes_the_file_it_matches(tmp_path):
+    """verify's restore check compares the restored bytes with the plain source file as
+    they are made and hashes the file on the way: written in any pieces, equal bytes give
+    the file's sha256, size and CRC-32; a differing, missing or extra byte gives unequal."""
+    import hashlib
+
+    from tracestream.source import FileComparison
+
+    text = bytes(random.Random(7).randrange(256) for _ in range(600_000))
+    path = tmp_path / "source.json"
+    path.write_bytes(text)
+    cuts = sorted(random.Random(8).sample(range(1, len(text)), 40))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+    comparison = FileComparison(path)
+    for piece in pieces:
+        comparison.write(memoryview(piece) if len(piece) % 2 else piece)
+    assert comparison.ended()
+    comparison.close()
+    assert comparison.hexdigest() == hashlib.sha256(text).hexdigest()
+    assert (comparison.size, comparison.crc32) == (len(text), zlib.crc32(text))
+    for written in (text[:-1], text + b"x", text[:1000] + b"?" + text[1001:]):
+        comparison = FileComparison(path)
+        comparison.write(written)
+        assert not comparison.ended()
+        comparison.close()
+
+
+def test_a_hash_made_elsewhere_is_taken_only_for_the_first_read_s_bytes(tmp_path):
+    """The source's sha256 made by verify's restore check stands for `sha256()` only when
+    the bytes it hashed have the index pass's size and CRC-32: a file changed in between is
+    refused as a changed input, never hashed as if it were the one indexed."""
+    path = tmp_path / "t.json"
+    text = b'{"traceEvents": []}'
+    path.write_bytes(text)
+    with TraceSource(path) as source:
+        stats = ReadStats()
+        b"".join(source.read(stats))
+        source.finish_read(stats)
+        with pytest.raises(TraceError, match="changed between passes"):
+            source.adopt_sha256("ab" * 32, len(text), zlib.crc32(text) ^ 1)
+        assert source.adopt_sha256("ab" * 32, len(text), zlib.crc32(text))
+        assert source.sha256() == source.data_sha256() == "ab" * 32
+    with TraceSource(path) as source:  # a hash already started is the one kept
+        stats = ReadStats()
+        b"".join(source.read(stats))
+        source.finish_read(stats)
+        source.start_hashing()
+        assert not source.adopt_sha256("ab" * 32, len(text), zlib.crc32(text))
+        assert source.sha256() != "ab" * 32

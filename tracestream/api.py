@@ -155,11 +155,13 @@ def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin
 def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
                compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
                command: str, tmpdir: str | None = None, progress=None, pool=None,
-               source_name: str | None = None, after_index=None):
+               source_name: str | None = None, after_index=None, hashes_source: bool = True):
     """Index pass and plan: (index, plan). Every refusal happens here; nothing is written.
 
     `after_index()`, when given, is called between the two: the plan is made on one core,
-    so work that needs no plan can start there (verify starts restore's splice)."""
+    so work that needs no plan can start there (verify starts restore's splice). The
+    source's sha256 starts there too, unless not `hashes_source` (verify's restore check
+    hashes a plain source itself, see `TraceSource.adopt_sha256`)."""
     patterns = {}
     if layer_spec is not None:
         patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "anchor_regex")
@@ -169,7 +171,8 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
             )
     options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
     index = run_index(source, options, progress=progress, pool=pool)
-    source.start_hashing()  # while the plan runs on one core (the report names the hash)
+    if hashes_source:
+        source.start_hashing()  # while the plan runs on one core (the report names the hash)
     if after_index is not None:
         after_index()
     try:

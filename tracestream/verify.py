@@ -72,7 +72,7 @@ from tracestream.report_shape import report_specs
 from tracestream.reports import find_report, load_report
 from tracestream.restore import HashingWriter, Undo, splice_back
 from tracestream.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk
-from tracestream.source import ReadStats, TraceSource
+from tracestream.source import FileComparison, ReadStats, TraceSource
 from tracestream.spill import RecordStore, concat_rows, same_rows, take_rows
 from tracestream.workers import deliver, outcome, pool_for, received, release_memory
 
@@ -1271,13 +1271,14 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     # workers fork before the reader threads start
     with pool_for(trace, workers) as pool, TraceSource(trace) as source, \
             TraceSource(output, hashes_data=False) as annotated:
-        restoring = _Restoring(data, retired, annotated, pool)
+        restoring = _Restoring(data, retired, annotated, source, pool)
         try:
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
                 report_name=data.get("report_file", report_path.name),
                 command=data.get("command", ""), tmpdir=tmpdir, pool=pool,
                 source_name=data.get("source_file"), after_index=restoring.start,
+                hashes_source=not restoring.hashes_source,
             )
         except TraceError as exc:
             if source.first_stats is None:
@@ -1311,19 +1312,41 @@ def _sha_problem(source: TraceSource, data: dict) -> list[str]:
 
 class _Restoring:
     """Restore's quick splice of the output file, in a worker, started (`start`) once the
-    index pass is done: it needs no plan, and the plan is made on one core."""
+    index pass is done: it needs no plan, and the plan is made on one core.
 
-    def __init__(self, data: dict, retired, annotated: TraceSource, pool):
+    For a plain source file the restored bytes are compared with the file's as they are
+    made (`restored_matches`), and the file's hash made on the way is the source's
+    (`hashes_source`: the main process does not hash it too); else they are hashed, for
+    the hash of the source's decompressed bytes its index pass made."""
+
+    def __init__(self, data: dict, retired, annotated: TraceSource, source: TraceSource, pool):
         try:
             self.undo = Undo.from_report(data, retired, annotated.name)
         except TraceError:  # `_compare` says why
             self.undo = None
-        self._annotated, self._pool = annotated, pool
+        self._annotated, self._source, self._pool = annotated, source, pool
+        self.hashes_source = (self.undo is not None and annotated.path is not None
+                              and source.plain_path is not None)
         self.task = None
 
     def start(self) -> None:
-        if self.undo is not None and self._annotated.path is not None:
+        if self.hashes_source:
+            self.task = self._pool.submit(restored_matches, self._annotated.path, self.undo,
+                                          self._source.plain_path)
+        elif self.undo is not None and self._annotated.path is not None:
             self.task = self._pool.submit(restored_sha256, self._annotated.path, self.undo)
+
+    def outcome(self) -> tuple[str, str]:
+        """(why restore's splice failed, "") or ("", the sha256 of the bytes it restores;
+        "" where they are not the source file's), or None if it was not started."""
+        if self.task is None:
+            return None
+        if not self.hashes_source:
+            return outcome(self.task)
+        problem, digest, size, crc32 = outcome(self.task)
+        if digest:
+            self._source.adopt_sha256(digest, size, crc32)
+        return problem, digest
 
 
 def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
@@ -1343,8 +1366,6 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     undo = restoring.undo
     if index.provenance_ordinal is not None or undo is None:
         return False
-    # restore's splice runs in a worker meanwhile (it reads the output file itself)
-    restored = restoring.task
     checks = _OutputChecks(data, tmpdir)
     checks.bind_only_on({index.tracks[track] for track in index.flow_tracks})
     planned = _PlannedStream(source, index, plan, dict(retired), pool, checks)
@@ -1354,9 +1375,12 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
         out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True)
         if not _as_planned(out_scan, planned) or not checks.sources_complete:
             return False
+        # restore's splice ran in a worker meanwhile (it reads the output file itself)
+        restored = restoring.outcome()
         if restored is None:
-            restored = pool.submit(partial(_restored_from, quick=True), annotated, undo)
-        problem, digest = outcome(restored)
+            restored = outcome(pool.submit(partial(_restored_from, quick=True), annotated,
+                                           undo))
+        problem, digest = restored
         if problem or _digest_problems(digest, source, undo):
             return False
         _add_checks(verdict, [], digest, [], True, index.layout, out_scan.layout, plan, checks,
@@ -1808,6 +1832,26 @@ def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
         return problem, digest
     with TraceSource(path, hashes_data=False) as annotated:
         return _restored_from(annotated, undo, quick=True)
+
+
+def restored_matches(path: str, undo: Undo, source_path: str) -> tuple[str, str, int, int]:
+    """`restored_sha256`'s check against the plain source file at `source_path` (in a
+    worker): the restored bytes compared with the file's as they are made, the quick way
+    first, then exactly. ("", the file's sha256, size, CRC-32) when they are its bytes
+    (for `TraceSource.adopt_sha256`), else (why restore's splice failed or "", "", 0, 0)."""
+    problem = ""
+    for speculative in (True, False):
+        comparison = FileComparison(source_path)
+        try:
+            with TraceSource(path, hashes_data=False) as annotated:
+                splice_back(annotated, undo, comparison, quick=True, speculative=speculative)
+            if comparison.ended():
+                return "", comparison.hexdigest(), comparison.size, comparison.crc32
+        except TraceError as exc:
+            problem = str(exc)
+        finally:
+            comparison.close()
+    return problem, "", 0, 0
 
 
 def _restored_from(annotated: TraceSource, undo: Undo, *, quick: bool = False,
