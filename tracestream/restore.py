@@ -47,7 +47,8 @@ _SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 _MARK = b"_compact_gpu_track"
 _ADDED_MEMBER = b',\n  "tracestream": '
 _BLOCK = 1 << 20
-_TRIM_EVERY = 8  # chunks: fewer trims, fewer pages faulted in again (tree PSS as before)
+_TRIM_EVERY = 32  # chunks: fewer trims, fewer pages faulted in again (see verify's
+# _WORKER_TRIM_EVERY: its restore check runs this in a worker)
 
 
 @dataclass
