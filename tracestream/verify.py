@@ -999,6 +999,7 @@ def _values(events, indices: list[int], key: str) -> list:
         return speedups.native.event_values(events, indices, key)
     return [getattr(events[i], key) for i in indices]
 
+
 _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 _PHASE, _ARGS, _PID, _TID, _CAT = (attrgetter(name)
                                    for name in ("ph", "args", "pid", "tid", "cat"))
@@ -1294,6 +1295,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             compared = Verdict()
             if not _fast_compare(source, annotated, index, plan, data, retired, compared,
                                  tmpdir, pool, restoring):
+                source.start_hashing()  # (where restore's check was to hash the source)
                 _compare(source, annotated, index, plan, data, retired, compared, tmpdir)
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
@@ -1338,7 +1340,7 @@ class _Restoring:
         elif self.undo is not None and self._annotated.path is not None:
             self.task = self._pool.submit(restored_sha256, self._annotated.path, self.undo)
 
-    def outcome(self) -> tuple[str, str]:
+    def outcome(self) -> tuple[str, str] | None:
         """(why restore's splice failed, "") or ("", the sha256 of the bytes it restores;
         "" where they are not the source file's), or None if it was not started."""
         if self.task is None:
@@ -1841,8 +1843,8 @@ def restored_matches(path: str, undo: Undo, source_path: str) -> tuple[str, str,
     worker): the restored bytes compared with the file's as they are made, the quick way
     first, then exactly. ("", the file's sha256, size, CRC-32) when they are its bytes
     (for `TraceSource.adopt_sha256`), else (why restore's splice failed or "", "", 0, 0)."""
-    problem = ""
     for speculative in (True, False):
+        problem = ""  # (the exact splice's answer is the one given)
         comparison = FileComparison(source_path)
         try:
             with TraceSource(path, hashes_data=False) as annotated:
