@@ -279,10 +279,10 @@ def assert_checked_as_msgspec(document: bytes) -> bool:
 
 MOVED = (
     b'[{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 1000001, "ts": 10.5, '
-    b'"dur": 2, "args": {"%b": {"pid": 0, "tid": 7, "source_event_index": 3, '
+    b'"dur": 2, "args": {"%b": {"pid": 3, "tid": 7, "source_event_index": 3, '
     b'"had_args": true}, "device": 0, "stream": 7}},\n'
     b'  {"ph": "f", "id": 12, "pid": 0, "tid": 1000001, "ts": 10.5, "cat": "ac2g", '
-    b'"name": "ac2g", "bp": "e", "args": {"%b": {"pid": 0, "tid": "s 7", '
+    b'"name": "ac2g", "bp": "e", "args": {"%b": {"pid": "gpu 2", "tid": "s 7", '
     b'"source_event_index": 4, "had_args": false}}},\n'
     b'  {"ph": "X", "cat": "layer_guide", "name": "L0", "pid": "Spans", "tid": 1000000, '
     b'"ts": 9, "dur": 4, "args": {"%b": null}},\n'
@@ -293,8 +293,9 @@ MOVED = (
 def test_verify_s_scan_reads_provenance_as_msgspec_does():
     assert assert_checked_as_msgspec(MOVED)
     assert scan(MOVED) is None  # the index pass's mode: a provenance object is any value
-    pids = [value for _, value in check_columns(check_scan(MOVED))[1][0]]
-    assert pids == [0, "Spans", 1]
+    pids, tids, _ = ([v for _, v in table] for table in check_columns(check_scan(MOVED))[1])
+    assert pids == [0, "Spans", 1, 3, "gpu 2"]  # the events', then their provenances'
+    assert tids == [1000001, 1000000, 1, 7, "s 7"]
 
 
 @pytest.mark.parametrize("provenance, refused", [
@@ -324,6 +325,12 @@ _CHECK_ARGS = st.one_of(st.none(), st.dictionaries(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.tuples(_KEYS, _VALUES), max_size=8),
                           st.one_of(st.none(), _CHECK_ARGS), st.booleans()), max_size=6))
+@example([([("ph", "X"), ("cat", "kernel"), ("pid", 1), ("tid", 2)],
+           {PROVENANCE_KEY: {"pid": 5, "tid": "s"}, "device": 0}, True),
+          ([("ph", "f"), ("pid", 1), ("tid", 2), ("bp", "e")],
+           {PROVENANCE_KEY: {"tid": 7, "x": [1.5]}}, False),
+          ([("ph", "X"), ("cat", "gpu_memcpy"), ("pid", 1), ("tid", 2)],
+           {PROVENANCE_KEY: None, "device": "d"}, True)])
 def test_generated_outputs_are_checked_as_msgspec_decodes_them(events):
     texts = []
     for members, args, spaced in events:
@@ -339,7 +346,13 @@ def test_damaged_outputs_are_declined_or_checked_alike(at, inserted, removed):
     assert_checked_as_msgspec(MOVED[:at] + inserted + MOVED[at + removed:])
 
 
-def test_verify_scans_a_layers_output_chunk():
+def test_verify_scans_an_output_chunk_and_only_in_its_mode():
     """The fast path is taken on an output chunk (a scan that always declined would pass
-    every other test of verify, slowly)."""
+    every other test of verify, slowly; real outputs: tests/test_verify_columns.py), and
+    verify's check columns refuse a scan made in the index pass's mode, which never read a
+    provenance's pid and tid."""
     assert type(verify._scanned(MOVED[1:-1])).__name__ == "Scan"
+    document = b'[{"ph": "X", "pid": 1, "tid": 2, "args": {"device": 0}}]'
+    with pytest.raises(ValueError, match="origins"):
+        check_columns(scan(document))
+    assert check_columns(check_scan(document)) == check_columns(_CHECK_LIST.decode(document))

@@ -153,6 +153,8 @@ def test_a_file_comparison_hashes_the_file_it_matches(tmp_path):
         comparison.write(written)
         assert not comparison.ended()
         comparison.close()
+    with pytest.raises(TraceError, match="cannot read input .*gone.json"):
+        FileComparison(tmp_path / "gone.json")
 
 
 def test_a_hash_made_elsewhere_is_taken_only_for_the_first_read_s_bytes(tmp_path):

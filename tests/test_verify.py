@@ -411,3 +411,46 @@ def test_chunked_comparison_leaves_changed_separators_to_restore(compacted, monk
     assert not settled
     assert [c.name for c in fast.checks if not c.ok] == ["restored events equal the source"]
     assert fast.to_json() == slow.to_json()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_chunked_run_hashes_a_plain_source_once(compacted, monkeypatch, workers):
+    """Restore's check compares the restored bytes with the plain source file and hashes
+    the file on the way: the main process starts no hash of its own, and the verdict
+    names the source's sha256."""
+    import hashlib
+
+    from tracestream import source as source_module
+    from tracestream import verify as module
+
+    started = []
+
+    class Counted(source_module._Hasher):
+        def __init__(self, *args):
+            started.append(args)
+            super().__init__(*args)
+
+    monkeypatch.setattr(source_module, "_Hasher", Counted)
+    source, out = compacted
+    verdict = module.verify(source, out, workers=workers)
+    assert verdict.ok and not started
+    details = {c.name: c.detail for c in verdict.checks}
+    assert hashlib.sha256(source.read_bytes()).hexdigest()[:16] in details[
+        "restored events equal the source"]
+
+
+def test_a_report_with_another_source_text_hash_fails_as_event_by_event(compacted,
+                                                                        monkeypatch, tmp_path):
+    """The restored bytes are the source file's, but the report's source_data_sha256 is not
+    their hash: the chunked run leaves it to the per-event comparison, same verdict."""
+    source, out = compacted
+    text = Path(f"{out}.layers.json").read_text()
+    edited = tmp_path / "edited.layers.json"
+    edited.write_text(re.sub(r'("source_data_sha256": ")(.)', lambda m: m.group(1) + (
+        "1" if m.group(2) == "0" else "0"), text, count=1))
+    assert edited.read_text() != text
+    fast, slow, settled = chunked_and_per_event(monkeypatch, source, out, edited, workers=2)
+    assert not settled and not fast.ok
+    assert "source_data_sha256" in {c.name: c.detail for c in fast.checks}[
+        "restored events equal the source"]
+    assert fast.to_json() == slow.to_json()

@@ -259,9 +259,11 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
 @pytest.mark.parametrize("name", REAL_WITH_GPU)
 def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tmp_path):
     """The same on `layers` outputs of the real traces (lanes, relocated flows and
-    scopes as Kineto writes them), a few hundred events at a time."""
+    scopes as Kineto writes them), a few hundred events at a time; with the C extension
+    the scan reads every one of those chunks (none is left to msgspec)."""
+    from tracestream import speedups
     from tracestream.document import DocumentScanner, iter_events
-    from tracestream.verify import _facts_of, _OutputChecks
+    from tracestream.verify import _facts_of, _OutputChecks, _scanned
 
     trace = real_trace(name)
     out = tmp_path / "out.json"
@@ -276,6 +278,8 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
         chunk = raws[first:first + 300]
         assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
             _facts_one_at_a_time(chunk, first, synthetic))
+        if speedups.native is not None:
+            assert _scanned(b",\n".join(chunk)) is not None
 
 
 def test_interned_values_share_a_number_as_a_dicts_keys_do():

@@ -688,6 +688,11 @@ read_field(PyObject *object, Field *field)
    escape.
    The caller then decodes the chunk with msgspec, which says what is wrong, if anything.
 
+   In verify's mode (`origins`) the provenance is read as verify's own struct (_Origin: an
+   object or null, anything else declined) and its pid and tid are fields of their own,
+   held to the same rules; the index pass's mode takes it as any value (an object:
+   declined).
+
    The scan is a sequence of its events: `scan[i]` is event i decoded by msgspec (for the
    few events Python code reads one by one). The functions below that read events take
    a list of msgspec structs or a scan (see Events). */
@@ -1027,6 +1032,9 @@ typedef struct {
     int64_t int_key[INT_CACHE];
     PyObject *int_value[INT_CACHE];
     int shift;              /* 1 where the document is bracketed: the chunk is d + 1 */
+    int fields;             /* columns kept: SCAN_FIELDS with `origins`, else those before
+                               the provenance's own (F_ORIGIN_PID) */
+    char origins;           /* the provenance read as verify's struct (scan_events) */
     char ascii;             /* no byte above 0x7F: no UTF-8 to check */
 } Scanned;
 
@@ -1311,6 +1319,8 @@ scan_events(PyObject *module, PyObject *args)
     int high = 0;
     const unsigned char *p = skip_space(d, end);
     s->shift = bracketed;
+    s->origins = (char)origins;
+    s->fields = origins ? SCAN_FIELDS : F_ORIGIN_PID;
     if (bracketed) {
         if (p >= end || *p != '[')
             goto decline;
@@ -1331,14 +1341,14 @@ scan_events(PyObject *module, PyObject *args)
                 if (ends != NULL)
                     s->ends = ends;
                 int columns = 0;
-                for (int k = 0; k < SCAN_FIELDS; k++) {
+                for (int k = 0; k < s->fields; k++) {
                     Span *column = PyMem_Realloc(s->col[k], cap * sizeof(Span));
                     if (column != NULL) {
                         s->col[k] = column;
                         columns++;
                     }
                 }
-                if (starts == NULL || ends == NULL || columns < SCAN_FIELDS) {
+                if (starts == NULL || ends == NULL || columns < s->fields) {
                     Py_DECREF(s);
                     return PyErr_NoMemory();
                 }
@@ -1347,7 +1357,7 @@ scan_events(PyObject *module, PyObject *args)
             s->starts[s->n] = p - d;
             if ((p = scan_object(d, p, end, fields, IN_EVENT, origins, &high)) == NULL)
                 goto decline;
-            for (int k = 0; k < SCAN_FIELDS; k++)
+            for (int k = 0; k < s->fields; k++)
                 s->col[k][s->n] = fields[k];
             s->ends[s->n++] = p - d;
             p = skip_space(p, end);
@@ -1442,7 +1452,8 @@ event_args_field(Events *events, Py_ssize_t i, Field *args_field, Field *inner,
         return value;
     }
     int column = field_column(inner);
-    if (field_column(args_field) != F_ARGS || column < F_DEVICE) {
+    if (field_column(args_field) != F_ARGS || column < F_DEVICE
+        || column >= events->scan->fields) {
         PyErr_Format(PyExc_AttributeError, "a scanned event has no field `%s.%s`",
                      args_field->name, inner->name);
         return NULL;
@@ -1636,22 +1647,27 @@ track_code(PyObject *pid, PyObject *tid, PyObject *pids[2], PyObject *tids[2])
 
 enum { CHECK_OTHER, CHECK_SLICE, CHECK_FLOW }; /* verify's phase codes */
 
+/* The fields check_columns reads of a list's structs beyond the event's own: its args'
+   provenance (verify._Origin) and that one's pid and tid. */
+typedef struct {
+    Field args, origin, pid, tid;
+} OriginFields;
+
 /* The original track code of moved event i: its provenance's pid and tid. */
 static int64_t
-origin_code(Events *events, Py_ssize_t i, PyObject *pids[2], PyObject *tids[2])
+origin_code(Events *events, Py_ssize_t i, OriginFields *f, PyObject *pids[2],
+            PyObject *tids[2])
 {
     if (events->scan != NULL)
         return track_code(scanned_value(events->scan, i, F_ORIGIN_PID),
                           scanned_value(events->scan, i, F_ORIGIN_TID), pids, tids);
-    static Field args_field = {"args", NULL, -1}, origin_field = {"origin", NULL, -1};
-    static Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
-    PyObject *event_args = read_field(PyList_GET_ITEM(events->list, i), &args_field);
-    PyObject *origin = event_args != NULL ? read_field(event_args, &origin_field) : NULL;
+    PyObject *event_args = read_field(PyList_GET_ITEM(events->list, i), &f->args);
+    PyObject *origin = event_args != NULL ? read_field(event_args, &f->origin) : NULL;
     Py_XDECREF(event_args);
     if (origin == NULL)
         return -1;
-    PyObject *pid = read_field(origin, &pid_field);
-    PyObject *tid = pid != NULL ? read_field(origin, &tid_field) : NULL;
+    PyObject *pid = read_field(origin, &f->pid);
+    PyObject *tid = pid != NULL ? read_field(origin, &f->tid) : NULL;
     Py_DECREF(origin);
     return track_code(pid, tid, pids, tids);
 }
@@ -1659,18 +1675,17 @@ origin_code(Events *events, Py_ssize_t i, PyObject *pids[2], PyObject *tids[2])
 /* Whether event i is moved (its args hold a provenance that is not null): 1, 0, or -1
    with an exception. */
 static int
-is_moved(Events *events, Py_ssize_t i)
+is_moved(Events *events, Py_ssize_t i, OriginFields *f)
 {
     if (events->scan != NULL)
         return events->scan->col[F_ARGS][i].type == V_OBJECT
                && events->scan->col[F_PROVENANCE][i].type == V_OBJECT;
-    static Field args_field = {"args", NULL, -1}, origin_field = {"origin", NULL, -1};
-    PyObject *event_args = read_field(PyList_GET_ITEM(events->list, i), &args_field);
+    PyObject *event_args = read_field(PyList_GET_ITEM(events->list, i), &f->args);
     if (event_args == NULL || event_args == Py_None) {
         Py_XDECREF(event_args);
         return event_args == NULL ? -1 : 0;
     }
-    PyObject *origin = read_field(event_args, &origin_field);
+    PyObject *origin = read_field(event_args, &f->origin);
     Py_DECREF(event_args);
     if (origin == NULL)
         return -1;
@@ -1705,6 +1720,11 @@ check_columns(PyObject *module, PyObject *args)
                           &PyList_Type, &pids[1], &PyDict_Type, &tids[0], &PyList_Type,
                           &tids[1], &PyDict_Type, &devices[0], &PyList_Type, &devices[1]))
         return NULL;
+    if (events.scan != NULL && !events.scan->origins) {
+        PyBuffer_Release(&activity);
+        PyErr_SetString(PyExc_ValueError, "check_columns reads a scan made with `origins`");
+        return NULL;
+    }
     Py_ssize_t n = events.size;
     PyObject *phases = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *kind_codes = PyByteArray_FromStringAndSize(NULL, n);
@@ -1725,6 +1745,8 @@ check_columns(PyObject *module, PyObject *args)
     Field ph_field = {"ph", NULL, -1}, cat_field = {"cat", NULL, -1};
     Field pid_field = {"pid", NULL, -1}, tid_field = {"tid", NULL, -1};
     Field args_field = {"args", NULL, -1}, device_field = {"device", NULL, -1};
+    OriginFields origin_fields = {{"args", NULL, -1}, {"origin", NULL, -1}, {"pid", NULL, -1},
+                                  {"tid", NULL, -1}};
     /* the events' own fields, their tracks numbered first */
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_XSETREF(value, event_field(&events, i, &ph_field));
@@ -1738,7 +1760,8 @@ check_columns(PyObject *module, PyObject *args)
         }
         PyObject *pid = event_field(&events, i, &pid_field);
         PyObject *tid = pid != NULL ? event_field(&events, i, &tid_field) : NULL;
-        int move = (track[i] = track_code(pid, tid, pids, tids)) < 0 ? -1 : is_moved(&events, i);
+        int move = (track[i] = track_code(pid, tid, pids, tids)) < 0
+                       ? -1 : is_moved(&events, i, &origin_fields);
         if (move < 0)
             goto fail;
         moved[i] = (char)move;
@@ -1764,7 +1787,7 @@ check_columns(PyObject *module, PyObject *args)
         int active = phase[i] == CHECK_SLICE && k < activity.len && is_activity[k];
         origin[i] = track[i];
         if (moved[i] && (active || phase[i] == CHECK_FLOW)
-            && (origin[i] = origin_code(&events, i, pids, tids)) < 0)
+            && (origin[i] = origin_code(&events, i, &origin_fields, pids, tids)) < 0)
             goto fail;
     }
     /* the devices of activities */

@@ -6,22 +6,23 @@ is read once as a stream and spooled to a temporary file while the first pass re
 it, so later passes read the spool. The spool has no name while it is open
 (O_TMPFILE, else unlinked at once), so even SIGKILL leaves nothing behind.
 
-Every read checksums the raw bytes (CRC-32, cheap) in a background thread
-together with decompression, so a file that changes between passes is detected
-and refused. The first read of a compressed input also hashes the decompressed
-bytes (sha256, the JSON text that `restore` gives back), unless the source is made with
-`hashes_data=False` (an annotated trace, whose own hash nothing asks for: `verify` and
-`restore` read its bytes to restore the source's, hashed as they are written). The
-report's sha256 of
-the raw bytes is computed on request, in a thread of its own, by a further read
+Every read checksums the raw bytes (CRC-32, cheap) in a background thread together with
+decompression, so a file that changes between passes is detected and refused. The first
+read of a compressed input also hashes the decompressed bytes (sha256, the JSON text that
+`restore` gives back), unless the source is made with `hashes_data=False` (an annotated
+trace, whose own hash nothing asks for: `verify` and `restore` read its bytes to restore
+the source's, hashed as they are written). The report's sha256 of the raw bytes is
+computed on request, in a thread of its own, by a further read
 (`TraceSource.start_hashing`); for an uncompressed input, whose raw bytes are its
-decompressed bytes, that one hash is both. A source made with `read_once=True`
-(read-only commands: one pass, no hash in their output) hashes nothing, and when
-worker processes read an uncompressed file's bytes, its one read skips them
-(`read_skipping`). A pass whose workers read an uncompressed file's chunks
-themselves is checksummed by parts (`PieceChecksum`): each worker's CRC-32 of the
-bytes it used and the bytes between them read here, combined in file order, so the
-main process reads no byte a worker reads and the pass's CRC is still the file's.
+decompressed bytes, that one hash is both. `verify` hashes an uncompressed source where it
+compares restore's bytes with it (`FileComparison`), and that hash stands for the thread's
+when it was made of the first read's bytes (`TraceSource.adopt_sha256`). A source made
+with `read_once=True` (read-only commands: one pass, no hash in their output) hashes
+nothing, and when worker processes read an uncompressed file's bytes, its one read skips
+them (`read_skipping`). A pass whose workers read an uncompressed file's chunks themselves
+is checksummed by parts (`PieceChecksum`): each worker's CRC-32 of the bytes it used and
+the bytes between them read here, combined in file order, so the main process reads no
+byte a worker reads and the pass's CRC is still the file's.
 """
 
 from __future__ import annotations
@@ -531,6 +532,10 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
         stats.data_sha256 = digest.hexdigest()
 
 
+def _unreadable(name: str, exc: OSError) -> TraceError:
+    return TraceError(f"cannot read input {name}: {exc.strerror or exc}")
+
+
 def _bytes_changed(name: str) -> TraceError:
     return TraceError(f"input {name} changed between passes (the bytes read differ); "
                       "nothing was written")
@@ -566,7 +571,7 @@ class _Hasher:
                     crc = isal_zlib.crc32(block, crc)
                     total += size
         except OSError as exc:
-            self._error = TraceError(f"cannot read input {self._name}: {exc.strerror or exc}")
+            self._error = _unreadable(self._name, exc)
             return
         if self._stopped.is_set():
             return
@@ -611,7 +616,11 @@ class FileComparison:
     more is read."""
 
     def __init__(self, path: str):
-        self._fh = open(path, "rb", buffering=0)
+        self._name = str(path)
+        try:
+            self._fh = open(path, "rb", buffering=0)
+        except OSError as exc:
+            raise _unreadable(self._name, exc) from None
         self._digest = hashlib.sha256()
         self._buffer = memoryview(bytearray(HASH_BLOCK))
         self.size = 0
@@ -622,7 +631,10 @@ class FileComparison:
         data = data if type(data) is bytes else bytes(data)
         at = 0
         while self.equal and at < len(data):
-            read = self._fh.readinto(self._buffer[: min(len(self._buffer), len(data) - at)])
+            try:
+                read = self._fh.readinto(self._buffer[: min(len(self._buffer), len(data) - at)])
+            except OSError as exc:
+                raise _unreadable(self._name, exc) from None
             block = self._buffer[:read]
             if not read or not data.startswith(block, at):
                 self.equal = False
@@ -634,7 +646,10 @@ class FileComparison:
 
     def ended(self) -> bool:
         """Whether every byte of the file was written, equal."""
-        self.equal = self.equal and not self._fh.read(1)
+        try:
+            self.equal = self.equal and not self._fh.read(1)
+        except OSError as exc:
+            raise _unreadable(self._name, exc) from None
         return self.equal
 
     def hexdigest(self) -> str:

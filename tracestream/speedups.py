@@ -3,7 +3,8 @@
 `tracestream._speedups` (built from _speedups.c by setup.py where a C compiler is
 available) scans a chunk's events (validating the JSON and keeping where each field
 the index reads lies, instead of msgspec's decode into structs; it declines what it
-cannot be sure msgspec reads alike, and msgspec decodes those chunks), finds key
+cannot be sure msgspec reads alike, and msgspec decodes those chunks; verify reads its
+planned output chunks with it too, the provenance read as verify's own struct), finds key
 positions, reads the events' fields (ts/dur columns, phase and category codes, track
 and group keys) and splices relocated events, each in one pass. The numpy and Python
 code in keyscan, observe and rewrite, with msgspec's decode, returns the same and stays

@@ -81,7 +81,8 @@ _MAX_LISTED = 5
 # and the next chunk's buffers fault them in again (page faults were most of verify's
 # system time); these counts keep a 1 GB run's tree PSS under its 250 MiB target.
 _TRIM_EVERY = 32  # output chunks between the main process's trims: each trim made it fault its
-# buffers in again (~300k faults a nightly run at 8, ~130k at 32; tree PSS +5-10 MiB)
+# buffers in again (while it compares the nightly output: ~300k faults at 8, ~130k at 32;
+# tree PSS +5-10 MiB)
 _WORKER_TRIM_EVERY = 32  # in a worker, whose heap keeps freed memory (keep_freed_memory): at
 # 8, with restore's trims at 8 too, ~0.6 s more system time a nightly run for ~6 MiB less PSS
 _ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
@@ -385,10 +386,13 @@ class _OutputChecks:
             return
         timed = _Timed(events)
         if not self._observe_columns(first, events, timed):
+            if document is None:  # a scan: its events one by one are msgspec's, all at once
+                document = b"".join((b"[", content, b"]"))
+                events = _CHECK_EVENTS.decode(document)
             self._observe_events(first, _raws(content, document) if raws is None else raws,
                                  events, timed)
 
-    def _observe_columns(self, first: int, events: list, timed: _Timed) -> bool:
+    def _observe_columns(self, first: int, events, timed: _Timed) -> bool:
         """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
         numbers `NumberColumn` leaves to timebase.
 
@@ -852,9 +856,10 @@ _IS_ACTIVITY[list(ACTIVITY_KINDS)] = True
 _ACTIVITY_MASK = _IS_ACTIVITY.tobytes()  # the same, for the C extension
 
 
-def _check_columns(events: list, kinds: CategoryKinds, codes: _TrackCodes, devices: _Interned
+def _check_columns(events, kinds: CategoryKinds, codes: _TrackCodes, devices: _Interned
                    ) -> tuple[np.ndarray, ...]:
-    """What the output-only checks read of a chunk's events (`_CheckEvent`), as columns:
+    """What the output-only checks read of a chunk's events (a list of `_CheckEvent`, or
+    their scan where the extension is built, see `_scanned`), as columns:
     (phase: _PH_X, _PH_FLOW for s/t/f, else _PH_OTHER; kind: kinds[cat] of X events, else
     0; track code; original track code: the provenance's for a moved flow or activity,
     else the track; moved: has provenance; device number of activities, else -1).
@@ -1385,7 +1390,7 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
             restored = outcome(pool.submit(partial(_restored_from, quick=True), annotated,
                                            undo))
         problem, digest = restored
-        if problem or _digest_problems(digest, source, undo):
+        if problem or not digest or _digest_problems(digest, source, undo):
             return False
         _add_checks(verdict, [], digest, [], True, index.layout, out_scan.layout, plan, checks,
                     data)
@@ -1845,8 +1850,9 @@ def restored_matches(path: str, undo: Undo, source_path: str) -> tuple[str, str,
     (for `TraceSource.adopt_sha256`), else (why restore's splice failed or "", "", 0, 0)."""
     for speculative in (True, False):
         problem = ""  # (the exact splice's answer is the one given)
-        comparison = FileComparison(source_path)
+        comparison = None
         try:
+            comparison = FileComparison(source_path)
             with TraceSource(path, hashes_data=False) as annotated:
                 splice_back(annotated, undo, comparison, quick=True, speculative=speculative)
             if comparison.ended():
@@ -1854,7 +1860,8 @@ def restored_matches(path: str, undo: Undo, source_path: str) -> tuple[str, str,
         except TraceError as exc:
             problem = str(exc)
         finally:
-            comparison.close()
+            if comparison is not None:
+                comparison.close()
     return problem, "", 0, 0
 
 
@@ -1932,7 +1939,9 @@ class GuideOrder:
     def observe_many(self, starts: np.ndarray, ends: np.ndarray, names: list) -> None:
         """`observe` of each guide in turn (int64 start and end columns in ns, their names),
         a column at a time (lists: one at a time)."""
-        if not isinstance(starts, np.ndarray) or not isinstance(ends, np.ndarray):
+        if not (isinstance(starts, np.ndarray) and isinstance(ends, np.ndarray)) or (
+                self._last is not None
+                and not _INT64_MIN <= min(self._last[:2]) <= max(self._last[:2]) <= _INT64_MAX):
             for guide in zip(starts, ends, names):
                 self.observe(*guide)
             return
@@ -1994,7 +2003,8 @@ def _order_problem(name: str, previous: str, *, before: bool) -> str:
     return f"guide {name} {'starts before' if before else 'overlaps'} {previous}"
 
 
-_NS_LIMIT = (1 << 63) // 1000  # whole µs whose ns fit in int64
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_NS_LIMIT = ((1 << 63) - 1) // 1000  # whole µs whose ns fit in int64 (either sign)
 
 
 def _whole_us_in_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
@@ -2006,11 +2016,11 @@ def _whole_us_in_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
     except (ValueError, TypeError, OverflowError):  # (ragged arrays)
         column = np.zeros((0, 0))
     if column.ndim == 1 and column.dtype.kind in "biu" and (
-            (column < _NS_LIMIT) & (column > -_NS_LIMIT)).all():
+            (column <= _NS_LIMIT) & (column >= -_NS_LIMIT)).all():
         return column.astype(np.int64) * 1000, np.ones(len(values), bool)
     ns, ok = np.zeros(len(values), np.int64), np.zeros(len(values), bool)
     for k, value in enumerate(values):
-        if isinstance(value, int) and -_NS_LIMIT < value < _NS_LIMIT:
+        if isinstance(value, int) and -_NS_LIMIT <= value <= _NS_LIMIT:
             ns[k], ok[k] = value * 1000, True
     return ns, ok
 
