@@ -189,6 +189,16 @@ def _event_text(members: list[tuple[str, object]], spaced: bool) -> bytes:
         dumps(key) + b":" + gap + dumps(value) for key, value in members) + b"}"
 
 
+def _chunk_text(events: list) -> bytes:
+    """A bracketed chunk of generated events: (members, args or None, spaced) each."""
+    texts = []
+    for members, args, spaced in events:
+        if args is not None:
+            members = members + [("args", args)]
+        texts.append(_event_text(members, spaced))
+    return b"[" + b",\n ".join(texts) + b"]"
+
+
 _EVENTS = st.lists(st.tuples(
     st.lists(st.tuples(_KEYS, _VALUES), max_size=8),
     st.one_of(st.none(), _ARGS), st.booleans()), max_size=6)
@@ -201,12 +211,7 @@ _EVENTS = st.lists(st.tuples(
 def test_generated_events_are_scanned_as_msgspec_decodes_them(events):
     """Any mix of value kinds in the fields msgspec reads (some of which it refuses, such as
     a float pid), repeated fields, args of any shape: the scan declines or agrees."""
-    texts = []
-    for members, args, spaced in events:
-        if args is not None:
-            members = members + [("args", args)]
-        texts.append(_event_text(members, spaced))
-    assert_same_as_msgspec(b"[" + b",\n ".join(texts) + b"]")
+    assert_same_as_msgspec(_chunk_text(events))
 
 
 @settings(max_examples=400, deadline=None)
@@ -332,12 +337,7 @@ _CHECK_ARGS = st.one_of(st.none(), st.dictionaries(
           ([("ph", "X"), ("cat", "gpu_memcpy"), ("pid", 1), ("tid", 2)],
            {PROVENANCE_KEY: None, "device": "d"}, True)])
 def test_generated_outputs_are_checked_as_msgspec_decodes_them(events):
-    texts = []
-    for members, args, spaced in events:
-        if args is not None:
-            members = members + [("args", args)]
-        texts.append(_event_text(members, spaced))
-    assert_checked_as_msgspec(b"[" + b",\n ".join(texts) + b"]")
+    assert_checked_as_msgspec(_chunk_text(events))
 
 
 @settings(max_examples=400, deadline=None)
