@@ -34,12 +34,25 @@ def scan(document: bytes, bracketed: bool = True):
                          bracketed)
 
 
-def msgspec_events(document: bytes):
+def msgspec_events(document: bytes, decoder=_EVENT_LIST):
     """msgspec's events, or None where it refuses the document."""
     try:
-        return _EVENT_LIST.decode(document)
+        return decoder.decode(document)
     except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         return None
+
+
+def accepted_alike(document: bytes, decoded, scanned):
+    """The scan of a document msgspec decoded (or refused, None): None where either one
+    does not accept it (the scan never accepts what msgspec refuses), else the scan, of
+    msgspec's events one by one."""
+    if decoded is None:
+        assert scanned is None, f"the scan accepted what msgspec refuses: {document!r}"
+        return None
+    if scanned is not None:
+        assert len(scanned) == len(decoded)
+        assert [scanned[i] for i in range(len(decoded))] == decoded  # one by one: msgspec's
+    return scanned
 
 
 def fields_of(events, count: int) -> list[tuple]:
@@ -64,16 +77,11 @@ def assert_same_as_msgspec(document: bytes) -> bool:
             with pytest.raises(observe.ChunkError, match="invalid UTF-8"):
                 observe.decode_chunk(document[1:-1], 0)
         return False
-    scanned = scan(document)
-    if decoded is None:
-        assert scanned is None, f"the scan accepted what msgspec refuses: {document!r}"
-        return False
+    scanned = accepted_alike(document, decoded, scan(document))
     if scanned is None:
         return False
-    assert len(scanned) == len(decoded)
     assert scanned.ascii == document.isascii()  # else its caller checks the UTF-8
     assert fields_of(scanned, len(decoded)) == fields_of(decoded, len(decoded))
-    assert [scanned[i] for i in range(len(decoded))] == decoded  # one by one: msgspec's
     # the chunk as the index pass has it, without the brackets: the same events, and
     # each one's bytes where event_spans finds them
     data = document.strip()[1:-1]
@@ -255,22 +263,14 @@ def check_fields_of(events, count: int) -> list[tuple]:
 def assert_checked_as_msgspec(document: bytes) -> bool:
     """verify's scan declines or agrees with its msgspec decode (`_CheckEvent`) on every
     field verify reads and on its check columns; whether it accepted."""
-    try:
-        decoded = _CHECK_LIST.decode(document)
-    except (msgspec.DecodeError, RecursionError):
-        decoded = None
+    decoded = msgspec_events(document, _CHECK_LIST)
     try:
         document.decode("utf-8")
     except UnicodeDecodeError:  # (verify checks the UTF-8 first)
         return False
-    scanned = check_scan(document)
-    if decoded is None:
-        assert scanned is None, f"the scan accepted what msgspec refuses: {document!r}"
-        return False
+    scanned = accepted_alike(document, decoded, check_scan(document))
     if scanned is None:
         return False
-    assert len(scanned) == len(decoded)
-    assert [scanned[i] for i in range(len(decoded))] == decoded
     assert check_fields_of(scanned, len(decoded)) == check_fields_of(decoded, len(decoded))
     try:
         expected = check_columns(decoded)
