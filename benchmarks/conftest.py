@@ -39,8 +39,8 @@ class Chunk:
 @pytest.fixture(scope="session")
 def chunk(trace_path) -> Chunk:
     """The first ~4 MB chunk of events, cut exactly as the index pass cuts it."""
-    from tracestream.document import DocumentScanner
-    from tracestream.source import TraceSource
+    from tracestream.read.document import DocumentScanner
+    from tracestream.read.source import TraceSource
 
     with TraceSource(trace_path) as source:
         scanner = DocumentScanner(source.read(), chunk_bytes=CHUNK_BYTES)
@@ -51,7 +51,7 @@ def chunk(trace_path) -> Chunk:
 @pytest.fixture(scope="session")
 def context():
     """What the `layers` command asks each chunk to look for: the anchor pattern."""
-    from tracestream.observe import Context
+    from tracestream.index.extract import Context
 
     return Context(patterns={"anchor": re.compile(ANCHOR_REGEX)})
 

@@ -225,7 +225,7 @@ def engine(mode: str, snapshot: Path) -> tuple[dict, dict]:
     digest = hashlib.sha256()
     for path in sorted([*source.rglob("*.py"), *source.rglob("*.c")]):
         digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes())
-    probe = [sys.executable, "-c", "import tracestream, tracestream.speedups as s; "
+    probe = [sys.executable, "-c", "import tracestream, tracestream._native as s; "
              "print(tracestream.__file__); print(s.describe())"]
     imported, speedups = subprocess.run(probe, env=env, capture_output=True, text=True,
                                         cwd="/").stdout.strip().splitlines()

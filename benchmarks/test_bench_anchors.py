@@ -8,8 +8,8 @@ and with the Python rows it stands in for.
 
 import pytest
 
-from tracestream import speedups
-from tracestream.inspect import anchors_json, find_anchors
+from tracestream import _native
+from tracestream.commands.evidence import anchors_json, find_anchors
 
 from .conftest import ANCHOR_REGEX
 
@@ -22,9 +22,9 @@ def anchors_report(trace_path):
 @pytest.mark.parametrize("rows", ["C", "Python"])
 def test_anchors_json_rows(benchmark, anchors_report, record_throughput, monkeypatch, rows):
     if rows == "Python":
-        monkeypatch.setattr(speedups, "native", None)
-    elif speedups.native is None:
-        pytest.skip("tracestream._speedups is not built")
+        monkeypatch.setattr(_native, "native", None)
+    elif _native.native is None:
+        pytest.skip("tracestream._native._speedups is not built")
     text = benchmark(lambda: b"".join(anchors_json(anchors_report)))
     assert text.count(b'"index": ') == anchors_report["count"] > 10_000
     record_throughput(len(text))

@@ -5,8 +5,8 @@ merge into packed records), free of fork and pipe costs, which the scale
 script measures end to end.
 """
 
-from tracestream.index import IndexOptions, run_index
-from tracestream.source import TraceSource
+from tracestream.index.builder import IndexOptions, run_index
+from tracestream.read.source import TraceSource
 
 
 def _index(path, patterns):

@@ -9,8 +9,8 @@ record filtering, action codes and flow-binding state included).
 
 import numpy as np
 
-from tracestream.index import SWEEP_DTYPE
-from tracestream.lanes import GroupLanes, Sweep
+from tracestream.index.builder import SWEEP_DTYPE
+from tracestream.plan.lanes import GroupLanes, Sweep
 
 INTERVALS = 10_000_000
 BLOCK = 1 << 13  # rows per block, as the spill store's merge yields them

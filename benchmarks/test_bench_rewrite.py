@@ -8,12 +8,12 @@ events relocated, stream metadata retired).
 import pytest
 
 from benchmarks.conftest import ANCHOR_REGEX
-from tracestream.api import build_plan
-from tracestream.guides import LayerSpec
-from tracestream.observe import read_span
-from tracestream.plan import CompactSpec
-from tracestream.rewrite import chunk_edits, rewrite_chunk
-from tracestream.source import TraceSource
+from tracestream.engine import build_plan
+from tracestream.index.extract import read_span
+from tracestream.plan.guides import LayerSpec
+from tracestream.plan.planner import CompactSpec
+from tracestream.read.source import TraceSource
+from tracestream.write.rewrite import chunk_edits, rewrite_chunk
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ discards it, so the temp directory stays small.
 
 import pytest
 
-from tracestream.sink import OutputFile
+from tracestream.write.sink import OutputFile
 
 BLOCK = 4 << 20
 TARGET = 100 << 20

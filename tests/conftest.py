@@ -18,7 +18,7 @@ import pytest
 import zstandard
 
 from samples.generate import TraceConfig, generate
-from tracestream import speedups
+from tracestream import _native
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_TRACES = ROOT.parent / "shared" / "real-traces"
@@ -41,11 +41,11 @@ def backend(request, monkeypatch) -> str:
     """Run a test with the C extension, then with the numpy code it mirrors (the
     workers are forked, so they run the same)."""
     if request.param == "C":
-        if speedups.built is None:  # test_speedups.test_the_extension_is_built fails
-            pytest.skip("tracestream._speedups is not built")
-        monkeypatch.setattr(speedups, "native", speedups.built)
+        if _native.built is None:  # test_speedups.test_the_extension_is_built fails
+            pytest.skip("tracestream._native._speedups is not built")
+        monkeypatch.setattr(_native, "native", _native.built)
     else:
-        monkeypatch.setattr(speedups, "native", None)
+        monkeypatch.setattr(_native, "native", None)
     return request.param
 
 
@@ -102,8 +102,8 @@ def events_of(doc):
 
 def assert_verified(source: Path, output: Path, report: Path | None = None) -> dict:
     """verify exits 0, and restore gives back the source's (decompressed) bytes exactly."""
-    from tracestream.restore import restore
-    from tracestream.verify import verify
+    from tracestream.commands.restore import restore
+    from tracestream.commands.verify import verify
 
     verdict = verify(source, output, report)
     assert verdict.ok, verdict.summary()

@@ -21,10 +21,11 @@ import pytest
 from click.testing import CliRunner
 
 from samples.generate import TraceConfig, generate
-from tracestream import api, batch
+from tracestream import engine
+from tracestream.commands import batch
+from tracestream.commands.verify import Verdict, verify
 from tracestream.errors import TraceError
-from tracestream.guides import LayerSpec
-from tracestream.verify import Verdict, verify
+from tracestream.plan.guides import LayerSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACESTREAM = [sys.executable, "-m", "tracestream"]
@@ -255,7 +256,7 @@ def test_manifest_layers_match_single_file_runs(tmp_path):
         spec = LayerSpec(anchor_regex=ANCHOR, num_layers=8, anchor_offset=offset,
                          phase="target-verify", evidence=EVIDENCE, passes=passes,
                          extra_anchors_per_pass=1, pid=pid)
-        expected = api.add_layer_guides(folder / f"TP-{i}.json", single / f"TP-{i}.layers.json",
+        expected = engine.add_layer_guides(folder / f"TP-{i}.json", single / f"TP-{i}.layers.json",
                                         spec)
         assert expected.data["pid"] == pid and expected.data["anchor_offset"] == offset
         batch_output = out / f"TP-{i}.layers.json"
@@ -319,7 +320,7 @@ def test_verify_failure_removes_output_and_report(ranks, tmp_path, monkeypatch):
     paths, _ = ranks
     out = tmp_path / "out"
     task = _compact_task(paths[0], out, verify=True)
-    import tracestream.verify as verify_module
+    import tracestream.commands.verify as verify_module
 
     failing = Verdict()
     failing.add("restored events equal the source", ["event 7 differs"], "")
@@ -392,7 +393,7 @@ def test_killed_worker_process_becomes_a_failed_line(ranks, tmp_path):
 
 
 def test_dask_missing_exits_2_with_install_hint(ranks, tmp_path, monkeypatch):
-    from tracestream.cli import main
+    from tracestream.cli.main import main
 
     monkeypatch.setitem(sys.modules, "distributed", None)
     result = CliRunner().invoke(main, ["batch", "compact", "--engine", "dask", "--output-dir",
@@ -471,7 +472,7 @@ def test_dask_worker_crash_becomes_a_failed_line(ranks, tmp_path, dask_cluster):
 
 
 def test_usage_errors_exit_2_before_any_work(ranks, tmp_path):
-    from tracestream.cli import main
+    from tracestream.cli.main import main
 
     trace = str(ranks[0][0])
     out = str(tmp_path / "out")

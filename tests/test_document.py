@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from tracestream.document import DocumentScanner
-from tracestream.edit import member_spans, relocate, unrelocate
 from tracestream.errors import TraceError
+from tracestream.read.document import DocumentScanner
+from tracestream.write.relocate import member_spans, relocate, unrelocate
 
 
 def scan(data: bytes, chunk_bytes: int = 64, block: int = 7):
@@ -120,10 +120,10 @@ def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes, worke
     each cut, and re-reads them on a rewind)."""
     import gzip
 
-    from tracestream.index import IndexOptions, run_index
-    from tracestream.sink import WRITER_HOLDS
-    from tracestream.source import TraceSource
-    from tracestream.workers import pool_for
+    from tracestream.index.builder import IndexOptions, run_index
+    from tracestream.parallel.pool import pool_for
+    from tracestream.read.source import TraceSource
+    from tracestream.write.sink import WRITER_HOLDS
 
     events = TRICKY * 20 + [{"ph": "X", "cat": "kernel", "name": "k},{", "pid": 0, "tid": 7,
                              "ts": 5, "dur": 1, "args": {"device": 0}}]
@@ -174,8 +174,8 @@ def test_compressed_input_is_read_whole_in_small_pieces(tmp_path, suffix):
 
     import zstandard
 
-    from tracestream import source as source_module
-    from tracestream.source import TraceSource
+    from tracestream.read import source as source_module
+    from tracestream.read.source import TraceSource
 
     text = b'{"traceEvents": [' + b", ".join(
         b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": %d, "dur": 1}' % i

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tracestream import document, view
+from tracestream.commands.view import server as view
 from tracestream.errors import TraceError, require_utf8
-from tracestream.plan import INT64_MAX, INT64_MIN, clamp_sort_index
-from tracestream.sink import check_compress_level
-from tracestream.source import detect_compression, is_zstd_skippable
+from tracestream.plan.planner import INT64_MAX, INT64_MIN, clamp_sort_index
+from tracestream.read import document
+from tracestream.read.source import detect_compression, is_zstd_skippable
+from tracestream.write.sink import check_compress_level
 
 
 @pytest.mark.parametrize("value, expected", [

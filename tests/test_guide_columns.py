@@ -16,13 +16,13 @@ from conftest import ANCHOR, TERMINAL, layers_args, run
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tracestream.api import add_layer_guides
-from tracestream.guides import GUIDE_NOTICE, LayerSpec, on_gpu, select_gpu
-from tracestream.guidetext import relative_ms_column
-from tracestream.index import IndexOptions, run_index
+from tracestream.engine import add_layer_guides
+from tracestream.index.builder import IndexOptions, run_index
 from tracestream.jsontext import RawNumber, dumps, dumps_pretty
-from tracestream.reports import LayerRows
-from tracestream.source import TraceSource
+from tracestream.plan.guides import GUIDE_NOTICE, LayerSpec, on_gpu, select_gpu
+from tracestream.plan.guidetext import relative_ms_column
+from tracestream.plan.report import LayerRows
+from tracestream.read.source import TraceSource
 
 
 def reference_guides(trace, spec: LayerSpec) -> list[dict]:

@@ -14,12 +14,14 @@ import numpy as np
 import orjson
 import pytest
 
-from tracestream import guidetext, speedups, verify
-from tracestream.guides import LayerSpec, build_guides
-from tracestream.guidetext import ROWS_DEPTH, GuideEvents, GuideRows
+from tracestream import _native
+from tracestream.commands import verify
+from tracestream.commands.verify import _guide_problems, _OutputChecks
+from tracestream.index.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
 from tracestream.jsontext import write_pretty
-from tracestream.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
-from tracestream.verify import _guide_problems, _OutputChecks
+from tracestream.plan import guidetext
+from tracestream.plan.guides import LayerSpec, build_guides
+from tracestream.plan.guidetext import ROWS_DEPTH, GuideEvents, GuideRows
 
 BOUND = 4 << 20
 """The peak every step stays below, whatever the number of guides (the matches are built
@@ -122,7 +124,7 @@ class _NoPythonRows:
         raise AssertionError("a report row written one at a time in Python")
 
 
-@pytest.mark.skipif(speedups.built is None, reason="tracestream._speedups is not built")
+@pytest.mark.skipif(_native.built is None, reason="tracestream._native._speedups is not built")
 def test_report_rows_far_from_the_origin_are_still_written_a_block_at_a_time(monkeypatch):
     """Guides more than 2**50 ns (13 days) after the trace's origin (a long capture, or a
     trace replicated in time) have their relative ms rounded in Python, as a column; their
@@ -136,9 +138,9 @@ def test_report_rows_far_from_the_origin_are_still_written_a_block_at_a_time(mon
         rows = GuideRows(guides, origin)
         return b",\n".join(rows.pretty_blocks(ROWS_DEPTH)), rows.first, rows.last
 
-    monkeypatch.setattr(speedups, "native", None)
+    monkeypatch.setattr(_native, "native", None)
     one_at_a_time = written()
-    monkeypatch.setattr(speedups, "native", speedups.built)
+    monkeypatch.setattr(_native, "native", _native.built)
     monkeypatch.setattr(guidetext, "_ROW", _NoPythonRows())
     assert written() == one_at_a_time
     assert one_at_a_time[2]["start_relative_ms"] > 2**51 / 1e6

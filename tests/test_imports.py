@@ -7,8 +7,9 @@ import pytest
 
 import tracestream
 
-WRITING_STAGES = ("tracestream.api", "tracestream.plan", "tracestream.rewrite",
-                  "tracestream.edit", "tracestream.guidetext", "tracestream.reports")
+WRITING_STAGES = ("tracestream.engine", "tracestream.plan.planner", "tracestream.write.rewrite",
+                  "tracestream.write.relocate", "tracestream.plan.guidetext",
+                  "tracestream.plan.report")
 """What only `layers`, `compact`, `verify` and `restore` run: planning and writing."""
 
 
@@ -22,15 +23,16 @@ def _loaded_after(statement: str) -> list[str]:
 def test_the_read_only_commands_do_not_import_the_writing_stages():
     """`inspect` and `anchors` (the CLI, their commands' modules, the worker pool) load no
     planning or rewriting module: ~10 ms of start-up before any worker starts."""
-    assert _loaded_after("import tracestream.cli, tracestream.cli_guard, tracestream.inspect, "
-                         "tracestream.workers, tracestream.jsontext") == "[]"
+    assert _loaded_after("import tracestream.cli.main, tracestream.cli.guard, "
+                         "tracestream.commands.evidence, tracestream.parallel.pool, "
+                         "tracestream.jsontext") == "[]"
     assert _loaded_after("import tracestream") == "[]"
 
 
 @pytest.mark.parametrize("name, module", [
-    ("add_layer_guides", "tracestream.api"), ("compact", "tracestream.api"),
-    ("Report", "tracestream.api"), ("LayerSpec", "tracestream.guides"),
-    ("CompactSpec", "tracestream.plan"), ("TraceError", "tracestream.errors"),
+    ("add_layer_guides", "tracestream.engine"), ("compact", "tracestream.engine"),
+    ("Report", "tracestream.engine"), ("LayerSpec", "tracestream.plan.guides"),
+    ("CompactSpec", "tracestream.plan.planner"), ("TraceError", "tracestream.errors"),
     ("VerificationFailed", "tracestream.errors"),
 ])
 def test_the_public_names_are_there_as_before(name, module):

@@ -22,9 +22,8 @@ from conftest import events_of, load_exact
 from kineto import anchor_trace, kernel, write_trace
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
-from tracestream.cadence import cluster_starts
-from tracestream.cli import main
-from tracestream.inspect import (
+from tracestream.cli.main import main
+from tracestream.commands.evidence import (
     _anchors_report,
     after_last_anchor,
     anchors_json,
@@ -38,9 +37,10 @@ from tracestream.inspect import (
     verdict_text,
     window_counts,
 )
+from tracestream.index.matches import MATCH_DTYPE, MatchTable
+from tracestream.index.timebase import parse_decimal
 from tracestream.jsontext import RawNumber, dumps
-from tracestream.matches import MATCH_DTYPE, MatchTable
-from tracestream.timebase import parse_decimal
+from tracestream.plan.cadence import cluster_starts
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
 SCRIPT = Path(sys.executable).with_name("tracestream")
@@ -563,7 +563,7 @@ def test_anchors_table_widths_come_from_its_widest_rows_alone(widest_duration, t
     cell sits in the middle of a batch (50 rows) and at no other extreme: a stream
     name (row 70), a gap (40), and a duration kept as text (90) or one with three
     decimals smaller than an integer one of the same batch (110, 112)."""
-    from tracestream import inspect
+    from tracestream.commands import evidence
 
     events = []
     for k in range(120):
@@ -580,19 +580,19 @@ def test_anchors_table_widths_come_from_its_widest_rows_alone(widest_duration, t
         events.append(kernel("a", ts, dur, stream=stream))
     trace = write_trace(tmp_path / "t.json", events)
     report = find_anchors(trace, "^a$", workers=0)
-    monkeypatch.setattr(inspect.StreamedRows, "batches",
+    monkeypatch.setattr(evidence.StreamedRows, "batches",
                         lambda self, size=50: _ranges(len(self), size))
     formatted = []
-    table_columns = inspect.MatchRows.table_columns
+    table_columns = evidence.MatchRows.table_columns
 
     def counted(self, start, stop):
         formatted.append(stop - start)
         return table_columns(self, start, stop)
 
-    monkeypatch.setattr(inspect.MatchRows, "table_columns", counted)
+    monkeypatch.setattr(evidence.MatchRows, "table_columns", counted)
     lines = list(anchors_lines(report))
     assert sum(formatted) - 120 < 120 // 3  # the widths pass: a few rows a batch, not all
-    monkeypatch.setattr(inspect.MatchRows, "widest_columns", lambda self: (
+    monkeypatch.setattr(evidence.MatchRows, "widest_columns", lambda self: (
         table_columns(self, start, stop) for start, stop in self.batches()))
     assert lines == list(anchors_lines(report))
 

@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from tracestream import keyscan
-from tracestream.keyscan import (
+from tracestream.index import keyscan
+from tracestream.index.keyscan import (
     CAREFUL,
     NO_ARGS,
     ODD_ARGS,

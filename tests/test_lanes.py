@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracestream.index import SWEEP_DTYPE
-from tracestream.lanes import (
+from tracestream.index.builder import SWEEP_DTYPE
+from tracestream.index.records import RecordStore, concat_rows, key_order, same_rows
+from tracestream.plan.lanes import (
     FLOW_KIND,
     NEXT_FLOW_KIND,
     GroupLanes,
@@ -19,7 +20,6 @@ from tracestream.lanes import (
     member_table,
     peak_overlap,
 )
-from tracestream.spill import RecordStore, concat_rows, key_order, same_rows
 
 
 def _sorted(lo, hi):
@@ -275,10 +275,10 @@ def test_record_store_merges_runs_that_follow_each_other_in_time():
 
 def test_merging_many_runs_reads_within_one_budget(monkeypatch):
     """A 10 GB trace spills hundreds of runs; the merge must not hold a block of each."""
-    from tracestream import spill
+    from tracestream.index import records
 
     dtype = np.dtype([("key", "<i8"), ("tie", "<i8")])
-    monkeypatch.setattr(spill, "MERGE_BYTES", 64 * 1024)
+    monkeypatch.setattr(records, "MERGE_BYTES", 64 * 1024)
     store = RecordStore(dtype, sort_keys=("key", "tie"), budget=4096)  # 256 rows per run
     rng = np.random.default_rng(2)
     for _ in range(400):
@@ -309,9 +309,9 @@ def test_record_store_keeps_file_order():
 def test_record_store_takes_records_by_position(budget, monkeypatch):
     """Spilled (read a span at a time; 480 bytes: every third batch, the last one kept)
     or not, `take` gives the records asked for, in the order asked, repeats included."""
-    from tracestream import spill
+    from tracestream.index import records
 
-    monkeypatch.setattr(spill, "TAKE_SPAN", 50)  # several spans per take
+    monkeypatch.setattr(records, "TAKE_SPAN", 50)  # several spans per take
     dtype = np.dtype([("x", "<i8"), ("y", "<i4")])
     store = RecordStore(dtype, budget=budget)
     for start in range(0, 1000, 10):
@@ -364,8 +364,8 @@ def test_inspect_peaks_from_spilled_rows_of_several_groups(seed):
     each GPU the lane count and peak time the allocator reaches on its slices alone."""
     from types import SimpleNamespace
 
-    from tracestream.index import PEAK_DTYPE, PEAK_SORT
-    from tracestream.inspect import peak_overlaps
+    from tracestream.commands.evidence import peak_overlaps
+    from tracestream.index.builder import PEAK_DTYPE, PEAK_SORT
 
     rng = np.random.default_rng(seed)
     store = RecordStore(PEAK_DTYPE, sort_keys=PEAK_SORT, budget=2000)  # 100 rows per run

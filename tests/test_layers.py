@@ -28,8 +28,8 @@ from kineto import anchor_trace, kernel, write_trace
 
 from samples.generate import DRAFT_ANCHOR, TraceConfig, generate
 from tracestream import LayerSpec, add_layer_guides
-from tracestream.document import DocumentScanner
-from tracestream.guidetext import GuideEvents
+from tracestream.plan.guidetext import GuideEvents
+from tracestream.read.document import DocumentScanner
 
 
 def raw_events(path: Path) -> list[bytes]:

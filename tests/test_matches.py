@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from tracestream import matches, timebase
-from tracestream.matches import (
+from tracestream.index import matches, timebase
+from tracestream.index.matches import (
     AS_TEXT,
     INTEGER,
     MATCH_DTYPE,

@@ -29,7 +29,7 @@ from conftest import (
 
 from benchmarks.scale import REAL_ANCHORS as PER_STEP_ANCHORS
 from tracestream import LayerSpec, add_layer_guides
-from tracestream.api import name_in_report
+from tracestream.engine import name_in_report
 from tracestream.errors import TraceError
 
 EVIDENCE = "generator: one _q_rope_store per layer, one extra per pass"

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracestream import observe, timebase
-from tracestream.events import KERNEL, MEMCPY, OTHER
-from tracestream.observe import (
+from tracestream.index import extract, timebase
+from tracestream.index.extract import (
     FLOW,
     META,
     SHAPE_DECIMAL,
@@ -26,6 +25,7 @@ from tracestream.observe import (
     kineto_shapes,
     observe_chunk,
 )
+from tracestream.model import KERNEL, MEMCPY, OTHER
 
 pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
 
@@ -138,8 +138,8 @@ def test_one_odd_ts_in_a_chunk_is_read_alone(odd, monkeypatch):
     events = [Event(ts=msgspec.Raw(t)) for t in texts]
     observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
     one_by_one = []
-    real = observe._time_value
-    monkeypatch.setattr(observe, "_time_value",
+    real = extract._time_value
+    monkeypatch.setattr(extract, "_time_value",
                         lambda text, key: one_by_one.append(text) or real(text, key))
     ns, integer, present = observer._column("ts", np.zeros(len(texts), bool))
     assert one_by_one == ([] if reference(odd, True) != SHAPE_OTHER else [odd])
@@ -155,7 +155,7 @@ def test_float_durations_are_read_as_a_column(monkeypatch):
     texts = [b"68.0", b"0.5", b"1346.25", b"7", b"12.125"] * 40
     events = [Event(dur=msgspec.Raw(t)) for t in texts]
     observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
-    monkeypatch.setattr(observe, "_time_value", lambda text, key: pytest.fail(
+    monkeypatch.setattr(extract, "_time_value", lambda text, key: pytest.fail(
         f"{text!r} read one by one"))
     ns, integer, present = observer._column("dur", np.ones(len(texts), bool))
     expected = [(timebase.parse_decimal(t).floor_ns(), timebase.is_integer_text(t), True)
@@ -344,7 +344,7 @@ def test_phases_and_kinds_are_counted_in_order_of_first_appearance():
 
 
 def test_end_out_of_range_is_found_without_overflowing():
-    from tracestream.observe import end_out_of_range
+    from tracestream.index.extract import end_out_of_range
 
     limit = 9_200_000_000_000_000_000
     start = np.array([1_700_000_000_000_000_000, -limit + 1, 0, limit - 1, 5], np.int64)
@@ -366,7 +366,7 @@ _MALFORMED_CHUNKS = [
 
 @pytest.mark.parametrize("chunk", _MALFORMED_CHUNKS)
 def test_read_only_decode_refuses_what_the_full_decode_refuses(chunk):
-    """The read-only commands skip `id` and `bp` (observe.decoder_for) yet refuse the same
+    """The read-only commands skip `id` and `bp` (extract.decoder_for) yet refuse the same
     malformed events with the same message, event and byte."""
     good = b'{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "x"}}'
     refusals = []
@@ -382,7 +382,7 @@ def test_read_only_decode_reads_flows_whatever_their_id_and_bp():
               % (i, bp, k) for k, (i, bp) in enumerate([(b'{"x": [1]}', b"[]"), (b"3", b'"e"')])]
     facts = observe_chunk(b", ".join(events), 0, Context(count_names=True, records=False))
     assert facts.flow_categories == {"ac2g": 2} and facts.phase_counts == {"f": 2}
-    assert observe.decoder_for(Context(records=False)) is not observe.decoder_for(Context())
+    assert extract.decoder_for(Context(records=False)) is not extract.decoder_for(Context())
 
 
 @pytest.mark.parametrize("categories, counted", [
@@ -407,31 +407,31 @@ def test_flow_categories_are_counted_alike_by_the_read_only_path_and_the_rewrite
 def test_the_category_memo_is_shared_by_chunks_and_bounded(monkeypatch):
     """A process classifies each category once for all its chunks (not once per chunk), and
     a trace of ever new categories cannot grow the memo past its bound, even in one chunk."""
-    monkeypatch.setattr(observe, "_CATEGORY_KINDS", observe.CategoryKinds(limit=10))
+    monkeypatch.setattr(extract, "_CATEGORY_KINDS", extract.CategoryKinds(limit=10))
     odd = [b'{"ph": "X", "cat": "odd%d", "name": "n", "pid": 1, "tid": 1, "ts": %d, "dur": 1}'
            % (k, k) for k in range(50)]
     observe_chunk(b", ".join(odd), 0, Context(count_names=True, records=False))
-    assert 1 <= len(observe._CATEGORY_KINDS) <= 10
-    observe._CATEGORY_KINDS.clear()
+    assert 1 <= len(extract._CATEGORY_KINDS) <= 10
+    extract._CATEGORY_KINDS.clear()
     kernel = (b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
               b'"args": {"device": 0}}')
     facts = observe_chunk(kernel, 0, Context(count_names=True, records=False))
     assert facts.slices["kind"].tolist() == [KERNEL]
     observe_chunk(b", ".join(odd[:3]), 0, Context(count_names=True, records=False))
-    assert len(observe._CATEGORY_KINDS) == 4  # kept across chunks below the bound
+    assert len(extract._CATEGORY_KINDS) == 4  # kept across chunks below the bound
     with_new = [*odd[3:12], kernel]  # the bound is met, the memo emptied, `kernel` still a kernel
     facts = observe_chunk(b", ".join(with_new), 0, Context(count_names=True, records=False))
     assert facts.slices["kind"].tolist()[-1] == KERNEL
-    assert len(observe._CATEGORY_KINDS) <= 10
+    assert len(extract._CATEGORY_KINDS) <= 10
 
 
 def test_events_without_a_category_are_classified_once(monkeypatch):
     """Kineto writes instants and metadata without `cat`: a chunk of them asks the memo's
     classifier once, not once per event (each a Python call in the C extension's loop)."""
-    monkeypatch.setattr(observe, "_CATEGORY_KINDS", observe.CategoryKinds())
+    monkeypatch.setattr(extract, "_CATEGORY_KINDS", extract.CategoryKinds())
     asked = []
-    classify = observe.CategoryKinds.__missing__
-    monkeypatch.setattr(observe.CategoryKinds, "__missing__",
+    classify = extract.CategoryKinds.__missing__
+    monkeypatch.setattr(extract.CategoryKinds, "__missing__",
                         lambda memo, cat: asked.append(cat) or classify(memo, cat))
     instants = [b'{"ph": "i", "s": "t", "name": "sync", "pid": 1, "tid": 1, "ts": %d}' % k
                 for k in range(20)]
@@ -440,4 +440,4 @@ def test_events_without_a_category_are_classified_once(monkeypatch):
     facts = observe_chunk(b", ".join([*instants, kernel, kernel]), 0, Context())
     assert asked == [None, "kernel"]
     assert facts.slices["kind"].tolist() == [KERNEL, KERNEL]
-    assert dict(observe._CATEGORY_KINDS) == {None: OTHER, "kernel": KERNEL}
+    assert dict(extract._CATEGORY_KINDS) == {None: OTHER, "kernel": KERNEL}

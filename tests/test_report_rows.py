@@ -11,9 +11,9 @@ from conftest import ANCHOR, TERMINAL, layers_args, run
 from test_guide_memory import EPOCH_NS, GUIDE_PID, GUIDE_TID, labelled
 
 from tracestream import LayerSpec, add_layer_guides
-from tracestream.guides import GuideTable, build_guides
-from tracestream.guidetext import GuideEvents, GuideRows
 from tracestream.jsontext import PrettyWriter, write_pretty
+from tracestream.plan.guides import GuideTable, build_guides
+from tracestream.plan.guidetext import GuideEvents, GuideRows
 
 
 def _report(rows: GuideRows) -> dict:

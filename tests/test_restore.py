@@ -20,8 +20,8 @@ import pytest
 import zstandard
 from conftest import assert_refused, assert_same_bytes, assert_verified, read_bytes, run
 
-from tracestream.api import CompactSpec, add_layer_guides, compact
-from tracestream.guides import LayerSpec
+from tracestream.engine import CompactSpec, add_layer_guides, compact
+from tracestream.plan.guides import LayerSpec
 
 _STYLES = (
     lambda e: json.dumps(e, indent=2).replace("\n", "\n  "),  # Kineto-like multi-line
@@ -279,9 +279,9 @@ def test_every_chunk_boundary_restores_exactly(tmp_path, command, place, quick, 
     first added event, at a retired event, at a relocated one. The quick splice (verify's,
     a chunk's relocations undone at once) gives back the same bytes and counts, also from
     chunks cut where events seem to end and counted, not decoded (`speculative`)."""
-    from tracestream.reports import load_report
-    from tracestream.restore import HashingWriter, Undo, splice_back
-    from tracestream.source import TraceSource
+    from tracestream.commands.restore import HashingWriter, Undo, splice_back
+    from tracestream.plan.report import load_report
+    from tracestream.read.source import TraceSource
 
     text = source_text(place, bare=False)
     source = write(tmp_path / "source.json", text)
@@ -305,9 +305,9 @@ def test_a_lookalike_among_relocated_events_restores_exactly(tmp_path, speculati
     to undo but relocations: the quick undo leaves it (the key is still there) and the
     chunk's events are read exactly, also where the chunk was cut speculatively and not
     decoded."""
-    from tracestream.reports import load_report
-    from tracestream.restore import HashingWriter, Undo, splice_back
-    from tracestream.source import TraceSource
+    from tracestream.commands.restore import HashingWriter, Undo, splice_back
+    from tracestream.plan.report import load_report
+    from tracestream.read.source import TraceSource
 
     events = []
     for step in range(12):
@@ -338,7 +338,7 @@ def test_a_lookalike_among_relocated_events_restores_exactly(tmp_path, speculati
 def test_verify_catches_a_change_between_events(tmp_path):
     """Whitespace between events is not part of any event: only the byte comparison of the
     restored output with the source sees it (one failed check, the plan's still holds)."""
-    from tracestream.verify import verify
+    from tracestream.commands.verify import verify
 
     source, output = _annotated(tmp_path)
     edited = tmp_path / "edited.json"
@@ -353,7 +353,7 @@ def test_verify_catches_a_change_between_events(tmp_path):
 def test_hashing_writer_hashes_and_writes_pieces_of_any_size_in_order():
     """Small pieces are joined into blocks, a piece of a block or more goes as it is: the
     hash and the bytes written are those of everything, in the order written."""
-    from tracestream.restore import _BLOCK, HashingWriter
+    from tracestream.commands.restore import _BLOCK, HashingWriter
 
     class Out:
         def __init__(self):
@@ -378,10 +378,10 @@ def test_verify_restores_exactly_where_events_hold_what_looks_like_a_cut(tmp_pat
     check then cuts the events exactly and gets the source's bytes back."""
     from functools import partial
 
-    from tracestream import verify as module
-    from tracestream.reports import load_report
-    from tracestream.restore import Undo, splice_back
-    from tracestream.source import TraceSource
+    from tracestream.commands import verify as module
+    from tracestream.commands.restore import Undo, splice_back
+    from tracestream.plan.report import load_report
+    from tracestream.read.source import TraceSource
 
     events = PLACES["metadata last"](gpu_events(), cpu_events(), [meta(7), meta(8), meta(9)])
     events += [{"ph": "i", "s": "t", "name": f"odd}}, {{name {k}", "pid": 1, "tid": 1,

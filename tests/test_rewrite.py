@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracestream.edit import relocate
-from tracestream.index import SPAN_DTYPE
-from tracestream.keyscan import SPLICE_KEYS, EventKeys, KeyScan, splice_positions
-from tracestream.plan import DELETE
-from tracestream.rewrite import dropped_last, rewrite_chunk
+from tracestream.index.builder import SPAN_DTYPE
+from tracestream.index.keyscan import SPLICE_KEYS, EventKeys, KeyScan, splice_positions
+from tracestream.plan.planner import DELETE
+from tracestream.write.relocate import relocate
+from tracestream.write.rewrite import dropped_last, rewrite_chunk
 
 pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
 

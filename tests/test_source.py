@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from tracestream.errors import TraceError
-from tracestream.source import PieceChecksum, ReadStats, TraceSource
+from tracestream.read.source import PieceChecksum, ReadStats, TraceSource
 
 
 def test_pieces_and_spans_filled_in_any_order_give_the_whole_files_crc():
@@ -83,8 +83,8 @@ def test_the_index_pass_with_workers_checksums_each_chunk_where_it_is_decoded(tm
     each cut; the pass's checksum comes from each chunk's bytes as decoded and is the
     whole file's."""
     from samples.generate import TraceConfig, generate
-    from tracestream.index import IndexOptions, run_index
-    from tracestream.workers import pool_for
+    from tracestream.index.builder import IndexOptions, run_index
+    from tracestream.parallel.pool import pool_for
 
     path = tmp_path / "trace.json"
     generate(path, TraceConfig(iterations=30))
@@ -134,7 +134,7 @@ def test_a_file_comparison_hashes_the_file_it_matches(tmp_path):
     the file's sha256, size and CRC-32; a differing, missing or extra byte gives unequal."""
     import hashlib
 
-    from tracestream.source import FileComparison
+    from tracestream.read.source import FileComparison
 
     text = bytes(random.Random(7).randrange(256) for _ in range(600_000))
     path = tmp_path / "source.json"

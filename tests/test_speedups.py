@@ -27,27 +27,29 @@ from conftest import (
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tracestream import edit, keyscan, observe, speedups
+from tracestream import _native
+from tracestream.index import extract, keyscan
+from tracestream.write import relocate
 
-C = speedups.built
+C = _native.built
 
 
 def test_the_extension_is_built():
     """`make install` builds it; without it every pass runs the slower numpy code (and the
     comparisons below, and the C halves of the keyscan, observe and rewrite tests, are
     skipped: this test is the one that fails)."""
-    assert C is not None, "tracestream._speedups is missing: is a C compiler installed?"
+    assert C is not None, "tracestream._native._speedups is missing: is a C compiler installed?"
 
 
-needs_c = pytest.mark.skipif(C is None, reason="tracestream._speedups is not built")
+needs_c = pytest.mark.skipif(C is None, reason="tracestream._native._speedups is not built")
 
 
 def _numpy(function, *args):
-    saved, speedups.native = speedups.native, None
+    saved, _native.native = _native.native, None
     try:
         return function(*args)
     finally:
-        speedups.native = saved
+        _native.native = saved
 
 
 def _over(alphabet: bytes, max_size: int, min_size: int = 0):
@@ -78,7 +80,7 @@ def test_bracketed_is_the_joined_chunk_and_whether_it_is_ascii(size, highs, high
         if at < size:
             data[at] = high
     data = bytes(data)
-    assert C.bracketed(data) == _numpy(observe.bracketed, data) == (
+    assert C.bracketed(data) == _numpy(extract.bracketed, data) == (
         b"[" + data + b"]", data.isascii())
 
 
@@ -150,9 +152,9 @@ number_texts = st.one_of(
 def test_decimal_column_reads_each_value_as_numpy_does(texts, signed):
     """Each value by its own shape, in C and in numpy: the same ns and the same shape
     (absent, integer, three decimals, other), however the shapes mix in a chunk."""
-    events = [observe.Event(ts=msgspec.Raw(t)) for t in texts]
+    events = [extract.Event(ts=msgspec.Raw(t)) for t in texts]
     ns, shapes = C.decimal_column(events, "ts", signed)
-    ns_np, shapes_np = observe.kineto_column([e.ts for e in events], signed=signed)
+    ns_np, shapes_np = extract.kineto_column([e.ts for e in events], signed=signed)
     assert np.frombuffer(shapes, np.int8).tolist() == shapes_np.tolist()
     assert np.frombuffer(ns, np.int64).tolist() == ns_np.tolist()
 
@@ -237,9 +239,9 @@ def test_slice_keys_number_tracks_and_groups_as_a_dict_does(members):
         b'"args": {"device": %b}}' % (b"gpu_user_annotation" if scope else b"kernel",
                                       _member(pid), _member(tid), _member(device))
         for pid, tid, device, scope in members)
-    context = observe.Context(count_names=True, records=False)
-    with_c = observe.observe_chunk(events, 0, context)
-    with_numpy = _numpy(observe.observe_chunk, events, 0, context)
+    context = extract.Context(count_names=True, records=False)
+    with_c = extract.observe_chunk(events, 0, context)
+    with_numpy = _numpy(extract.observe_chunk, events, 0, context)
     assert with_c.tracks == with_numpy.tracks
     assert with_c.groups == with_numpy.groups
     assert [type(x) for key in with_c.groups for x in key] == [
@@ -260,9 +262,9 @@ def test_kernel_names_are_counted_as_a_counter_counts(kernels):
     events = b", ".join(
         b'{"ph": "X", "cat": "%b", "name": %b, "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
         b'"args": {"device": %d}}' % (cat, name, device) for name, device, cat in kernels)
-    context = observe.Context(count_names=True, records=False)
-    with_c = observe.observe_chunk(events, 0, context).kernel_names
-    with_numpy = _numpy(observe.observe_chunk, events, 0, context).kernel_names
+    context = extract.Context(count_names=True, records=False)
+    with_c = extract.observe_chunk(events, 0, context).kernel_names
+    with_numpy = _numpy(extract.observe_chunk, events, 0, context).kernel_names
     assert [(g, list(c.items())) for g, c in with_c.items()] == [
         (g, list(c.items())) for g, c in with_numpy.items()]
     assert [type(name) for c in with_c.values() for name in c] == [
@@ -272,11 +274,11 @@ def test_kernel_names_are_counted_as_a_counter_counts(kernels):
 _DEVICES = st.sampled_from([b"0", b"1", b'"0"', b"null", b"[0]", b'{"d": 0}'])
 
 
-def _observed(events: bytes, context: observe.Context):
+def _observed(events: bytes, context: extract.Context):
     """The chunk's facts, or the refusal (message and event) instead."""
     try:
-        facts = observe.observe_chunk(events, 0, context)
-    except observe.ChunkError as exc:
+        facts = extract.observe_chunk(events, 0, context)
+    except extract.ChunkError as exc:
         return exc.message, exc.local
     return (facts.tracks, facts.groups, {
         pattern: (rows.tobytes(), names, streams, texts)
@@ -295,7 +297,7 @@ def test_anchor_kernels_are_picked_and_refused_alike(kernels):
         b'{"ph": "X", "cat": "%b", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1, '
         b'"args": {"device": %b, "stream": 7}}' % (cat, name, k, device)
         for k, (name, device, cat) in enumerate(kernels))
-    context = observe.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
+    context = extract.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
                               records=False, bounds=False)
     assert _observed(events, context) == _numpy(_observed, events, context)
 
@@ -313,8 +315,8 @@ def test_kernels_of_many_long_names_are_picked_alike(picks):
         b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1, '
         b'"args": {"device": 0, "stream": 7}}' % (names[n], k) for k, n in enumerate(picks))
     patterns = {"odd": re.compile(r"[13579]>\(float\*"), "k": re.compile("^k$|^1$")}
-    for context in (observe.Context(patterns=patterns, records=False, bounds=False),
-                    observe.Context(patterns=patterns)):
+    for context in (extract.Context(patterns=patterns, records=False, bounds=False),
+                    extract.Context(patterns=patterns)):
         assert _observed(events, context) == _numpy(_observed, events, context)
 
 
@@ -334,7 +336,7 @@ def test_matched_kernels_get_the_same_stream_and_name_codes_either_way(kernels, 
         % (name, k, b"" if stream is None else
            b', "args": {"device": 0%b}' % (b', "stream": %b' % stream if has_stream else b""))
         for k, (name, stream, has_stream) in enumerate(kernels))
-    context = observe.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
+    context = extract.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
                               records=not anchors, bounds=not anchors)
     with_c, with_numpy = _observed(events, context), _numpy(_observed, events, context)
     assert with_c == with_numpy
@@ -377,10 +379,10 @@ def test_flows_are_kept_alike_either_way(flows, records):
         % (ph, _member(pid), tid, k, _flow_member(b"bp", bp), _flow_member(b"id", fid),
            _flow_member(b"cat", cat))
         for k, (ph, bp, fid, cat, pid, tid) in enumerate(flows))
-    context = observe.Context(records=records)
+    context = extract.Context(records=records)
 
     def facts(events, context):
-        found = observe.observe_chunk(events, 0, context)
+        found = extract.observe_chunk(events, 0, context)
         return (found.tracks, found.flows.tobytes(), found.flow_ids,
                 list(found.flow_categories.items()))
 
@@ -399,7 +401,7 @@ def test_the_first_event_on_each_track_is_found_alike_either_way(events):
                        for k, (ph, pid, tid) in enumerate(events))
 
     def facts(chunk):
-        found = observe.observe_chunk(chunk, 0, observe.Context())
+        found = extract.observe_chunk(chunk, 0, extract.Context())
         return found.tracks, list(found.other_on_track.items())
 
     assert facts(chunk) == _numpy(facts, chunk)
@@ -452,7 +454,7 @@ _NEAR_LIMITS = st.sampled_from([0, 1, 9, 10, 11, 99, 100, 999, 1000, 10**15 - 1,
 def test_json_rows_write_numbers_as_the_python_rows_do(values, decimals):
     """INTEGERS as %d, FIXED as matches.threes, SHORTEST as orjson writes round(k / 10**d, d)
     (or declined, only where orjson would use exponents or more than 15 digits)."""
-    from tracestream.matches import _three
+    from tracestream.index.matches import _three
 
     column = np.array(values, np.int64)
     parts = (b"[", b"|", b"]")
@@ -512,7 +514,7 @@ _UNDO_SOURCES = (
 
 def _relocated(index: int, source: bytes) -> bytes:
     """The source event as the rewrite moves it to a lane (its pid too, for some)."""
-    return edit.relocate(source, b"%d" % (1000000 + index), index,
+    return relocate.relocate(source, b"%d" % (1000000 + index), index,
                          None if index % 3 else b"%d" % (100 + index))
 
 
@@ -533,7 +535,7 @@ def test_the_quick_undo_is_the_regular_expressions_one(events, separator):
         for last in range(first + 1, len(output) + 1):
             chunk = separator.join(output[first:last])
             undone = C.undo_relocations(chunk)
-            assert undone == _numpy(edit.undo_relocations, chunk)
+            assert undone == _numpy(relocate.undo_relocations, chunk)
             if undone is not None:
                 assert undone[0] == separator.join(source[first:last])
                 assert undone[1] == sum(moved for _, moved in events[first:last])
@@ -553,7 +555,7 @@ def test_the_quick_undo_is_the_regular_expressions_one(events, separator):
     b'"source_event_index": 2, "had_args": true}}}',  # an escaped quote in a value
 ])
 def test_the_quick_undo_refuses_as_the_reference(chunk):
-    assert C.undo_relocations(chunk) == _numpy(edit.undo_relocations, chunk)
+    assert C.undo_relocations(chunk) == _numpy(relocate.undo_relocations, chunk)
 
 
 @needs_c
@@ -567,9 +569,9 @@ def test_kernel_names_past_the_c_tally_are_counted_as_a_counter_counts(distinct)
     events = b", ".join(
         b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
         b'"args": {"device": %d}}' % (name, (k // 40) % 2) for k, name in enumerate(names))
-    context = observe.Context(count_names=True, records=False)
-    with_c = observe.observe_chunk(events, 0, context).kernel_names
-    with_numpy = _numpy(observe.observe_chunk, events, 0, context).kernel_names
+    context = extract.Context(count_names=True, records=False)
+    with_c = extract.observe_chunk(events, 0, context).kernel_names
+    with_numpy = _numpy(extract.observe_chunk, events, 0, context).kernel_names
     assert [(g, list(c.items())) for g, c in with_c.items()] == [
         (g, list(c.items())) for g, c in with_numpy.items()]
     assert sum(sum(c.values()) for c in with_c.values()) == len(names)
@@ -580,7 +582,7 @@ def test_kernel_names_past_the_c_tally_are_counted_as_a_counter_counts(distinct)
 def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
     """verify's ts/dur columns of a chunk's events, read by the C extension, are those its
     numpy twin parses (values whose double needs their text included)."""
-    from tracestream.verify import NumberColumn, _CheckEvent
+    from tracestream.commands.verify import NumberColumn, _CheckEvent
 
     events = [_CheckEvent(ts=msgspec.Raw(t)) for t in texts]
     with_c = NumberColumn.of_events(events, "ts")
@@ -589,14 +591,14 @@ def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
         assert getattr(with_c, name).tolist() == getattr(with_numpy, name).tolist(), name
 
 
-@pytest.mark.skipif(speedups.native is None, reason="the C extension is not built")
+@pytest.mark.skipif(_native.native is None, reason="the C extension is not built")
 def test_the_c_extension_reads_inherited_fields_from_their_slots():
-    """observe.Event extends ReadEvent, so its fields live in a base's slots: the C
+    """extract.Event extends ReadEvent, so its fields live in a base's slots: the C
     extension must find them there, not fall back to a getattr per event (that made the
     index pass of `compact` 40% slower per chunk)."""
     reads = []
 
-    class Counting(observe.Event, gc=False):
+    class Counting(extract.Event, gc=False):
         def __getattribute__(self, name):
             reads.append(name)
             return object.__getattribute__(self, name)
@@ -604,7 +606,7 @@ def test_the_c_extension_reads_inherited_fields_from_their_slots():
     events = msgspec.json.Decoder(list[Counting]).decode(
         b'[{"ph": "X", "ts": 1.5, "dur": 2, "pid": 1, "tid": 2, "cat": "kernel", "name": "k"}]')
     reads.clear()
-    ns, shapes = speedups.native.decimal_column(events, "ts", False)
+    ns, shapes = _native.native.decimal_column(events, "ts", False)
     assert np.frombuffer(ns, np.int64).tolist() == [1500] and reads == []
 
 
@@ -635,8 +637,8 @@ def _check_event(ph, cat, pid, tid, device, origin) -> bytes:
 def _check_columns_both_ways(events: list) -> None:
     """verify's check columns of `events`, by the C extension and its Python twin: the same
     columns, and the same values numbered the same way (their types too)."""
-    from tracestream.events import CategoryKinds
-    from tracestream.verify import _check_columns, _Interned, _TrackCodes
+    from tracestream.commands.verify import _check_columns, _Interned, _TrackCodes
+    from tracestream.model import CategoryKinds
 
     results = []
     for way in (lambda f, *a: f(*a), _numpy):
@@ -661,7 +663,7 @@ def test_verify_check_columns_are_those_of_the_python_twin(events):
     """Per event its phase, kind, track, original track (moved flows and activities only),
     whether it moved and its device, and the pids, tids and devices numbered in the same
     order, equal values (1, 1.0 and true) as one, the first one met kept."""
-    from tracestream.verify import _CHECK_EVENTS
+    from tracestream.commands.verify import _CHECK_EVENTS
 
     document = b"[%b]" % b", ".join(_check_event(*event) for event in events)
     try:
@@ -674,8 +676,8 @@ def test_verify_check_columns_are_those_of_the_python_twin(events):
 @needs_c
 @pytest.mark.parametrize("device", [b"[0]", b'{"a": 1}'])
 def test_verify_check_columns_refuse_an_unhashable_device_alike(device):
-    from tracestream.events import CategoryKinds
-    from tracestream.verify import _CHECK_EVENTS, _check_columns, _Interned, _TrackCodes
+    from tracestream.commands.verify import _CHECK_EVENTS, _check_columns, _Interned, _TrackCodes
+    from tracestream.model import CategoryKinds
 
     events = _CHECK_EVENTS.decode(b"[%b]" % _check_event(b'"X"', b'"kernel"', b"0", b"7",
                                                           device, None))
@@ -689,7 +691,7 @@ def test_verify_check_columns_of_layers_outputs_are_those_of_the_python_twin(tra
                                                                             tmp_path):
     """On a whole output (relocated kernels and flows, guides, lanes) and on each real trace
     with GPU activity compacted, a few events at a time."""
-    from tracestream.verify import _CheckEvent
+    from tracestream.commands.verify import _CheckEvent
 
     trace, _ = traces("decode6.json", iterations=6)
     outputs = [tmp_path / "layers.json"]

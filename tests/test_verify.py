@@ -279,7 +279,7 @@ def chunked_and_per_event(monkeypatch, source, output, report=None, workers=None
     are read a column at a time (by `workers` processes, if any)."""
     from functools import partial
 
-    from tracestream import verify as module
+    from tracestream.commands import verify as module
 
     monkeypatch.setattr(module, "DocumentScanner",
                         partial(module.DocumentScanner, chunk_bytes=2000))
@@ -326,8 +326,8 @@ def test_chunked_checks_hold_the_per_event_records(compacted, monkeypatch):
     hold the records the per-event comparison makes of the output's events: the same
     slices, flows and output ordinals, so any failure would name the same events (moved
     activities for the flow-binding check only on the tracks flows come from)."""
-    from tracestream import api
-    from tracestream import verify as module
+    from tracestream import engine
+    from tracestream.commands import verify as module
 
     held = []
     close = module._OutputChecks.close
@@ -339,14 +339,14 @@ def test_chunked_checks_hold_the_per_event_records(compacted, monkeypatch):
                      checks.relocated_events, checks.relocated_flows, checks.lane_slices))
         close(checks)
 
-    run_index = api.run_index
+    run_index = engine.run_index
 
     def small_chunks(source, options, **kwargs):
         options.chunk_bytes = 3000
         return run_index(source, options, **kwargs)
 
     monkeypatch.setattr(module._OutputChecks, "close", keep_then_close)
-    monkeypatch.setattr(api, "run_index", small_chunks)
+    monkeypatch.setattr(engine, "run_index", small_chunks)
     fast, slow, settled = chunked_and_per_event(monkeypatch, *compacted, workers=0)
     assert settled and fast.ok and slow.ok
     chunked, per_event = held
@@ -420,8 +420,8 @@ def test_the_chunked_run_hashes_a_plain_source_once(compacted, monkeypatch, work
     names the source's sha256."""
     import hashlib
 
-    from tracestream import source as source_module
-    from tracestream import verify as module
+    from tracestream.commands import verify as module
+    from tracestream.read import source as source_module
 
     started = []
 

@@ -9,7 +9,7 @@ from conftest import REAL_WITH_GPU, real_trace, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracestream.verify import (
+from tracestream.commands.verify import (
     _ACTIVITY,
     _BIND_DTYPE,
     GuideOrder,
@@ -156,7 +156,7 @@ def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cut
 
 def _merged(facts_list) -> dict:
     """The records a main process's checks hold after merging chunks' facts, per store."""
-    from tracestream.verify import _OutputChecks
+    from tracestream.commands.verify import _OutputChecks
 
     checks = _OutputChecks({}, None)
     try:
@@ -174,8 +174,8 @@ def test_a_chunk_read_event_by_event_hands_back_one_batch_per_store():
     """A chunk whose numbers are not all in Kineto's shapes goes through `observe` event by
     event, yet its facts hold one batch per record store (thousands of small arrays would
     be pickled, merged and spilled one by one), with the records those events make."""
-    from tracestream.edit import relocate
-    from tracestream.verify import _facts_of
+    from tracestream.commands.verify import _facts_of
+    from tracestream.write.relocate import relocate
 
     synthetic = {(1, 100): "lane tid 100 of pid 1"}
     events = []
@@ -195,7 +195,7 @@ def test_a_chunk_read_event_by_event_hands_back_one_batch_per_store():
 
 def _facts_one_at_a_time(events: list[bytes], first: int, synthetic: dict) -> tuple:
     """A chunk's facts as `observe` makes them, an event at a time (the reference)."""
-    from tracestream.verify import _OutputChecks
+    from tracestream.commands.verify import _OutputChecks
 
     checks = _OutputChecks.of_chunk(synthetic)
     for k, raw in enumerate(events):
@@ -219,8 +219,8 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
     numpy) hand back what `observe` finds an event at a time: the tracks in the order
     met, every record, guide, kernel and stream count, for moved kernels and flows (`bp`
     or not), string and integer pids and tids, several devices, events without `args`."""
-    from tracestream.edit import relocate
-    from tracestream.verify import _facts_of
+    from tracestream.commands.verify import _facts_of
+    from tracestream.write.relocate import relocate
 
     synthetic = {(1, 100): "lane tid 100 of pid 1", (1, 101): "lane tid 101 of pid 1",
                  ("Spans", "guides"): "the guide track"}
@@ -261,9 +261,9 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
     """The same on `layers` outputs of the real traces (lanes, relocated flows and
     scopes as Kineto writes them), a few hundred events at a time; with the C extension
     the scan reads every one of those chunks (none is left to msgspec)."""
-    from tracestream import speedups
-    from tracestream.document import DocumentScanner, iter_events
-    from tracestream.verify import _facts_of, _OutputChecks, _scanned
+    from tracestream import _native
+    from tracestream.commands.verify import _facts_of, _OutputChecks, _scanned
+    from tracestream.read.document import DocumentScanner, iter_events
 
     trace = real_trace(name)
     out = tmp_path / "out.json"
@@ -278,12 +278,12 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
         chunk = raws[first:first + 300]
         assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
             _facts_one_at_a_time(chunk, first, synthetic))
-        if speedups.native is not None:
+        if _native.native is not None:
             assert _scanned(b",\n".join(chunk)) is not None
 
 
 def test_interned_values_share_a_number_as_a_dicts_keys_do():
-    from tracestream.verify import _Interned, _TrackCodes
+    from tracestream.commands.verify import _Interned, _TrackCodes
 
     interned = _Interned()
     assert interned.of([7, "s", 7, None]).tolist() == [0, 1, 0, 2]
@@ -302,7 +302,7 @@ def test_interned_values_share_a_number_as_a_dicts_keys_do():
 def _lane_checks(durations: list, flush_each: bool):
     """verify's output-only checks of slices on one lane, (ts, dur) texts each: one batch
     of rows per slice (`flush_each`, as chunks come) or all in one."""
-    from tracestream.verify import _OutputChecks
+    from tracestream.commands.verify import _OutputChecks
 
     checks = _OutputChecks({"options": {}, "groups": [
         {"display_pid": 0, "lane_tids": [100]}]}, None)
@@ -353,7 +353,7 @@ def test_truncating_rows_kept_apart_from_the_first_batch_that_differs():
 
 
 def _moved(tid: int, ordinal: int, raw: str) -> bytes:
-    from tracestream.edit import relocate
+    from tracestream.write.relocate import relocate
 
     return relocate(raw.encode(), b"100", ordinal) if tid else raw.encode()
 
@@ -362,7 +362,7 @@ def test_binding_rows_kept_only_on_tracks_whose_flows_moved():
     """With `bind_only_on` (the source's tracks with GPU flows), moved activities from
     other tracks are not stored for the binding check (they bind no flow), flows always
     are; a moved flow from another track says the check cannot be trusted."""
-    from tracestream.verify import _facts_of, _OutputChecks
+    from tracestream.commands.verify import _facts_of, _OutputChecks
 
     synthetic = {(1, 100): "lane tid 100 of pid 1"}
     kernel = ('{{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": {tid}, '
@@ -394,7 +394,7 @@ def test_the_checks_memo_of_categories_stays_bounded():
     """`verify` compares an output event by event where it differs from the plan: an output
     of ever new categories does not grow its memo of category kinds past the bound, and a
     kernel met after the bound is still counted as one."""
-    from tracestream.verify import _OutputChecks
+    from tracestream.commands.verify import _OutputChecks
 
     checks = _OutputChecks({}, None)
     limit = checks.kinds.limit

@@ -12,11 +12,11 @@ import pytest
 from conftest import assert_verified
 
 from samples.generate import ANCHOR, TERMINAL, TraceConfig, generate
-from tracestream.api import add_layer_guides, compact
-from tracestream.guides import LayerSpec
-from tracestream.inspect import anchors_json, find_anchors, inspect_trace
+from tracestream.commands.evidence import anchors_json, find_anchors, inspect_trace
+from tracestream.engine import add_layer_guides, compact
 from tracestream.jsontext import dumps
-from tracestream.plan import CompactSpec
+from tracestream.plan.guides import LayerSpec
+from tracestream.plan.planner import CompactSpec
 
 SPEC = LayerSpec(anchor_regex=f"^{re.escape(ANCHOR)}$", num_layers=8, anchor_offset=0,
                  phase="x", evidence="generator", passes=40, extra_anchors_per_pass=1)
@@ -58,7 +58,7 @@ def test_read_only_commands_hash_nothing_and_leave_a_files_bytes_to_the_workers(
     """inspect and anchors report no hash: their one pass computes none (a compressed input
     is still decompressed in full); of a plain file the main process reads only what it
     decodes itself, near the start and the end, while the workers read their chunks."""
-    from tracestream import source as source_module
+    from tracestream.read import source as source_module
 
     hashed, read_here = [], []
     real_sha256 = source_module.hashlib.sha256
@@ -90,7 +90,7 @@ def test_chunks_too_big_for_their_slot_go_through_the_pipe(several_chunks, tmp_p
                                                            monkeypatch, slot_bytes):
     """No chunk fits 4 KB, some fit 2.15 MB (read chunks of gzip input going out, rewritten
     chunks coming back): the output is the same bytes."""
-    from tracestream import workers as workers_module
+    from tracestream.parallel import pool as workers_module
 
     outputs = []
     for workers in (0, 2):
@@ -105,9 +105,9 @@ def test_chunks_too_big_for_their_slot_go_through_the_pipe(several_chunks, tmp_p
 
 
 def test_chunk_slots_hand_over_what_was_put_in_them(monkeypatch, tmp_path):
-    from tracestream import workers as workers_module
-    from tracestream.sink import OutputFile
-    from tracestream.workers import ChunkSlots, deliver, received, write_result
+    from tracestream.parallel import pool as workers_module
+    from tracestream.parallel.pool import ChunkSlots, deliver, received, write_result
+    from tracestream.write.sink import OutputFile
 
     slots = ChunkSlots(2, 16)
     monkeypatch.setattr(workers_module, "_SLOTS", slots)  # as in a worker
@@ -134,9 +134,9 @@ def test_a_failed_write_still_frees_the_slots_it_was_lent(monkeypatch, tmp_path)
     import os
     import time
 
-    from tracestream import sink
     from tracestream.errors import TraceError
-    from tracestream.workers import ChunkSlots, write_result
+    from tracestream.parallel.pool import ChunkSlots, write_result
+    from tracestream.write import sink
 
     def full_disk(fd, data):
         raise OSError(errno.ENOSPC, "No space left on device")

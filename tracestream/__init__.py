@@ -1,15 +1,14 @@
 """tracestream: stream Kineto Chrome-JSON traces of any size and write a new, annotated trace."""
 
+from tracestream._version import __version__
 from tracestream.errors import TraceError, VerificationFailed
 
-__version__ = "0.1.0"
-
 _LAZY = {
-    "Report": "tracestream.api",
-    "add_layer_guides": "tracestream.api",
-    "compact": "tracestream.api",
-    "LayerSpec": "tracestream.guides",
-    "CompactSpec": "tracestream.plan",
+    "Report": "tracestream.engine",
+    "add_layer_guides": "tracestream.engine",
+    "compact": "tracestream.engine",
+    "LayerSpec": "tracestream.plan.guides",
+    "CompactSpec": "tracestream.plan.planner",
 }
 """The public names whose modules load on first use: `import tracestream` (which every
 command runs, for its version) would otherwise import every stage of the engine, ~10 ms

@@ -1,3 +1,3 @@
-from tracestream.cli import main
+from tracestream.cli.main import main
 
 main()

@@ -11,8 +11,8 @@ from .support import TALLY, leftovers
 
 def assert_verified(source: Path, output: Path, report: Path | None = None) -> None:
     """`verify` holds and `restore` gives back the source's (decompressed) bytes exactly."""
-    from tracestream.restore import restore
-    from tracestream.verify import verify
+    from tracestream.commands.restore import restore
+    from tracestream.commands.verify import verify
 
     verdict = verify(source, output, report, workers=0)
     assert verdict.ok, verdict.summary()

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from samples.generate import TraceConfig, generate
-from tracestream.api import build_plan
+from tracestream.engine import build_plan
 from tracestream.errors import TraceError
-from tracestream.plan import CompactSpec
-from tracestream.rewrite import chunk_edits, rewrite
-from tracestream.sink import OutputFile
-from tracestream.source import TraceSource
+from tracestream.plan.planner import CompactSpec
+from tracestream.read.source import TraceSource
+from tracestream.write.rewrite import chunk_edits, rewrite
+from tracestream.write.sink import OutputFile
 
 from .checks import assert_verified, assert_written
 from .support import (
@@ -139,13 +139,13 @@ def test_file_size_limit(medium, tmp_path, kind):
 
 def test_spill_to_a_full_disk(medium, tiny_disk, monkeypatch):
     """Index records spilled next to the output hit ENOSPC: a refusal, not an internal error."""
-    from tracestream import api
-    from tracestream.spill import RecordStore
+    from tracestream import engine
+    from tracestream.index.records import RecordStore
 
     monkeypatch.setitem(RecordStore.__init__.__kwdefaults__, "budget", 4096)
     (tiny_disk / "filler").write_bytes(b"x" * ((256 - 8) << 10))
     with pytest.raises(TraceError, match="cannot spill index records"):
-        api.compact(medium, tiny_disk / "out.json", workers=0)
+        engine.compact(medium, tiny_disk / "out.json", workers=0)
     assert leftovers(tiny_disk) == ["filler"]
     TALLY["faults injected (full disk)"] += 1
 
@@ -312,7 +312,7 @@ def test_committed_outputs_are_not_undone_by_a_late_signal(tmp_path, monkeypatch
     """As a program (the CLI), Ctrl-C/SIGTERM are ignored once all files are committed, so a
     late signal cannot turn a complete run into exit 143 (or kill it while Python exits);
     called in-process (a notebook, click's runner), the caller's handlers come back."""
-    from tracestream import sink
+    from tracestream.write import sink
 
     monkeypatch.setattr(sink, "IGNORE_SIGNALS_AFTER_COMMIT", as_program)
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -339,7 +339,7 @@ def test_a_signal_after_the_commit_decision_keeps_the_files(tmp_path, monkeypatc
     """A SIGTERM that lands after the commit was judged complete, while the handlers are
     being put back, leaves both files: the CLI ignores it, a library caller gets it (here
     a handler that raises). It used to undo the commit and exit as an interrupt (130)."""
-    from tracestream import sink
+    from tracestream.write import sink
 
     monkeypatch.setattr(sink, "IGNORE_SIGNALS_AFTER_COMMIT", as_program)
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -479,7 +479,7 @@ def _quote(arg) -> str:
 
 
 def _plan(source: TraceSource, kind: str, pool=None):
-    from tracestream.guides import LayerSpec
+    from tracestream.plan.guides import LayerSpec
 
     spec = LayerSpec(anchor_regex="^_q_rope_store$", num_layers=8, anchor_offset=0, passes=2,
                      extra_anchors_per_pass=1, phase="target-verify", evidence="generator")
@@ -531,8 +531,8 @@ def test_input_that_shrinks_while_the_index_pass_reads_it(large, tmp_path, monke
     written."""
     from click.testing import CliRunner
 
-    from tracestream.cli import main
-    from tracestream.source import SkippingBlocks
+    from tracestream.cli.main import main
+    from tracestream.read.source import SkippingBlocks
 
     from .support import Outcome
 
@@ -586,8 +586,8 @@ def test_input_changed_before_it_is_hashed(medium, tmp_path, monkeypatch, change
     any change between passes (exit 2, one line, nothing written)."""
     from click.testing import CliRunner
 
-    from tracestream import api
-    from tracestream.cli import main
+    from tracestream import engine
+    from tracestream.cli.main import main
 
     from .support import Outcome
 
@@ -602,14 +602,14 @@ def test_input_changed_before_it_is_hashed(medium, tmp_path, monkeypatch, change
         if len(asked) > 1:  # the first call comes right after the index pass
             start_hashing(self)
 
-    real_rewrite = api.rewrite
+    real_rewrite = engine.rewrite
 
     def rewrite_then_change(*args, **kwargs):
         real_rewrite(*args, **kwargs)
         CHANGES[change](source_path, data)
 
     monkeypatch.setattr(TraceSource, "start_hashing", when_the_report_asks)
-    monkeypatch.setattr(api, "rewrite", rewrite_then_change)
+    monkeypatch.setattr(engine, "rewrite", rewrite_then_change)
     folder = tmp_path / "out"
     folder.mkdir()
     result = CliRunner().invoke(main, command("layers", source_path, folder / "out.json"))
@@ -651,7 +651,7 @@ def test_input_edited_in_place_at_random(medium, tmp_path):
 def _refused_with_workers(source_path: Path, folder: Path, change) -> TraceError:
     """Plan `compact` of `source_path` with two workers, `change(index, plan)` the input,
     then rewrite it: the refusal, once nothing is left in `folder`."""
-    from tracestream.workers import pool_for
+    from tracestream.parallel.pool import pool_for
 
     with pool_for(str(source_path), 2) as pool, TraceSource(str(source_path)) as source:
         index, plan = _plan(source, "compact", pool=pool)

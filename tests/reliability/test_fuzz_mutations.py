@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from samples.generate import TraceConfig, generate
-from tracestream.cli import main
+from tracestream.cli.main import main
 
 from .support import (
     FUZZ_EXAMPLES,
@@ -117,7 +117,7 @@ def _invoke(args: list[str]):
 
 def check_mutant(data: bytes, layers_args: list, folder: Path, run=None) -> None:
     """Both commands: exit 0 with an output `verify` accepts, or exit 2 with one line."""
-    from tracestream.verify import verify
+    from tracestream.commands.verify import verify
 
     source = folder / "mutant.json"
     source.write_bytes(data)
@@ -181,12 +181,12 @@ def test_fuzz_mutated_bytes_in_fresh_processes(tmp_path, seed):
 def compact_in_small_chunks(source: Path, output: Path, chunk_bytes: int) -> None:
     """`compact` as api._run does it, but with chunks of `chunk_bytes` (the speculative
     cutting, its rewinds and the chunk-wise rewrite all run on a small input)."""
-    from tracestream.api import spec_options, write_report
-    from tracestream.index import IndexOptions, run_index
-    from tracestream.plan import CompactSpec, Planner
-    from tracestream.rewrite import rewrite
-    from tracestream.sink import OutputFile, commit_together
-    from tracestream.source import TraceSource
+    from tracestream.engine import spec_options, write_report
+    from tracestream.index.builder import IndexOptions, run_index
+    from tracestream.plan.planner import CompactSpec, Planner
+    from tracestream.read.source import TraceSource
+    from tracestream.write.rewrite import rewrite
+    from tracestream.write.sink import OutputFile, commit_together
 
     spec = CompactSpec()
     report = Path(f"{output}.compact.json")
@@ -214,8 +214,8 @@ def compact_in_small_chunks(source: Path, output: Path, chunk_bytes: int) -> Non
 def test_fuzz_small_chunks(base, mutations, chunk_bytes):
     """Cut into chunks of a few hundred bytes the result is the same: a refusal, or an
     output that `verify` (which re-plans with the normal chunk size) accepts."""
+    from tracestream.commands.verify import verify
     from tracestream.errors import TraceError
-    from tracestream.verify import verify
 
     data = mutate(BASES[base][0], mutations)
     with tempfile.TemporaryDirectory(prefix="tracestream-fuzz-") as tmp:

@@ -56,8 +56,8 @@ def keys_of(raw: bytes) -> list[str]:
 
 
 def output_events(output: Path) -> list[bytes]:
-    from tracestream.document import DocumentScanner
-    from tracestream.source import TraceSource
+    from tracestream.read.document import DocumentScanner
+    from tracestream.read.source import TraceSource
 
     with TraceSource(str(output)) as source:
         return [bytes(raw) for chunk in DocumentScanner(source.read()).chunks()
@@ -164,7 +164,7 @@ def test_a_zero_length_kernel_never_shares_a_lane_start_with_a_longer_one(cli, t
 def lane_checks(events: list[dict]):
     """verify's output-only checks fed `events`, on lane tid 1000000 of pid 0 (a planner
     that put them there); each event dict may carry `moved_from` (its original tid)."""
-    from tracestream.verify import _OutputChecks
+    from tracestream.commands.verify import _OutputChecks
 
     checks = _OutputChecks({"options": {}, "groups": [
         {"display_pid": 0, "lane_tids": [1_000_000]}]}, None)
@@ -254,7 +254,7 @@ def test_a_flow_at_the_end_of_its_activity_alone_on_its_lane_is_kept(cli, tmp_pa
 def _bindings(records) -> dict[int, int]:
     import numpy as np
 
-    from tracestream.verify import _BIND_DTYPE, perfetto_bindings
+    from tracestream.commands.verify import _BIND_DTYPE, perfetto_bindings
 
     rows = np.array(records, _BIND_DTYPE)
     return {flow: bound for block in perfetto_bindings(iter([rows]))
@@ -264,7 +264,7 @@ def _bindings(records) -> dict[int, int]:
 def test_verify_binds_flows_as_perfetto_does():
     """(track, key = start or ts in ns, end, mode 0 activity / 1 enclosing / 2 next,
     ordinal), in (track, key) order; at one key, flows may come before activities."""
-    from tracestream.verify import _MANY, _NONE
+    from tracestream.commands.verify import _MANY, _NONE
 
     # a [0, 10] then b [10, 20]: a flow at 10 binds to b, which starts there
     assert _bindings([(0, 0, 10, 0, 1), (0, 10, 10, 1, 9), (0, 10, 20, 0, 2)]) == {9: 2}
@@ -310,7 +310,7 @@ def test_one_tampered_value_is_named_once(cli, tmp_path):
     (flow,) = [raw for raw in output_events(output) if b'"ph": "f"' in raw]
     edited = flow.replace(b'"ts": 200', b'"ts": 205').replace(b', "bp": "e"', b"")
     output.write_bytes(sub(output.read_bytes(), flow, edited))
-    from tracestream.verify import verify
+    from tracestream.commands.verify import verify
 
     failed = {c.name: c.detail for c in verify(tmp_path / "trace.json", output,
                                                 workers=0).checks if not c.ok}
@@ -324,7 +324,7 @@ def test_one_tampered_value_is_named_once(cli, tmp_path):
 
 
 def _verify_failures(source: Path, output: Path, report: Path | None = None) -> dict[str, str]:
-    from tracestream.verify import verify
+    from tracestream.commands.verify import verify
 
     verdict = verify(source, output, report, workers=0)
     return {c.name: c.detail for c in verdict.checks if not c.ok}
@@ -396,7 +396,7 @@ def test_an_output_out_of_step_is_named_once(cli, tmp_path):
     assert out.rc == 0, out.describe()
     (cpu_op,) = [raw for raw in output_events(output) if b'"cat": "cpu_op"' in raw]
     output.write_bytes(sub(output.read_bytes(), cpu_op + b",\n", b""))
-    from tracestream.verify import verify
+    from tracestream.commands.verify import verify
 
     checks = verify(tmp_path / "trace.json", output, workers=0).checks
     assert [(c.name, c.ok) for c in checks] == [("source sha256", True),

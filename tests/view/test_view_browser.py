@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tracestream.view import ViewServer
+from tracestream.commands.view.server import ViewServer
 
 CHROMIUM = shutil.which("chromium") or (
     "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tracestream import view
+from tracestream.commands.view import server as view
+from tracestream.commands.view.server import TraceFile, ViewServer, view_trace
 from tracestream.errors import TraceError
-from tracestream.view import TraceFile, ViewServer, view_trace
 
 MB = 1 << 20
 TRACE_BYTES = b'{"traceEvents": [{"ph": "X", "name": "a&b", "ts": 1, "dur": 2}]}\n'
@@ -667,12 +667,13 @@ def test_other_commands_do_not_import_the_view_server():
     import subprocess
     import sys
 
-    probe = ("import sys, tracestream.cli, tracestream.inspect; "
-             "print(sorted(m for m in ('tracestream.view', 'http.server') if m in sys.modules))")
+    probe = ("import sys, tracestream.cli.main, tracestream.commands.evidence; "
+             "print(sorted(m for m in ('tracestream.commands.view.server', 'http.server') "
+             "if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True).stdout.strip()
     assert loaded == "[]"
     from click.testing import CliRunner
 
-    from tracestream.cli import main
+    from tracestream.cli.main import main
     assert view.DEFAULT_UI_URL in CliRunner().invoke(main, ["view", "--help"]).output

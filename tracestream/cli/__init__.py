@@ -1,0 +1,1 @@
+"""The command-line layer: click commands over the library, rendering and exit codes."""

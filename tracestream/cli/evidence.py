@@ -1,0 +1,84 @@
+"""Click commands for `inspect` and `anchors` (registered on the main group by cli.main).
+
+Thin wrappers: parse options, call `tracestream.commands.evidence`, print. Library
+refusals (TraceError) become one stderr line and exit 2 in the main group.
+"""
+
+from itertools import islice
+
+import click
+
+_json_option = click.option("--json", "as_json", is_flag=True,
+                            help="Print one JSON object instead of tables.")
+
+
+def register(main) -> None:
+    """Add this module's commands to the `tracestream` group."""
+    from tracestream.cli.main import _workers_option  # defined before the commands register
+
+    @main.command("inspect")
+    @click.option("--trace", "trace", required=True, metavar="PATH",
+                  help="Input trace (.json, .json.gz, .json.zst; detected from the bytes), "
+                       "or - for stdin.")
+    @_json_option
+    @click.option("--top", type=int, default=30, show_default=True, metavar="N",
+                  help="Most frequent kernel names per GPU and CPU user annotations to show.")
+    @_workers_option
+    def inspect_command(trace, as_json, top, workers):
+        """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
+        from tracestream.cli.guard import refuse_stdout_on_inputs
+        from tracestream.commands.evidence import format_inspect, inspect_trace
+        from tracestream.jsontext import dumps
+        from tracestream.parallel.pool import collector_paused
+
+        refuse_stdout_on_inputs([trace], "output")
+
+        with collector_paused():
+            report = inspect_trace(trace, top=top, quiet=as_json, workers=workers)
+            click.echo(dumps(report).decode() if as_json else format_inspect(report))
+
+    @main.command("anchors")
+    @click.option("--trace", "trace", required=True, metavar="PATH",
+                  help="Input trace (.json, .json.gz, .json.zst; detected from the bytes), "
+                       "or - for stdin.")
+    @click.option("--anchor-regex", required=True, metavar="REGEX",
+                  help="Kernel name pattern (Python re.search) of the candidate anchor.")
+    @click.option("--pid", default=None, metavar="PID", help="GPU process of the anchors.")
+    @click.option("--device", default=None, metavar="D", help="args.device of the anchors.")
+    @click.option("--cross-check", default=None, metavar="REGEX",
+                  help="Second landmark (e.g. the terminal kernel): count its matches between "
+                       "consecutive anchors inside a cluster and flag counts other than one.")
+    @click.option("--gap-factor", type=float, default=None, metavar="F",
+                  help="A gap larger than F x the median gap starts a new cluster "
+                       "[default: 3].")
+    @_json_option
+    @_workers_option
+    def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, as_json,
+                        workers):
+        """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
+        for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
+        from tracestream.cli.guard import refuse_stdout_on_inputs
+        from tracestream.cli.main import _pid_value
+        from tracestream.commands.evidence import (
+            GAP_FACTOR,
+            anchors_json,
+            anchors_lines,
+            find_anchors,
+        )
+        from tracestream.parallel.pool import collector_paused
+
+        refuse_stdout_on_inputs([trace], "output")
+        with collector_paused():  # thousands of match rows: full collections would walk them all
+            report = find_anchors(
+                trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
+                cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
+                quiet=as_json, workers=workers,
+            )
+            if as_json:
+                for piece in anchors_json(report):
+                    click.echo(piece, nl=False)  # bytes: written as they are
+                click.echo()
+            else:
+                lines = anchors_lines(report)
+                while block := list(islice(lines, 4096)):  # one write per block, not per line
+                    click.echo("\n".join(block))

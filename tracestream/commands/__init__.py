@@ -1,0 +1,1 @@
+"""The commands over the engine: verify, restore, evidence (inspect, anchors), batch, view."""

@@ -1,0 +1,701 @@
+"""`tracestream view`: open a local trace in the Perfetto UI in one step.
+
+Why a server at all: ui.perfetto.dev cannot be handed a local file or a
+``localhost`` URL. Its Content-Security-Policy forbids foreign fetches, and
+browsers block cross-origin reads (Perfetto docs, "Deep linking to the Perfetto
+UI", section "Why can't I just pass a URL?"). The supported way in is
+``postMessage`` from a page that holds the trace. So this module serves that
+page, plus the trace itself, on 127.0.0.1 only.
+
+The handshake (perfetto.dev/docs/visualization/deep-linking-to-perfetto-ui,
+/embedding-the-ui and /embedding-api-reference; the UI side is
+ui/src/frontend/post_message_handler.ts in google/perfetto):
+
+1. The page loads the UI. The message channel is not buffered, so the page
+   posts ``'PING'`` every 250 ms until the UI answers ``'PONG'``. The UI
+   answers only after its listener is registered and
+   ``document.readyState == 'complete'``.
+2. Then the page fetches ``/trace`` and posts
+   ``{perfetto: {buffer: ArrayBuffer, title, fileName}}``. After the first
+   trace the UI removes its listener, so the page posts once per handshake.
+3. The UI accepts messages whose ``event.source`` is ``window.parent`` (iframe)
+   or ``window.opener`` (``window.open``). It opens traces without a consent
+   prompt when the sender's origin is ``127.0.0.1``/``localhost``, which is
+   why the page must be loaded from http://127.0.0.1:PORT/, also through an
+   ssh tunnel.
+
+Window or iframe: iframe. Perfetto supports both, and its docs give the
+``window.open`` flow first. But popup blockers allow ``window.open`` only right
+after a user gesture ("Common pitfalls" in the deep-linking doc). When the CLI
+opens the page there is no gesture, so a popup would be blocked. A full-page
+iframe of the normal UI (not ``mode=embedded``, so the sidebar and the query
+page stay) needs no gesture. A button offers the ``window.open`` flow as a
+fallback; a click is a user gesture. Messages go to the UI URL's origin only,
+and ``PONG`` counts only if it comes from that origin and that window. The page
+is not served with ``Cross-Origin-Opener-Policy: same-origin``, because
+Perfetto's docs warn that this header breaks the link between the windows.
+
+Compressed traces:
+* gzip: sent as it is. Trace processor recognises the gzip magic
+  ``1f 8b`` and unpacks it (src/trace_processor/util/trace_type.cc,
+  ``kGzipTraceType``; the UI hands posted buffers to trace processor), so the
+  browser gets the smaller bytes.
+* zstd: trace processor has no zstd magic in that list, so the UI would
+  reject the file. We decompress on the fly with ``zstandard``. The
+  decompressed size is not known in advance, so that response has no
+  Content-Length and ends when the connection closes (HTTP/1.0).
+The format is decided by the file's first bytes, not its name.
+
+Shared machines: GPU and cluster nodes have other users, and any of them can connect to
+127.0.0.1. So every run makes a random token, prints the address with it
+(``http://127.0.0.1:PORT/?token=...``), and ``/`` and ``/trace`` answer 403 without it
+(the page passes it on to ``/trace``; ``Referrer-Policy: no-referrer`` keeps it from the
+UI). A client that never finishes its request headers is dropped after
+HEADER_TIMEOUT seconds. A zstd file that is corrupt from the start is a 502 with the
+reason; one that breaks mid-way ends a chunked response without its last chunk, so
+the browser's fetch fails instead of receiving a short trace. Either way the
+terminal gets one line, never a traceback.
+
+Limits: the browser holds the whole trace in one ArrayBuffer, and the Perfetto
+UI's in-browser engine has its own memory ceiling (a few GB). For bigger traces
+Perfetto suggests ``trace_processor --httpd``
+(docs/visualization/large-traces.md). The server side only ever holds one 1 MiB block.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import ipaddress
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+import webbrowser
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from socketserver import TCPServer
+from urllib.parse import parse_qs, urlsplit
+
+from tracestream.commands.view import DEFAULT_UI_URL
+from tracestream.errors import TraceError
+from tracestream.read.source import is_zstd_skippable, zstd_blocks
+
+__all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "describe_trace", "view_trace"]
+
+LOOPBACK = "127.0.0.1"
+BLOCK_SIZE = 1 << 20  # bytes per read from disk: this bounds the server's memory
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_POLL_SECONDS = 0.2  # how quickly serve_forever notices shutdown()
+HEADER_TIMEOUT = 10.0
+"""Seconds a client may take to send its request line and headers, all of them together
+(then it is dropped): one byte every few seconds does not keep a connection open."""
+MAX_CONNECTIONS = 32
+"""Connections served at once (a thread each); one more is closed at once."""
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A validated trace: where it is, what to call it, and whether to unpack it."""
+
+    path: Path
+    title: str
+    file_name: str  # the name Perfetto offers for "Download": without .zst when we unpack
+    zstd: bool
+
+
+def display_name(path: Path) -> str:
+    """A file name that can be sent as UTF-8, even if the name on disk is not valid UTF-8."""
+    return os.fsencode(path.name).decode("utf-8", "replace")
+
+
+def describe_trace(trace_path) -> TraceFile:
+    """Checks the trace now, so a bad path fails before a browser is opened."""
+    path = Path(trace_path)
+    if not path.exists():
+        raise TraceError(f"trace not found: {path}")
+    if not path.is_file():
+        raise TraceError(f"trace is not a regular file: {path}")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(ZSTD_MAGIC))
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+    if not head:
+        raise TraceError(f"trace is empty, nothing to show: {path}")
+    name = display_name(path)
+    zstd = head == ZSTD_MAGIC or is_zstd_skippable(head)  # pzstd starts with a skippable frame
+    file_name = name[: -len(".zst")] if zstd and name.endswith(".zst") else name
+    return TraceFile(path=path, title=name, file_name=file_name, zstd=zstd)
+
+
+def ui_origin(ui_url: str) -> str:
+    """The origin of the Perfetto UI URL (scheme://host[:port]), used as the postMessage target.
+
+    Raises TraceError unless the URL is plain http(s) with a well-formed host.
+    """
+    try:
+        parts = urlsplit(ui_url)
+        port = parts.port
+    except ValueError as exc:
+        raise TraceError(f"--ui-url is not a valid URL: {ui_url!r} ({exc})") from None
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    if scheme not in _DEFAULT_PORTS or not _is_plain_host(host):
+        raise TraceError(f"--ui-url must be an http:// or https:// URL with a host, got {ui_url!r}")
+    if ":" in host:
+        host = f"[{host}]"
+    suffix = f":{port}" if port is not None and port != _DEFAULT_PORTS[scheme] else ""
+    return f"{scheme}://{host}{suffix}"
+
+
+def _is_plain_host(host: str) -> bool:
+    """Only DNS names and IP literals: the host also goes into a CSP header."""
+    if not host:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return all(part and (part.replace("-", "").isalnum() and part.isascii())
+                   for part in host.rstrip(".").split("."))
+
+
+def is_loopback_host(host_header: str | None) -> bool:
+    """Whether a Host header names this machine.
+
+    This guards against DNS rebinding, where a web page points its own host name at
+    127.0.0.1 and then reads /trace. A missing header is allowed because browsers always
+    send one.
+    """
+    if host_header is None:
+        return True
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else ""
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    host = host.rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token_matches(request_target: str, token: str) -> bool:
+    """Whether the request target's query carries `token=<this run's token>` (in constant
+    time: the comparison must not tell a guesser how much of it was right)."""
+    query = request_target.split("?", 1)[1] if "?" in request_target else ""
+    given = parse_qs(query, keep_blank_values=True).get("token", [""])[0]
+    return secrets.compare_digest(given.encode(), token.encode())
+
+
+def route_for(request_target: str) -> str | None:
+    """Maps the raw request target to 'page', 'trace' or None (404).
+
+    The path is compared exactly, with no unquoting or normalising, so '/..', '/%2e%2e/'
+    and '/trace/x' can never reach anything. A query string on a known path is ignored.
+    """
+    path = request_target.split("?", 1)[0]
+    return {"/": "page", "/trace": "trace"}.get(path)
+
+
+def json_for_script(value) -> str:
+    """JSON that is safe inside <script type="application/json">: no '<', '>' or '&'.
+
+    Non-ASCII, including U+2028/U+2029, is \\u-escaped by json.dumps itself.
+    """
+    text = json.dumps(value, ensure_ascii=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def content_security_policy(nonce: str, ui_url: str) -> str:
+    """Only our own script and style run, only the UI may be framed, only /trace is fetched.
+
+    This is a second line of defence behind the escaping.
+    """
+    return (
+        "default-src 'none'; "
+        f"script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+        f"frame-src {ui_origin(ui_url)}; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>@TITLE@ - tracestream view</title>
+<style nonce="@NONCE@">
+html, body { height: 100%; margin: 0; }
+body { display: flex; flex-direction: column; font: 14px system-ui, sans-serif; }
+header { display: flex; gap: 1.2em; align-items: center; padding: 6px 12px;
+         background: #263238; color: #eceff1; }
+#trace-name { font-family: monospace; overflow: hidden; text-overflow: ellipsis; }
+#status { flex: 1; font-weight: 600; }
+#status[data-state="sent"] { color: #a5d6a7; }
+#status[data-state="error"] { color: #ef9a9a; }
+#perfetto { flex: 1; width: 100%; border: 0; }
+</style>
+</head>
+<body>
+<header>
+<strong>tracestream view</strong>
+<span id="trace-name">@TITLE@</span>
+<span id="status" role="status" data-state="loading">Loading the Perfetto UI&hellip;</span>
+<button id="open-tab" type="button">Open in a new tab instead</button>
+</header>
+<iframe id="perfetto" title="Perfetto UI"></iframe>
+<script type="application/json" id="view-config">@CONFIG@</script>
+<script nonce="@NONCE@">
+"use strict";
+const cfg = JSON.parse(document.getElementById("view-config").textContent);
+const uiOrigin = new URL(cfg.uiUrl).origin;
+const statusLine = document.getElementById("status");
+const frame = document.getElementById("perfetto");
+
+function setStatus(text, state) {
+  statusLine.textContent = text;
+  statusLine.dataset.state = state;
+}
+
+// Perfetto drops messages sent before its listener exists, so PING until it answers.
+function waitForPong(target) {
+  return new Promise((resolve) => {
+    const ping = () => target.postMessage("PING", uiOrigin);
+    const timer = setInterval(ping, 250);
+    const slow = setTimeout(() => setStatus(
+      "Still waiting for the Perfetto UI at " + uiOrigin + " - is it reachable?", "waiting"),
+      20000);
+    function onMessage(event) {
+      if (event.origin !== uiOrigin || event.source !== target || event.data !== "PONG") return;
+      clearInterval(timer);
+      clearTimeout(slow);
+      window.removeEventListener("message", onMessage);
+      resolve();
+    }
+    window.addEventListener("message", onMessage);
+    ping();
+  });
+}
+
+async function fetchTrace() {
+  const response = await fetch(cfg.traceUrl, {cache: "no-store"});
+  if (!response.ok) {
+    const reason = (await response.text()).trim();
+    throw new Error("the server answered " + response.status + (reason ? ": " + reason : ""));
+  }
+  try {
+    return await response.arrayBuffer();
+  } catch (err) {
+    throw new Error("the trace broke off while it was read (" + err.message +
+                    "); the terminal running tracestream view says why");
+  }
+}
+
+async function sendTrace(target) {
+  try {
+    setStatus("Waiting for the Perfetto UI to answer\\u2026", "waiting");
+    await waitForPong(target);
+    setStatus("Fetching the trace\\u2026", "fetching");
+    const buffer = await fetchTrace();
+    const message = {perfetto: {buffer, title: cfg.title, fileName: cfg.fileName}};
+    target.postMessage(message, uiOrigin, [buffer]);
+    setStatus("Trace sent \\u2014 check the timeline", "sent");
+  } catch (err) {
+    setStatus("Could not send the trace: " + err.message +
+              " (is tracestream view still running?)", "error");
+  }
+}
+
+document.getElementById("open-tab").addEventListener("click", () => {
+  const win = window.open(cfg.uiUrl, "_blank");
+  if (win) sendTrace(win);
+  else setStatus("The browser blocked the new tab; allow pop-ups for this page", "error");
+});
+frame.src = cfg.uiUrl;
+sendTrace(frame.contentWindow);
+</script>
+</body>
+</html>
+"""
+
+
+def render_page(trace: TraceFile, ui_url: str, nonce: str, token: str) -> str:
+    """The handshake page. Names are escaped for both places they appear: HTML text and JSON."""
+    config = {"uiUrl": ui_url, "title": trace.title, "fileName": trace.file_name,
+              "traceUrl": f"/trace?token={token}"}
+    return (
+        _PAGE.replace("@NONCE@", nonce)
+        .replace("@TITLE@", html.escape(trace.title, quote=True))
+        .replace("@CONFIG@", json_for_script(config))
+    )
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Serves '/', '/trace' and a 404 for everything else; only GET and HEAD exist."""
+
+    server_version = "tracestream-view"
+    server: _LoopbackServer
+    timeout = None  # set per connection in setup(): HEADER_TIMEOUT until the headers are in
+
+    def setup(self):
+        super().setup()
+        self.rfile.close()  # the socket's own reader, replaced by one with a deadline
+        self._reader = _DeadlineReader(self.connection, time.monotonic() + HEADER_TIMEOUT)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def parse_request(self) -> bool:
+        """The headers are in: the body may take as long as the browser needs."""
+        parsed = super().parse_request()
+        self._reader.deadline = None
+        return parsed
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def do_GET(self):
+        self._respond(send_body=True)
+
+    def do_HEAD(self):
+        self._respond(send_body=False)
+
+    def log_message(self, format, *args):
+        """Quiet: the terminal shows only the address and the Ctrl-C hint."""
+
+    def raw_target(self) -> str:
+        """The request target as sent. self.path has had a leading '//' collapsed to '/'."""
+        words = self.requestline.split()
+        return words[1] if len(words) >= 2 else ""
+
+    def _respond(self, send_body: bool) -> None:
+        if not is_loopback_host(self.headers.get("Host")):
+            self.send_error(403, "Host must be 127.0.0.1 or localhost")
+            return
+        route = route_for(self.raw_target())
+        if route is not None and not token_matches(self.raw_target(), self.server.token):
+            self.send_error(403, "Open the address tracestream view printed (with its token)")
+            return
+        try:
+            if route == "page":
+                self._send_page(send_body)
+            elif route == "trace":
+                self._send_trace(send_body)
+            else:
+                self.send_error(404)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the browser went away mid-transfer: nothing to do
+
+    def _common_headers(self, content_type: str) -> None:
+        self.send_header("Content-Type", content_type)
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+
+    def _send_text(self, code: int, text: str) -> None:
+        """A plain-text answer the page shows as it is (send_error's HTML and its Latin-1
+        status line would mangle a file name)."""
+        body = text.encode("utf-8", "replace")
+        self.send_response(code)
+        self._common_headers("text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_page(self, send_body: bool) -> None:
+        nonce = secrets.token_urlsafe(16)
+        body = render_page(self.server.trace, self.server.ui_url, nonce,
+                           self.server.token).encode("utf-8")
+        self.send_response(200)
+        self._common_headers("text/html; charset=utf-8")
+        self.send_header("Content-Security-Policy",
+                         content_security_policy(nonce, self.server.ui_url))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+    def _send_trace(self, send_body: bool) -> None:
+        trace = self.server.trace
+        try:
+            fh = trace.path.open("rb")
+        except OSError:
+            self.send_error(500, "cannot read the trace file any more")
+            return
+        with fh:
+            if trace.zstd:
+                self._send_zstd(fh, send_body)
+                return
+            self.send_response(200)
+            self._common_headers("application/octet-stream")
+            size = os.fstat(fh.fileno()).st_size
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if send_body:
+                copy_blocks(fh, self.wfile, size)
+
+    def _send_zstd(self, fh, send_body: bool) -> None:
+        """Decompressed on the fly. Its length is unknown, so the body is chunked (HTTP/1.1
+        clients) or ends with the connection: a stream that turns out corrupt mid-way ends
+        without the last chunk, which the browser's fetch reports as an error."""
+        blocks = open_decompressed(fh, self.server.trace.title)
+        try:
+            first = next(blocks, b"")
+        except TraceError as exc:  # corrupt from the start: nothing sent yet, so say why
+            self.server.report(str(exc))
+            self._send_text(502, str(exc))
+            return
+        self.close_connection = True  # one response per connection: its end is clear
+        chunked = self.request_version == "HTTP/1.1"
+        if chunked:
+            self.protocol_version = "HTTP/1.1"  # this response only
+        self.send_response(200)
+        self._common_headers("application/octet-stream")
+        self.send_header("Connection", "close")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if not send_body:
+            return
+        out = _ChunkedWriter(self.wfile) if chunked else self.wfile
+        try:
+            out.write(first)
+            for block in blocks:
+                out.write(block)
+        except TraceError as exc:  # no last chunk: the browser sees a broken body
+            self.server.report(f"{exc}; the transfer to the browser was broken off")
+            return
+        if chunked:
+            out.finish()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's bytes, each read given only the time left until `deadline`
+    (monotonic seconds; None: no limit) so that the deadline holds for the whole request,
+    not for each read."""
+
+    def __init__(self, sock, deadline: float | None):
+        self._sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.deadline is None:
+            self._sock.settimeout(None)
+        else:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request headers took too long")
+            self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
+class _ChunkedWriter:
+    """HTTP/1.1 chunked transfer coding over a stream: `finish()` writes the last chunk."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self._stream.write(b"%x\r\n" % len(data) + data + b"\r\n")
+
+    def finish(self) -> None:
+        self._stream.write(b"0\r\n\r\n")
+
+
+def open_decompressed(fh, name: str):
+    """Decompressed blocks of a zstd file, read 64 KB at a time (an output block is that
+    times the compression ratio); TraceError where it is corrupt or truncated."""
+    return zstd_blocks(iter(lambda: fh.read(64 << 10), b""), name)
+
+
+def copy_blocks(source, sink, limit: int | None = None, block_size: int = BLOCK_SIZE) -> int:
+    """Copies source to sink one block at a time and returns the byte count.
+
+    `limit` keeps the body equal to the Content-Length already sent, even if a profiler is
+    still appending to the file.
+    """
+    total = 0
+    while limit is None or total < limit:
+        block = source.read(block_size if limit is None else min(block_size, limit - total))
+        if not block:
+            break
+        sink.write(block)
+        total += len(block)
+    return total
+
+
+class _LoopbackServer(ThreadingHTTPServer):
+    """An HTTP server that listens on 127.0.0.1 only and never resolves host names."""
+
+    daemon_threads = True  # a transfer still running must not keep the process alive
+    allow_reuse_address = True
+
+    def __init__(self, port: int, trace: TraceFile, ui_url: str, token: str, report):
+        self.trace = trace
+        self.ui_url = ui_url
+        self.token = token
+        self.report = report  # one line for the terminal about a request that failed
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__((LOOPBACK, port), _Handler)
+
+    def process_request(self, request, client_address):
+        """One thread per connection, at most MAX_CONNECTIONS of them."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def server_bind(self):
+        """HTTPServer.server_bind would call getfqdn(), a DNS lookup that can hang offline."""
+        TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+    def handle_error(self, request, client_address):
+        """A browser dropping the connection is normal; anything else is one line, never a
+        traceback in the middle of the terminal."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ConnectionError, TimeoutError)):
+            text = " ".join(str(exc).splitlines())
+            self.report(f"internal error while serving a request: {type(exc).__name__}: {text}")
+
+
+class ViewServer:
+    """Serves a trace and the Perfetto handshake page on http://127.0.0.1:PORT/.
+
+    The port is bound in the constructor, so `url` is known before serving starts. It is a
+    context manager: leaving the block shuts the server down.
+    """
+
+    def __init__(self, trace_path, *, port: int = 0, ui_url: str = DEFAULT_UI_URL,
+                 report=None):
+        ui_origin(ui_url)  # validates before anything is bound
+        self.trace = describe_trace(trace_path)
+        self.ui_url = ui_url
+        self.token = secrets.token_urlsafe(24)  # a new one every run: see the module notes
+        try:
+            self._httpd = _LoopbackServer(port, self.trace, ui_url, self.token,
+                                          report or _report_on_stderr)
+        except OSError as exc:
+            raise TraceError(f"cannot listen on {LOOPBACK}:{port}: {exc.strerror or exc}") from None
+        self.port: int = self._httpd.server_address[1]
+        self.url: str = f"http://{LOOPBACK}:{self.port}/?token={self.token}"
+        self._thread: threading.Thread | None = None
+        self._serving = False  # httpd.shutdown() would wait forever if nothing ever served
+
+    def start(self) -> None:
+        """Serves in a background thread and returns at once."""
+        if self._thread is not None:
+            return
+        self._serving = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": _POLL_SECONDS},
+            name=f"tracestream-view:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def serve_forever(self) -> None:
+        """Serves in this thread. Returns on shutdown() from another thread or on Ctrl-C."""
+        self._serving = True
+        try:
+            self._httpd.serve_forever(poll_interval=_POLL_SECONDS)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._httpd.server_close()
+
+    def shutdown(self) -> None:
+        """Stops serving and frees the port. It is safe to call more than once."""
+        if self._serving:
+            self._httpd.shutdown()
+        if self._thread is not None:
+            self._thread.join()
+        self._httpd.server_close()
+
+    def __enter__(self) -> ViewServer:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
+
+
+def _report_on_stderr(line: str) -> None:
+    print(f"tracestream view: error: {line}", file=sys.stderr, flush=True)
+
+
+def has_desktop(environ=None, platform: str | None = None) -> bool:
+    """Whether a graphical browser can open here.
+
+    Without a display, webbrowser falls back to a console browser such as lynx. That
+    browser cannot run the page, and it takes over the terminal until it quits.
+    """
+    environ = os.environ if environ is None else environ
+    if (platform or sys.platform) in ("darwin", "win32"):
+        return True
+    return bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
+def address_lines(server: ViewServer) -> list[str]:
+    """What to tell the user: the address, the ssh tunnel for remote machines, how to stop."""
+    port = server.port
+    return [
+        f"Serving {server.trace.path} at {server.url}",
+        f"Open that address in your browser; the page hands the trace to {server.ui_url}.",
+        "Nothing is uploaded: the trace goes only from this process to your own browser.",
+        f"On a remote machine, run `ssh -L {port}:127.0.0.1:{port} host` on your computer "
+        f"and open {server.url} there (use --port to keep the same port between runs).",
+        "Press Ctrl-C to stop.",
+    ]
+
+
+def view_trace(
+    trace_path,
+    *,
+    port: int = 0,
+    ui_url: str = DEFAULT_UI_URL,
+    open_browser: bool = True,
+    echo=print,
+) -> None:
+    """Serves the trace, opens the browser if there is one, and blocks until Ctrl-C.
+
+    Ctrl-C is the normal way to stop, so it returns normally instead of raising.
+    """
+    try:
+        with ViewServer(trace_path, port=port, ui_url=ui_url) as server:
+            for line in address_lines(server):
+                echo(line)
+            if open_browser and not (has_desktop() and _open_in_browser(server.url)):
+                echo("No desktop browser found here; open the address above yourself.")
+            server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    echo("Stopped.")
+
+
+def _open_in_browser(url: str) -> bool:
+    try:
+        return webbrowser.open(url, new=2)
+    except webbrowser.Error:
+        return False
+

@@ -1,0 +1,411 @@
+"""The library API: what the CLI calls, and what a notebook can call directly.
+
+    from tracestream import add_layer_guides, LayerSpec
+    report = add_layer_guides("TP-0.trace.json.gz", "TP-0.layers.trace.json.gz",
+                              LayerSpec(anchor_regex="^_q_rope_store$", num_layers=40,
+                                        anchor_offset=0, phase="target-verify",
+                                        evidence="one Q-store per layer; L0 verified"))
+    report.summary()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracestream.cli.progress import Progress
+from tracestream.errors import (
+    TraceError,
+    compile_pattern,
+    flag_of,
+    require_utf8,
+)
+from tracestream.index.builder import IndexOptions, run_index
+from tracestream.index.records import temp_dir_for
+from tracestream.jsontext import PrettyWriter
+from tracestream.parallel.pool import pool_for, release_memory
+from tracestream.plan.guides import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, LayerSpec
+from tracestream.plan.guidetext import GuideRows
+from tracestream.plan.planner import CompactSpec, Plan, Planner
+from tracestream.plan.report import LayerRows
+from tracestream.read.source import TraceSource
+from tracestream.write.rewrite import rewrite
+from tracestream.write.sink import (
+    OutputFile,
+    check_compress_level,
+    check_new_path,
+    commit_together,
+    compression_for,
+    input_identity,
+    refuse_writing_input,
+)
+
+
+@dataclass
+class Report:
+    """What a rewrite did: the report's content and where output and report went."""
+
+    data: dict  # the report's content; its `layers` rows are read from the report file
+    output: str
+    report_path: str | None
+    trace: str | None = None  # the source as given (for the next-step commands)
+    seconds: float | None = None  # elapsed, from the call to the committed outputs
+    first_guide: dict | None = None  # the first and last `layers` rows, as written
+    last_guide: dict | None = None
+
+    def summary(self) -> str:
+        return summarize(self.data, self.output, self.report_path, trace=self.trace,
+                         seconds=self.seconds)
+
+    def layer_rows(self) -> Iterator[dict]:
+        """The report's `layers` rows, one at a time, read from the report file (a nightly
+        run writes 10^5-10^6 of them: they are never all in memory)."""
+        return iter(self.data.get("layers", ()))
+
+    def json_summary(self) -> dict:
+        """What `--json-summary` prints: the report without its per-guide rows, plus the
+        guide count, the first and last guide, the lanes per device, the paths and the
+        elapsed seconds (the rows are in the report file)."""
+        data = {key: value for key, value in self.data.items() if key != "layers"}
+        if "layers" in self.data:
+            data.update(guide_count=len(self.data["layers"]), first_guide=self.first_guide,
+                        last_guide=self.last_guide)
+        compaction = self.data.get("compaction", self.data if "groups" in self.data else None)
+        if compaction:
+            data["lanes_per_device"] = [
+                {"pid": g["pid"], "device": g["device"], "kind": g["kind"], "lanes": g["lanes"]}
+                for g in compaction["groups"]]
+        data.update(output=self.output, report=self.report_path)
+        if self.seconds is not None:
+            data["elapsed_seconds"] = round(self.seconds, 3)
+        return data
+
+
+def _finished(report: dict, report_path: str, output: str, trace: str,
+              seconds: float) -> Report:
+    """The Report of a run whose report file is written: its `layers` rows (made as they
+    were written) become a reader of that file."""
+    data = dict(report)
+    rows = data.get("layers")
+    if not isinstance(rows, GuideRows):
+        return Report(data, output, report_path, trace, seconds)
+    data["layers"] = LayerRows(report_path, len(rows))
+    return Report(data, output, report_path, trace, seconds, rows.first, rows.last)
+
+
+def default_report_path(output: str, kind: str) -> str:
+    """`<output>.layers.json` or `<output>.compact.json`, next to the output."""
+    return f"{output}.{kind}.json"
+
+
+def name_in_report(path: str, report_path: str) -> str:
+    """A file as its report names it: relative to the report's folder when the two share
+    a folder below the file system's root, else its base name (reports get shared; the
+    absolute private paths they would spell out stay home). `-` and `<stdin>` as they are."""
+    if path in ("-", "<stdin>"):
+        return path
+    # real paths: `link/../o.json` is beside the link's target, not beside the link
+    file = os.path.realpath(path)
+    if file.startswith(("/proc/", "/dev/")):  # a descriptor (`<(…)`, a piped /dev/stdin)
+        return path  # or a device: its name as given says more than `63` or `pipe:[…]`
+    folder = os.path.dirname(os.path.realpath(report_path))
+    try:
+        common = os.path.commonpath([file, folder])
+    except ValueError:  # different drives
+        return os.path.basename(path)
+    if os.path.dirname(common) == common:  # only the root in common
+        return os.path.basename(path)
+    return os.path.relpath(file, folder)
+
+
+def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin=None) -> str:
+    source = input_identity(trace, stdin)
+    refuse_writing_input(source, output, "output", trace)
+    if report:
+        refuse_writing_input(source, report, "report", trace)
+    if output == "-":
+        if not report:
+            raise TraceError("writing the trace to stdout (-) needs --report PATH")
+        if report == "-":
+            raise TraceError("--output - and --report - would both go to stdout; "
+                             "give one of them a file")
+    else:
+        out = Path(output)
+        if trace != "-" and out.exists():
+            try:
+                if os.path.samefile(trace, out):
+                    raise TraceError(f"output {output} is the input trace; write a new file")
+            except OSError:
+                pass
+        check_new_path(output, "output")
+    report = report or default_report_path(output, kind)
+    check_new_path(report, "report")
+    if trace != "-" and Path(report).resolve() == Path(trace).resolve():
+        raise TraceError(f"report {report} is the input trace")
+    if output != "-" and Path(report).resolve() == Path(output).resolve():
+        raise TraceError("report and output are the same path")
+    return report
+
+
+def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
+               compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
+               command: str, tmpdir: str | None = None, progress=None, pool=None,
+               source_name: str | None = None, after_index=None, hashes_source: bool = True):
+    """Index pass and plan: (index, plan). Every refusal happens here; nothing is written.
+
+    `after_index()`, when given, is called between the two: the plan is made on one core,
+    so work that needs no plan can start there (verify starts restore's splice). The
+    source's sha256 starts there too, unless not `hashes_source` (verify's restore check
+    hashes a plain source itself, see `TraceSource.adopt_sha256`)."""
+    patterns = {}
+    if layer_spec is not None:
+        patterns["anchor"] = compile_pattern(layer_spec.anchor_regex, "anchor_regex")
+        if layer_spec.end_anchor_regex is not None:
+            patterns["terminal"] = compile_pattern(
+                layer_spec.end_anchor_regex, "end_anchor_regex"
+            )
+    options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
+    index = run_index(source, options, progress=progress, pool=pool)
+    if hashes_source:
+        source.start_hashing()  # while the plan runs on one core (the report names the hash)
+    if after_index is not None:
+        after_index()
+    try:
+        planner = Planner(index, output_name=output_name, report_name=report_name,
+                          source_name=source_name)
+        layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
+        index.matches.clear()  # chosen: the guides keep the tables they are written from
+        compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
+        plan = planner.finish(command, layers, compaction,
+                              options=spec_options(layer_spec, compact_spec))
+    except BaseException:
+        index.close()
+        raise
+    index.planned()
+    release_memory()
+    return index, plan
+
+
+def report_rows(rep: OutputFile, report: PrettyWriter):
+    """Where the rewrite hands the report's guide rows, as it makes each block of guides'
+    events and rows together: (the rows, their writer), with the report's members before
+    them written now (the plan's, final). None for a report on stdout, which gets nothing
+    before the run is through, or one without guide rows."""
+    if rep.stdout:
+        return None
+    rows = report.head()
+    return (rows, report.rows) if isinstance(rows, GuideRows) else None
+
+
+def write_report(rep: OutputFile, plan: Plan, source: TraceSource,
+                 report: PrettyWriter | None = None) -> None:
+    """Write the plan's report (the rest of it, after `report_rows`), with the source's
+    sha256 (its thread started after the index pass) and that of its decompressed bytes
+    (hashed by the index pass), after the rewrite pass."""
+    plan.report["source_sha256"] = source.sha256()
+    plan.report["source_data_sha256"] = source.data_sha256()
+    (report or PrettyWriter(plan.report, rep.write)).finish()
+    rep.close_stream()
+
+
+def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
+         compress=None, compress_level=None, quiet=True, stdin=None, workers=None) -> Report:
+    started = time.monotonic()
+    if layer_spec is not None:
+        layer_spec.validate()
+        compile_pattern(layer_spec.anchor_regex, "anchor_regex")
+        if layer_spec.end_anchor_regex is not None:
+            compile_pattern(layer_spec.end_anchor_regex, "end_anchor_regex")
+    if compact_spec is not None:
+        compact_spec.validate()
+    trace, output = str(trace), str(output)
+    for what, path in (("--trace", trace), ("--output", output), ("--report", report)):
+        require_utf8(path, what)  # the report records their names
+    report_path = _prepare_paths(trace, output, report, kind, stdin)
+    compression = compression_for(output, compress)
+    check_compress_level(compression, compress_level)
+    progress = Progress.for_terminal(quiet)
+    # workers fork before the reader and writer threads start
+    with pool_for(trace, workers) as pool, TraceSource(trace, stdin=stdin) as source:
+        index, plan = build_plan(
+            source, layer_spec, compact_spec,
+            output_name=name_in_report(output, report_path),
+            report_name=os.path.basename(report_path), command=command,
+            source_name=None if trace == "-" else name_in_report(trace, report_path),
+            tmpdir=temp_dir_for(None if output == "-" else output), progress=progress,
+            pool=pool,
+        )
+        try:
+            plan.report["output_compression"] = compression
+            with OutputFile(output, compression=compression, level=compress_level) as out, \
+                    OutputFile(report_path, what="report") as rep:
+                report = PrettyWriter(plan.report, rep.write)
+                rewrite(source, index, plan, out, progress=progress, pool=pool,
+                        report_rows=report_rows(rep, report))
+                write_report(rep, plan, source, report)
+                commit_together([out, rep])
+        finally:
+            index.close()
+    return _finished(plan.report, report_path, output, trace, time.monotonic() - started)
+
+
+def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
+                     compact: CompactSpec | None = None, compress: str | None = None,
+                     compress_level: int | None = None, quiet: bool = True,
+                     stdin=None, workers: int | None = None) -> Report:
+    """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`).
+
+    `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    """
+    return _run(trace, output, report, "layers", "layers", layer_spec=spec,
+                compact_spec=compact, compress=compress, compress_level=compress_level,
+                quiet=quiet, stdin=stdin, workers=workers)
+
+
+def compact(trace, output, spec: CompactSpec | None = None, *, report: str | None = None,
+            compress: str | None = None, compress_level: int | None = None,
+            quiet: bool = True, stdin=None, workers: int | None = None) -> Report:
+    """Write `output`: the trace with GPU activity packed into at most N display lanes."""
+    return _run(trace, output, report, "compact", "compact",
+                compact_spec=spec or CompactSpec(), compress=compress,
+                compress_level=compress_level, quiet=quiet, stdin=stdin, workers=workers)
+
+
+def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> dict:
+    """The options of a run, as the report records them (verify re-plans from these)."""
+    options: dict = {}
+    if layer_spec is not None:
+        options["layers"] = dataclasses.asdict(layer_spec)
+    if compact_spec is not None:
+        options["compact"] = dataclasses.asdict(compact_spec)
+    return options
+
+
+_LATER_CHECKS = ("allow_several_anchor_names", "allow_gaps")
+"""Checks `layers` gained after reports were first written, as the options that turn them off."""
+
+
+def specs_from_options(options: dict) -> tuple[LayerSpec | None, CompactSpec | None]:
+    """The specs a report records. A report written before a check existed re-plans without
+    it: its output was never subject to the check, and `verify` proves fidelity, not choice."""
+    layers = options.get("layers")
+    if layers:
+        layers = {**dict.fromkeys(_LATER_CHECKS, True), **layers}
+    compact_ = options.get("compact")
+    return (LayerSpec(**layers) if layers else None, CompactSpec(**compact_) if compact_ else None)
+
+
+BOUNDARY_WORDS = {
+    "next_layer_anchor": "the next layer's anchor",
+    "terminal_kernel_end": "the end of the terminal kernel (--end-anchor-regex)",
+    "anchor_point_only": "a zero-length marker at its anchor (no --end-anchor-regex)",
+}
+"""The report's boundary kinds, as the summary says them."""
+
+
+def summarize(data: dict, output: str, report_path: str | None, *, trace: str | None = None,
+              seconds: float | None = None) -> str:
+    """A one-screen summary of a layers/compact report, with the next steps."""
+    lines = [f"output: {output}"]
+    if report_path:
+        lines.append(f"report: {report_path}")
+    compaction = data.get("compaction", data if "groups" in data else None)
+    lines.append(events_line(data, compaction))
+    if "layers" in data:
+        lines += _layers_lines(data)
+    if compaction:
+        for g in compaction["groups"]:
+            where = (f"pid {g['pid']} device {g['device']}" if g["kind"] == "activity"
+                     else f"GPU scopes of pid {g['pid']} -> pid {g['display_pid']}")
+            lines.append(
+                f"compact view: {where}: {g['original_streams']} stream rows -> "
+                f"{g['lanes']} synthetic lanes ({g['activity_count']:,} events)"
+            )
+    if seconds is not None:
+        lines.append(f"elapsed: {seconds:,.1f} s")
+    lines += next_steps(trace, output, report_path, data.get("command", "layers"))
+    return "\n".join(lines)
+
+
+def events_line(data: dict, compaction: dict | None) -> str:
+    """Where every event went: read = unchanged + relocated + retired; written = unchanged +
+    relocated + added."""
+    read = data["original_event_count"]
+    relocated = compaction["relocated_events"] if compaction else 0
+    retired = len(compaction["retired_track_metadata"]) if compaction else 0
+    return (
+        f"events: {read:,} read; {read - relocated - retired:,} written unchanged, "
+        f"{relocated:,} relocated to display lanes, {retired:,} retired (metadata of emptied "
+        f"stream rows, kept in the report), {data['added_event_count']:,} added "
+        f"({data['output_event_count']:,} written)"
+    )
+
+
+def _layers_lines(data: dict) -> list[str]:
+    """The guides in words, from the report's header (its rows are not read)."""
+    first, count = data["first_layer"], data["num_layers"]
+    names = f"L{first} … L{first + count - 1}" if count > 1 else f"L{first}"
+    # the last layer ends at the terminal's end when there is one, else at its anchor
+    last = [TERMINAL_KERNEL_END if data.get("end_anchor_regex") is not None
+            else ANCHOR_POINT_ONLY]
+    lines = [
+        f"guides: {names} x {data['passes']} pass(es) = {count * data['passes']} guides on pid "
+        f"{data['pid']} device {data['device']} (track '{data['track_name']}')",
+        f"anchors: {data['matching_anchor_count']} matches of {data['anchor_regex']!r}, "
+        f"offset {data['anchor_offset']}, stride {data['anchor_stride']}, "
+        f"{data['extra_anchors_per_pass']} extra per pass; each guide ends at the next layer's "
+        f"anchor, the last layer's at {' or '.join(BOUNDARY_WORDS.get(k, k) for k in last)}",
+    ]
+    selection = data.get("selection")
+    if selection:
+        text = (f"labelled {data['passes']:,} of {selection['complete_passes']:,} complete "
+                f"passes from offset {data['anchor_offset']}")
+        if selection["unlabelled_complete_passes"] > 0:
+            text += (f"; {selection['unlabelled_complete_passes']:,} complete passes and "
+                     f"{selection['matches_outside_selection']:,} of "
+                     f"{data['matching_anchor_count']:,} matches stayed unlabelled "
+                     "(`--passes all` labels every one)")
+        elif selection["matches_outside_selection"]:
+            text += (f" ({selection['matches_outside_selection']:,} of "
+                     f"{data['matching_anchor_count']:,} matches outside the selection: before "
+                     "the offset or after the last complete pass)")
+        else:
+            text += " (every match is in the selection)"
+        lines.append(text)
+    lines += _override_lines(data)
+    return lines
+
+
+def _override_lines(data: dict) -> list[str]:
+    """The checks the user turned off, and what they would have refused."""
+    lines = []
+    if data.get("allow_several_anchor_names") and data.get("distinct_anchor_names", 1) > 1:
+        lines.append(f"override {flag_of('allow_several_anchor_names')}: the pattern matches "
+                     f"{data['distinct_anchor_names']} kernel names (listed in the report)")
+    cadence = data.get("cadence") or {}
+    if cadence.get("allow_gaps") and cadence.get("breaks"):
+        first = cadence["first_break"]
+        lines.append(f"override {flag_of('allow_gaps')}: {cadence['breaks']} layer gap(s) "
+                     f"cross a cadence break (first in pass {first['pass_index']}, "
+                     f"{first['median_ratio']:g} x the median layer gap)")
+    return lines
+
+
+def next_steps(trace: str | None, output: str, report_path: str | None,
+               command: str) -> list[str]:
+    """The commands that check the output against its source and open it."""
+    if output == "-":
+        return []
+    steps = []
+    if trace is not None and trace != "-":
+        verify = ["tracestream", "verify", "--trace", trace, "--output", output]
+        if report_path and report_path != default_report_path(output, command):
+            verify += ["--report", report_path]
+        steps.append(shlex.join(verify))
+    steps.append(shlex.join(["tracestream", "view", "--trace", output]))
+    return [("next: " if k == 0 else "      ") + step for k, step in enumerate(steps)]

@@ -1,0 +1,1 @@
+"""The index pass: every chunk reduced to packed facts, merged into one index."""

@@ -1,0 +1,1 @@
+"""Worker processes and the shared memory that hands them chunks."""

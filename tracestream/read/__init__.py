@@ -1,0 +1,1 @@
+"""Reading a trace: the source (file, pipe, compression) and its chunks of events."""

@@ -1,7 +1,0 @@
-"""Where `view` hands a trace to by default.
-
-Apart from `tracestream.view`, whose HTTP server modules would cost every other
-command ~20 ms of imports when the CLI registers `view`'s options.
-"""
-
-DEFAULT_UI_URL = "https://ui.perfetto.dev"

@@ -1,0 +1,572 @@
+"""The rewrite pass: stream the source again and apply the plan's edits in order.
+
+The stream is cut exactly where the index pass cut it. Chunks without edits are
+copied as they are; chunks with edits go to a worker (`rewrite_chunk`), which
+copies every unchanged byte and splices the relocated events. A retired
+metadata event is dropped with its following separator; new events go just
+after the last original event and the `tracestream` member just after the last
+top-level value (or in place of an older one).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+from isal import isal_zlib
+
+from tracestream import _native
+from tracestream.errors import TraceError
+from tracestream.index.builder import TraceIndex
+from tracestream.index.extract import read_span
+from tracestream.index.keyscan import skip_whitespace
+from tracestream.index.records import concat_rows, take_rows
+from tracestream.parallel.pool import (
+    SLOTS_PER_WORKER,
+    InlinePool,
+    collector_paused,
+    deliver,
+    outcome,
+    received,
+    release_memory,
+    slot_buffer,
+    write_result,
+)
+from tracestream.plan.planner import DELETE, KEEP, Plan
+from tracestream.read.source import PLAIN_BLOCK, PieceChecksum, ReadStats, TraceSource
+from tracestream.write.relocate import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
+from tracestream.write.sink import OutputFile
+
+_TRIM_EVERY = 8
+
+
+class StreamCursor:
+    """Sequential access to the decompressed stream by absolute offset."""
+
+    def __init__(self, blocks: Iterable[bytes]):
+        self._blocks = iter(blocks)
+        self._data = b""
+        self._base = 0  # absolute offset of _data[0]
+        self.pos = 0  # absolute offset of the next byte not yet consumed
+
+    def _next_block(self) -> None:
+        block = next(self._blocks, None)
+        if block is None:
+            raise TraceError(
+                "input ended early in the rewrite pass (it changed since the index pass)")
+        self._base += len(self._data)
+        self._data = block
+
+    def copy_to(self, out: OutputFile, offset: int) -> None:
+        """Write [pos, offset) to `out` and advance."""
+        while self.pos < offset:
+            rel = self.pos - self._base
+            if rel >= len(self._data):
+                self._next_block()
+                continue
+            end = min(len(self._data), offset - self._base)
+            out.write(self._data[rel:end])
+            self.pos = self._base + end
+
+    def take(self, length: int) -> bytes:
+        """The next `length` bytes (copied once, even across blocks)."""
+        parts = []
+        need = length
+        while need:
+            rel = self.pos - self._base
+            if rel >= len(self._data):
+                self._next_block()
+                continue
+            piece = memoryview(self._data)[rel : rel + need]
+            parts.append(piece)
+            need -= len(piece)
+            self.pos += len(piece)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+    def skip(self, length: int) -> None:
+        """Advance past the next `length` bytes without copying them."""
+        target = self.pos + length
+        while self.pos < target:
+            rel = self.pos - self._base
+            if rel >= len(self._data):
+                self._next_block()
+                continue
+            self.pos = min(self._base + len(self._data), target)
+
+    def drain(self, out: OutputFile) -> None:
+        """Copy everything that is left."""
+        while True:
+            rel = self.pos - self._base
+            if rel < len(self._data):
+                out.write(self._data[rel:])
+            self._base += len(self._data)
+            self.pos = self._base
+            block = next(self._blocks, None)
+            if block is None:
+                self._data = b""
+                return
+            self._data = block
+
+
+class FileCursor:
+    """StreamCursor's reads of an uncompressed file, by offset: only the bytes asked for
+    are read (the worker processes read the chunks they rewrite themselves, `skip`), and
+    every byte of the pass is checksummed in file order (`checksum`: what is read here as
+    it is read, a skipped span by the CRC its worker returns, see `PieceChecksum.fill`)."""
+
+    def __init__(self, fd: int, checksum: PieceChecksum):
+        self._fd = fd
+        self.checksum = checksum
+        self.pos = 0
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def _read(self, length: int) -> bytes:
+        data = os.pread(self._fd, length, self.pos)
+        if len(data) < length:
+            raise TraceError(
+                "input ended early in the rewrite pass (it changed since the index pass)")
+        self.checksum.read(data)
+        self.pos += length
+        return data
+
+    def copy_to(self, out: OutputFile, offset: int) -> None:
+        """Write [pos, offset) to `out` and advance."""
+        while self.pos < offset:
+            out.write(self._read(min(PLAIN_BLOCK, offset - self.pos)))
+
+    def take(self, length: int) -> bytes:
+        """The next `length` bytes."""
+        return self._read(length) if length else b""
+
+    def skip(self, length: int) -> int:
+        """Advance past the next `length` bytes, read elsewhere: the number of their span
+        in the checksum."""
+        self.pos += length
+        return self.checksum.span(length)
+
+    def drain(self, out: OutputFile) -> None:
+        """Copy everything that is left."""
+        while data := os.pread(self._fd, PLAIN_BLOCK, self.pos):
+            self.checksum.read(data)
+            self.pos += len(data)
+            out.write(data)
+
+
+_ARGS_LENGTH = len(b'"args": {')
+_PID_TO_TID = b', "tid": '
+_MEMBER_PID_TID = _MEMBER_WITH_ARGS.replace(b"%b, " + b'"tid": %b', b"%b") + b", "
+"""The usual member when the event's bytes from its pid value to its tid value are
+`0, "tid": 7`: one %b for that piece, the same bytes as _MEMBER_WITH_ARGS gives."""
+_MEMBER_PARTS = tuple(re.split(rb"%[bd]", _MEMBER_WITH_ARGS))
+_NO_ARGS_MEMBER_PARTS = tuple(re.split(rb"%[bd]", _MEMBER_WITHOUT_ARGS))
+"""The two members around their pid, tid and ordinal, for the C extension's splice."""
+_EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
+
+
+def _absolute(rows: np.ndarray, starts: np.ndarray, field: str) -> np.ndarray:
+    """A SPLICE_FIELDS column as chunk positions (negative markers stay as they are)."""
+    relative = rows[field].astype(np.int64)
+    return np.where(relative >= 0, relative + starts, relative)
+
+
+def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
+                  targets: dict, into=None, *,
+                  native: bool = True) -> tuple[bytes | int, tuple[bytes, ...]]:
+    """A chunk (starting at absolute `offset`) with its edits applied, and the separators
+    its dropped events took with them. `into` (a worker's shared slot): where the C
+    extension may write the chunk, returning its length instead of its bytes.
+
+    `rows` are the span records of the chunk's changed events (ascending), `actions`
+    the plan's action for each. A dropped event takes its following separator with
+    it (the report keeps it, so `restore` puts back the exact bytes); b"" marks the
+    chunk's last event (the caller then skips the separator after the chunk, see
+    `dropped_last`).
+
+    Where the index pass found the event's "pid", "tid" and "args" keys (see
+    keyscan.splice_positions), the event is spliced directly; anything else goes
+    through `relocate`. `native=False` splices without the C extension (its numpy
+    twin), as `verify` does to cross-check it.
+    """
+    starts = rows["offset"] - offset
+    ends = starts + rows["length"]
+    pid = _absolute(rows, starts, "pid_start"), _absolute(rows, starts, "pid_end")
+    tid = _absolute(rows, starts, "tid_start"), _absolute(rows, starts, "tid_end")
+    braces = _absolute(rows, starts, "args_brace")
+    spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid, braces,
+                               into, native=native)
+    if spliced is not None:
+        return spliced, ()
+    out = []
+    append = out.append
+    extend = out.extend
+    pos = 0
+    dropped = []
+    with_args = _MEMBER_WITH_ARGS
+    without_args = _MEMBER_WITHOUT_ARGS
+    codes = actions.tolist()
+    new_tids = [targets[c][0] if c != DELETE else b"" for c in codes]
+    new_pids = [targets[c][1] if c != DELETE else None for c in codes]
+    empty_args = {m.start() for m in _EMPTY_ARGS.finditer(data)}
+    columns = [starts.tolist(), ends.tolist(), rows["ordinal"].tolist(), codes, new_tids,
+               new_pids, pid[0].tolist(), pid[1].tolist(), tid[0].tolist(), tid[1].tolist(),
+               braces.tolist()]
+    for start, end, ordinal, action, new_tid, new_pid, p0, p1, t0, t1, brace in zip(*columns):
+        if action == DELETE:
+            append(data[pos:start])
+            pos = _after_separator(data, end)
+            dropped.append(data[end:pos])
+            continue
+        if p0 >= 0 and t0 > p1 and (brace > t1 or (brace == -1 and data[end - 1] == 0x7D)):
+            # Kineto's order (pid, tid, ..., args): splice in place
+            if new_pid is None:
+                extend((data[pos:t0], new_tid))
+            else:
+                extend((data[pos:p0], new_pid, data[p1:t0], new_tid))
+            if brace > t1:
+                member = with_args % (data[p0:p1], data[t0:t1], ordinal)
+                extend((data[t1:brace],
+                        member if brace - _ARGS_LENGTH in empty_args else member + b", "))
+                pos = brace
+            else:  # no args: add one holding the provenance
+                extend((data[t1 : end - 1], without_args % (data[p0:p1], data[t0:t1], ordinal)))
+                pos = end - 1
+            continue
+        append(data[pos:start])
+        append(relocate(data[start:end], new_tid, ordinal, new_pid))
+        pos = end
+    append(data[pos:])
+    return b"".join(out), tuple(dropped)
+
+
+def dropped_last(dropped: tuple[bytes, ...]) -> bool:
+    """Whether a chunk's last event was dropped (see `rewrite_chunk`): a separator inside a
+    chunk holds its comma, only the chunk's last event has none."""
+    return bool(dropped) and not dropped[-1]
+
+
+def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
+                     braces, into=None, *, native: bool = True) -> bytes | int | None:
+    """The chunk with every changed event spliced in place, or None unless all can be
+    (written into `into` by the C extension where it fits: then its length).
+
+    The common case, every changed event relocated with its keys in Kineto's order
+    (pid, tid, ..., args), is assembled from whole columns: four pieces per event
+    (the bytes up to its tid value, the new tid, the bytes up to the inside of
+    its args, the provenance member; a new pid is spliced into the first piece),
+    by the C extension or in numpy without a Python loop over the events.
+    """
+    p0, p1 = pid
+    t0, t1 = tid
+    if not len(actions) or (actions == DELETE).any() or not ((p0 >= 0) & (t0 > p1)).all():
+        return None
+    view = np.frombuffer(data, np.uint8)
+    with_args = braces > t1
+    closing = view[ends - 1] == 0x7D
+    if not (with_args | ((braces == -1) & closing)).all():
+        return None
+    resume = np.where(with_args, braces, ends - 1)  # where the original bytes go on
+    previous = np.empty_like(resume)
+    previous[0] = 0
+    previous[1:] = resume[:-1]
+    codes = actions.tolist()
+    lane = {code: targets[code] for code in set(codes)}
+    new_tids = list(map({code: tid for code, (tid, _) in lane.items()}.__getitem__, codes))
+    if native and _native.native is not None:
+        new_pids = list(map({code: pid for code, (_, pid) in lane.items()}.__getitem__, codes))
+        columns = tuple(np.ascontiguousarray(column, np.int64)
+                        for column in (previous, p0, p1, t0, t1, resume, ordinals))
+        return _native.native.splice(data, columns, with_args, new_tids, new_pids,
+                                      _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS,
+                                      *(() if into is None else (into,)))
+    p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
+    previous_l, resume_l = previous.tolist(), resume.tolist()
+    piece = data.__getitem__
+    ordinal_l = ordinals.tolist()
+    # the pid value ends at its comma and the tid value follows `"tid": ` (see
+    # keyscan.splice_positions): nine bytes apart with a space between, they are
+    # Kineto's `0, "tid": 7`, one piece of the event for the member
+    if ((t0 - p1 == len(_PID_TO_TID)) & (view[p1 + 1] == 0x20)).all():
+        pieces = map(piece, map(slice, p0l, t1l))
+        members = list(map(_MEMBER_PID_TID.__mod__, zip(pieces, ordinal_l)))
+    else:
+        members = list(map((_MEMBER_WITH_ARGS + b", ").__mod__, zip(
+            map(piece, map(slice, p0l, p1l)), map(piece, map(slice, t0l, t1l)), ordinal_l)))
+    for k in _other_members(data, view, braces, with_args):
+        kind = _MEMBER_WITH_ARGS if with_args[k] else _MEMBER_WITHOUT_ARGS
+        members[k] = kind % (data[p0l[k] : p1l[k]], data[t0l[k] : t1l[k]], ordinal_l[k])
+    out = [b""] * (4 * len(codes) + 1)
+    out[0:-1:4] = map(piece, map(slice, previous_l, t0l))  # the pid stays...
+    moving = [code for code, (_, new_pid) in lane.items() if new_pid is not None]
+    for k in np.flatnonzero(np.isin(actions, moving)).tolist() if moving else ():
+        out[4 * k] = b"".join((data[previous_l[k] : p0l[k]], lane[codes[k]][1],
+                                data[p1l[k] : t0l[k]]))  # ... unless it moves
+    out[1:-1:4] = new_tids
+    out[2:-1:4] = map(piece, map(slice, t1l, resume_l))
+    out[3:-1:4] = members
+    out[-1] = data[resume_l[-1]:] if resume_l else data
+    return b"".join(out)
+
+
+def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
+                   with_args: np.ndarray) -> list[int]:
+    """Events whose member is not the usual one with a trailing comma: no args, or empty."""
+    inside = np.flatnonzero(with_args)
+    first = skip_whitespace(data, view, braces[inside])
+    empty = inside[(first < len(view)) & (view[np.minimum(first, len(view) - 1)] == 0x7D)]
+    return sorted(np.flatnonzero(~with_args).tolist() + empty.tolist())
+
+
+def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
+                       actions: np.ndarray, targets: dict, slot: int | None = None
+                       ) -> tuple[bytes | int, tuple[bytes, ...], int]:
+    """`rewrite_sent_chunk` of a span of a plain file, read by the worker itself, and the
+    CRC-32 of the bytes it read (the parent checksums the pass from these, see FileCursor)."""
+    data = read_span(path, offset, length)
+    return (*rewrite_sent_chunk(data, offset, rows, actions, targets, slot),
+            isal_zlib.crc32(data))
+
+
+def rewrite_received_chunk(slot: int, length: int, offset: int, rows: np.ndarray,
+                           actions: np.ndarray,
+                           targets: dict) -> tuple[bytes | int, tuple[bytes, ...]]:
+    """`rewrite_sent_chunk` of a chunk the parent put in `slot`; the result goes back in it."""
+    return rewrite_sent_chunk(received(slot, length), offset, rows, actions, targets, slot)
+
+
+def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
+                       targets: dict, slot: int | None = None
+                       ) -> tuple[bytes | int, tuple[bytes, ...]]:
+    """`rewrite_chunk` in a worker; the result goes to a shared slot when it was given one
+    (see workers.deliver), spliced straight into it where it can be."""
+    data, dropped = rewrite_chunk(data, offset, rows, actions, targets, slot_buffer(slot))
+    return (data if isinstance(data, int) else deliver(data, slot)), dropped
+
+
+def _after_separator(data: bytes, pos: int) -> int:
+    """Position after the whitespace and one comma that follow an event (or the end)."""
+    size = len(data)
+    while pos < size and data[pos] in b" \t\r\n":
+        pos += 1
+    if pos < size and data[pos] == 0x2C:  # ','
+        pos += 1
+        while pos < size and data[pos] in b" \t\r\n":
+            pos += 1
+    return pos
+
+
+def edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[int, int, int, int]]:
+    """(ordinal, offset, length, action) of every candidate the plan changes, in file order."""
+    start = 0
+    actions = plan.actions
+    for batch in index.spans.batches():
+        part = actions[start : start + len(batch)]
+        changed = np.flatnonzero(part != KEEP)
+        if len(changed):
+            rows = take_rows(batch, changed)
+            yield from zip(
+                rows["ordinal"].tolist(), rows["offset"].tolist(), rows["length"].tolist(),
+                part[changed].tolist(),
+            )
+        start += len(batch)
+
+
+def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndarray, np.ndarray]]:
+    """(chunk, span records of its changed events, their actions) for every chunk, in order.
+
+    Streams the span store (which may be on disk) alongside the chunk list.
+    """
+    def changed() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        start = 0
+        for batch in index.spans.batches():
+            part = plan.actions[start : start + len(batch)]
+            start += len(batch)
+            mask = part != KEEP
+            if mask.any():
+                yield take_rows(batch, mask), part[mask]
+
+    batches = changed()
+    rows = np.zeros(0, index.spans.dtype)
+    acts = np.zeros(0, np.uint16)
+    exhausted = False
+    for chunk in index.chunks:
+        limit = chunk.first_ordinal + chunk.count
+        while not exhausted and (not len(rows) or rows["ordinal"][-1] < limit):
+            more = next(batches, None)
+            if more is None:
+                exhausted = True
+                break
+            rows = concat_rows([rows, more[0]])
+            acts = np.concatenate([acts, more[1]])
+        cut = int(np.searchsorted(rows["ordinal"], limit))
+        yield chunk, rows[:cut], acts[:cut]
+        rows, acts = rows[cut:], acts[cut:]
+
+
+def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
+            *, progress=None, pool=None, report_rows=None) -> None:
+    """The rewrite pass into `out`. `report_rows`: (the report's guide rows, where they go),
+    to make each block of guides' report rows with its events (AppendedEvents.texts)."""
+    with collector_paused():
+        try:
+            _rewrite(source, index, plan, out, progress,
+                     pool if pool is not None else InlinePool(), report_rows)
+        except Exception:
+            if not out.failed:
+                _refuse_if_changed(source)
+            raise
+
+
+def _refuse_if_changed(source: TraceSource) -> None:
+    """TraceError when the source's bytes are not the index pass's (read them all again).
+
+    An edit applied to bytes that changed after the index pass (same size and
+    mtime, or changed while this pass read them) can fail in any way; the user
+    should hear that the input changed, not about an event or a bug.
+    """
+    stats = ReadStats()
+    for _ in source.read(stats):
+        pass
+    source.finish_read(stats)
+
+
+def _rewrite(source, index, plan, out, progress, pool, report_rows) -> None:
+    stats = ReadStats()
+    by_path = source.plain_path if pool.workers else None
+    if by_path is not None and progress is None:  # the workers read what they rewrite
+        cursor = FileCursor(source.open_plain(), PieceChecksum())
+        try:
+            _rewrite_from(cursor, index, plan, out, pool, by_path, report_rows)
+        finally:
+            cursor.close()
+        cursor.checksum.finish(stats)
+    else:
+        blocks: Iterable[bytes] = source.read(stats)
+        if progress is not None:
+            blocks = progress.wrap(blocks, "rewrite")
+        _rewrite_from(StreamCursor(blocks), index, plan, out, pool, by_path, report_rows)
+    source.finish_read(stats)
+
+
+def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
+                  by_path: str | None, report_rows=None) -> None:
+    """The rewrite pass over `cursor`; chunks with edits go to the workers, which read them
+    themselves from `by_path` when it is given."""
+    layout = index.layout
+    member = _member_edit(index, plan)
+    if member is not None and member[0] < layout.events_open:
+        _splice(cursor, out, member)
+        member = None
+    # items in output order: (separator bytes, payload bytes or a worker's future, whether
+    # the separator goes with a dropped event before it, the result's slot, the chunk's span
+    # in the checksum when its worker read it)
+    pending: deque = deque()
+    # the pool has a slot for each chunk in flight (up to window + 1, see pool_for)
+    window = SLOTS_PER_WORKER * pool.workers
+    ends_dropped = False  # the last chunk written ended with a dropped event
+    separators: list[bytes] = []  # what each dropped event took with it, in file order
+    first = True
+
+    flushed = 0
+
+    def flush_one() -> None:
+        nonlocal ends_dropped, flushed
+        flushed += 1
+        if flushed % _TRIM_EVERY == 0:
+            release_memory()
+        separator, payload, conditional, slot, span = pending.popleft()
+        if conditional and ends_dropped:
+            separators[-1] = separator  # left out with the event before it
+        else:
+            out.write(separator)
+        if isinstance(payload, bytes):
+            out.write(payload)
+            ends_dropped = False
+        else:
+            result, dropped, *read_crc = outcome(payload)
+            if span is not None:  # the worker read the chunk: the CRC of what it read
+                cursor.checksum.fill(span, *read_crc)
+            separators.extend(dropped)
+            ends_dropped = dropped_last(dropped)
+            write_result(out, result, slot, pool.slots)
+
+    for chunk, rows, actions in chunk_edits(index, plan):
+        separator = cursor.take(chunk.offset - cursor.pos)
+        slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
+        span = None
+        if len(rows) and by_path is not None:
+            span = cursor.skip(chunk.length)
+            payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
+                                  actions, plan.targets, slot)
+        elif len(rows):
+            data = cursor.take(chunk.length)
+            if slot is not None and pool.slots.put(slot, data):  # out and back in one slot
+                payload = pool.submit(rewrite_received_chunk, slot, len(data), chunk.offset,
+                                      rows, actions, plan.targets)
+            else:
+                payload = pool.submit(rewrite_sent_chunk, data, chunk.offset, rows, actions,
+                                      plan.targets, slot)
+        else:
+            payload = cursor.take(chunk.length)
+        pending.append((separator, payload, not first, slot, span))
+        first = False
+        while len(pending) > window:
+            flush_one()
+    while pending:
+        flush_one()
+    insert_at = layout.last_event_end if layout.event_count else layout.events_open + 1
+    if cursor.pos < insert_at:
+        cursor.copy_to(out, insert_at)
+    if plan.appended:
+        lead = b"" if (not layout.event_count or ends_dropped) else b",\n"
+        # guide events (and their report rows): made a block at a time
+        for text in plan.appended.texts(report_rows):
+            out.write(lead)
+            out.write(text)
+            lead = b",\n"
+    elif ends_dropped:
+        raise TraceError("internal error: a dropped last event left a dangling separator")
+    _record_separators(plan, separators)
+    if member is not None:
+        _splice(cursor, out, member)
+    cursor.drain(out)
+
+
+def _record_separators(plan: Plan, separators: list[bytes]) -> None:
+    """Give each retired event in the report the separator it took out of the trace."""
+    compaction = plan.report.get("compaction", plan.report)
+    retired = sorted(compaction.get("retired_track_metadata", []),
+                     key=lambda row: row["source_event_index"])
+    if len(retired) != len(separators):
+        raise TraceError(f"internal error: {len(separators)} events dropped, "
+                         f"{len(retired)} retired")
+    for row, separator in zip(retired, separators):
+        row["separator"] = separator.decode()
+
+
+def _member_edit(index: TraceIndex, plan: Plan) -> tuple[int, int, bytes] | None:
+    """Where the `tracestream` member goes: replacing an earlier one, else after the last key."""
+    if plan.top_level_member is None:
+        return None
+    for value in index.layout.values:
+        if value.key == "tracestream":
+            return value.value_start, value.value_end, plan.top_level_member.split(b": ", 1)[1]
+    end = _last_member_end(index)
+    return end, end, b",\n  " + plan.top_level_member
+
+
+def _splice(cursor: StreamCursor, out: OutputFile, edit: tuple[int, int, bytes]) -> None:
+    start, end, text = edit
+    cursor.copy_to(out, start)
+    cursor.take(end - start)
+    out.write(text)
+
+
+def _last_member_end(index: TraceIndex) -> int:
+    layout = index.layout
+    ends = [v.value_end for v in layout.values] + [layout.events_close + 1]
+    return max(ends)
