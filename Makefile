@@ -29,6 +29,7 @@ demo: $(STAMP)
 
 test: $(DEV_STAMP)
 	-scripts/ensure-chromium
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(DEV_STAMP)
@@ -38,8 +39,11 @@ bench: $(DEV_STAMP)
 fuzz: $(DEV_STAMP)
 	TRACESTREAM_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q tests/reliability -k fuzz -p no:cacheprovider
 
+# ruff, and the import contracts of pyproject.toml: each pipeline stage imports only the
+# stages below it, and no package's modules import each other in a cycle.
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check tracestream tests benchmarks samples
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .ruff_cache

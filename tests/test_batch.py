@@ -393,7 +393,7 @@ def test_killed_worker_process_becomes_a_failed_line(ranks, tmp_path):
 
 
 def test_dask_missing_exits_2_with_install_hint(ranks, tmp_path, monkeypatch):
-    from tracestream.cli.main import main
+    from tracestream.cli import main
 
     monkeypatch.setitem(sys.modules, "distributed", None)
     result = CliRunner().invoke(main, ["batch", "compact", "--engine", "dask", "--output-dir",
@@ -472,7 +472,7 @@ def test_dask_worker_crash_becomes_a_failed_line(ranks, tmp_path, dask_cluster):
 
 
 def test_usage_errors_exit_2_before_any_work(ranks, tmp_path):
-    from tracestream.cli.main import main
+    from tracestream.cli import main
 
     trace = str(ranks[0][0])
     out = str(tmp_path / "out")

@@ -121,9 +121,9 @@ def test_speculative_cuts_rewind_to_the_same_events(tmp_path, chunk_bytes, worke
     import gzip
 
     from tracestream.index.builder import IndexOptions, run_index
-    from tracestream.parallel.pool import pool_for
+    from tracestream.parallel.slots import WRITER_HOLDS
+    from tracestream.read.sizing import pool_for
     from tracestream.read.source import TraceSource
-    from tracestream.write.sink import WRITER_HOLDS
 
     events = TRICKY * 20 + [{"ph": "X", "cat": "kernel", "name": "k},{", "pid": 0, "tid": 7,
                              "ts": 5, "dur": 1, "args": {"device": 0}}]

@@ -22,7 +22,7 @@ from conftest import events_of, load_exact
 from kineto import anchor_trace, kernel, write_trace
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
-from tracestream.cli.main import main
+from tracestream.cli import main
 from tracestream.commands.evidence import (
     _anchors_report,
     after_last_anchor,

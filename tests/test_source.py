@@ -84,7 +84,7 @@ def test_the_index_pass_with_workers_checksums_each_chunk_where_it_is_decoded(tm
     whole file's."""
     from samples.generate import TraceConfig, generate
     from tracestream.index.builder import IndexOptions, run_index
-    from tracestream.parallel.pool import pool_for
+    from tracestream.read.sizing import pool_for
 
     path = tmp_path / "trace.json"
     generate(path, TraceConfig(iterations=30))

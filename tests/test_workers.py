@@ -90,12 +90,12 @@ def test_chunks_too_big_for_their_slot_go_through_the_pipe(several_chunks, tmp_p
                                                            monkeypatch, slot_bytes):
     """No chunk fits 4 KB, some fit 2.15 MB (read chunks of gzip input going out, rewritten
     chunks coming back): the output is the same bytes."""
-    from tracestream.parallel import pool as workers_module
+    from tracestream.read import sizing
 
     outputs = []
     for workers in (0, 2):
         if workers:
-            monkeypatch.setattr(workers_module, "SLOT_BYTES", slot_bytes)
+            monkeypatch.setattr(sizing, "SLOT_BYTES", slot_bytes)
         folder = tmp_path / f"workers{workers}"
         folder.mkdir()
         compact(several_chunks, folder / "compact.json", CompactSpec(max_lanes=10),
@@ -105,12 +105,12 @@ def test_chunks_too_big_for_their_slot_go_through_the_pipe(several_chunks, tmp_p
 
 
 def test_chunk_slots_hand_over_what_was_put_in_them(monkeypatch, tmp_path):
-    from tracestream.parallel import pool as workers_module
-    from tracestream.parallel.pool import ChunkSlots, deliver, received, write_result
+    from tracestream.parallel import slots as slots_module
+    from tracestream.parallel.slots import ChunkSlots, deliver, received, write_result
     from tracestream.write.sink import OutputFile
 
     slots = ChunkSlots(2, 16)
-    monkeypatch.setattr(workers_module, "_SLOTS", slots)  # as in a worker
+    monkeypatch.setattr(slots_module, "_SLOTS", slots)  # as in a worker
     try:
         first, second = slots.acquire(), slots.acquire()
         assert slots.acquire() is None  # all taken: the next result comes as bytes
@@ -135,7 +135,7 @@ def test_a_failed_write_still_frees_the_slots_it_was_lent(monkeypatch, tmp_path)
     import time
 
     from tracestream.errors import TraceError
-    from tracestream.parallel.pool import ChunkSlots, write_result
+    from tracestream.parallel.slots import ChunkSlots, write_result
     from tracestream.write import sink
 
     def full_disk(fd, data):

@@ -1,3 +1,3 @@
-from tracestream.cli.main import main
+from tracestream.cli import main
 
 main()

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracestream.cli.progress import Progress
 from tracestream.errors import (
     TraceError,
     compile_pattern,
@@ -28,11 +27,12 @@ from tracestream.errors import (
 from tracestream.index.builder import IndexOptions, run_index
 from tracestream.index.records import temp_dir_for
 from tracestream.jsontext import PrettyWriter
-from tracestream.parallel.pool import pool_for, release_memory
+from tracestream.parallel.memory import release_memory
 from tracestream.plan.guides import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, LayerSpec
 from tracestream.plan.guidetext import GuideRows
 from tracestream.plan.planner import CompactSpec, Plan, Planner
 from tracestream.plan.report import LayerRows
+from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
 from tracestream.write.rewrite import rewrite
 from tracestream.write.sink import (
@@ -214,7 +214,7 @@ def write_report(rep: OutputFile, plan: Plan, source: TraceSource,
 
 
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
-         compress=None, compress_level=None, quiet=True, stdin=None, workers=None) -> Report:
+         compress=None, compress_level=None, progress=None, stdin=None, workers=None) -> Report:
     started = time.monotonic()
     if layer_spec is not None:
         layer_spec.validate()
@@ -229,7 +229,6 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
     report_path = _prepare_paths(trace, output, report, kind, stdin)
     compression = compression_for(output, compress)
     check_compress_level(compression, compress_level)
-    progress = Progress.for_terminal(quiet)
     # workers fork before the reader and writer threads start
     with pool_for(trace, workers) as pool, TraceSource(trace, stdin=stdin) as source:
         index, plan = build_plan(
@@ -256,7 +255,7 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
 
 def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
                      compact: CompactSpec | None = None, compress: str | None = None,
-                     compress_level: int | None = None, quiet: bool = True,
+                     compress_level: int | None = None, progress=None,
                      stdin=None, workers: int | None = None) -> Report:
     """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`).
 
@@ -264,16 +263,16 @@ def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = Non
     """
     return _run(trace, output, report, "layers", "layers", layer_spec=spec,
                 compact_spec=compact, compress=compress, compress_level=compress_level,
-                quiet=quiet, stdin=stdin, workers=workers)
+                progress=progress, stdin=stdin, workers=workers)
 
 
 def compact(trace, output, spec: CompactSpec | None = None, *, report: str | None = None,
             compress: str | None = None, compress_level: int | None = None,
-            quiet: bool = True, stdin=None, workers: int | None = None) -> Report:
+            progress=None, stdin=None, workers: int | None = None) -> Report:
     """Write `output`: the trace with GPU activity packed into at most N display lanes."""
     return _run(trace, output, report, "compact", "compact",
                 compact_spec=spec or CompactSpec(), compress=compress,
-                compress_level=compress_level, quiet=quiet, stdin=stdin, workers=workers)
+                compress_level=compress_level, progress=progress, stdin=stdin, workers=workers)
 
 
 def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> dict:

@@ -1,7 +1,7 @@
 """Runs the tracestream CLI in a fresh child process per request, forked from one import.
 
 Each request (a JSON line on stdin) forks a child that redirects its stdin,
-stdout and stderr to files, changes directory, and enters `tracestream.cli.main:main`
+stdout and stderr to files, changes directory, and enters `tracestream.cli:main`
 exactly as the console script does; the child's exit status is the answer (a
 JSON line on stdout). Only interpreter start-up and the imports are shared,
 which is what makes a corpus of hundreds of CLI runs take seconds instead of
@@ -31,7 +31,7 @@ def _child(request: dict) -> int:
     import tempfile
 
     tempfile.tempdir = None  # TMPDIR may have changed
-    from tracestream.cli.main import main
+    from tracestream.cli import main
 
     sys.argv = ["tracestream", *request["args"]]
     try:
@@ -48,7 +48,7 @@ def _child(request: dict) -> int:
 
 
 def serve() -> None:
-    import tracestream.cli.main  # noqa: F401  (the import every child would otherwise repeat)
+    import tracestream.cli  # noqa: F401  (the import every child would otherwise repeat)
 
     for line in sys.stdin:
         request = json.loads(line)

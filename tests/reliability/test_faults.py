@@ -531,7 +531,7 @@ def test_input_that_shrinks_while_the_index_pass_reads_it(large, tmp_path, monke
     written."""
     from click.testing import CliRunner
 
-    from tracestream.cli.main import main
+    from tracestream.cli import main
     from tracestream.read.source import SkippingBlocks
 
     from .support import Outcome
@@ -587,7 +587,7 @@ def test_input_changed_before_it_is_hashed(medium, tmp_path, monkeypatch, change
     from click.testing import CliRunner
 
     from tracestream import engine
-    from tracestream.cli.main import main
+    from tracestream.cli import main
 
     from .support import Outcome
 
@@ -651,7 +651,7 @@ def test_input_edited_in_place_at_random(medium, tmp_path):
 def _refused_with_workers(source_path: Path, folder: Path, change) -> TraceError:
     """Plan `compact` of `source_path` with two workers, `change(index, plan)` the input,
     then rewrite it: the refusal, once nothing is left in `folder`."""
-    from tracestream.parallel.pool import pool_for
+    from tracestream.read.sizing import pool_for
 
     with pool_for(str(source_path), 2) as pool, TraceSource(str(source_path)) as source:
         index, plan = _plan(source, "compact", pool=pool)

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from samples.generate import TraceConfig, generate
-from tracestream.cli.main import main
+from tracestream.cli import main
 
 from .support import (
     FUZZ_EXAMPLES,

@@ -667,7 +667,7 @@ def test_other_commands_do_not_import_the_view_server():
     import subprocess
     import sys
 
-    probe = ("import sys, tracestream.cli.main, tracestream.commands.evidence; "
+    probe = ("import sys, tracestream.cli, tracestream.commands.evidence; "
              "print(sorted(m for m in ('tracestream.commands.view.server', 'http.server') "
              "if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -675,5 +675,5 @@ def test_other_commands_do_not_import_the_view_server():
     assert loaded == "[]"
     from click.testing import CliRunner
 
-    from tracestream.cli.main import main
+    from tracestream.cli import main
     assert view.DEFAULT_UI_URL in CliRunner().invoke(main, ["view", "--help"]).output

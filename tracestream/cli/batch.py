@@ -1,4 +1,4 @@
-"""Click commands for `batch` (registered on the main group by tracestream.cli.main).
+"""Click commands for `batch` (registered on the main group by tracestream.cli).
 
     tracestream batch compact --output-dir out/ --jobs 4 traces/*.json.gz
     tracestream batch layers --manifest ranks.jsonl --output-dir out/ --jobs 4
@@ -49,7 +49,7 @@ def _engine_options(f):
     return f
 
 def _layer_defaults():
-    from tracestream.cli.main import PassesType
+    from tracestream.cli.options import PassesType
 
     return [
         ("--anchor-regex", str, "REGEX"), ("--num-layers", int, "N"),

@@ -14,7 +14,7 @@ _json_option = click.option("--json", "as_json", is_flag=True,
 
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
-    from tracestream.cli.main import _workers_option  # defined before the commands register
+    from tracestream.cli.options import workers_option
 
     @main.command("inspect")
     @click.option("--trace", "trace", required=True, metavar="PATH",
@@ -23,18 +23,20 @@ def register(main) -> None:
     @_json_option
     @click.option("--top", type=int, default=30, show_default=True, metavar="N",
                   help="Most frequent kernel names per GPU and CPU user annotations to show.")
-    @_workers_option
+    @workers_option
     def inspect_command(trace, as_json, top, workers):
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
         from tracestream.cli.guard import refuse_stdout_on_inputs
+        from tracestream.cli.progress import Progress
         from tracestream.commands.evidence import format_inspect, inspect_trace
         from tracestream.jsontext import dumps
-        from tracestream.parallel.pool import collector_paused
+        from tracestream.parallel.memory import collector_paused
 
         refuse_stdout_on_inputs([trace], "output")
 
         with collector_paused():
-            report = inspect_trace(trace, top=top, quiet=as_json, workers=workers)
+            report = inspect_trace(trace, top=top, progress=Progress.for_terminal(as_json),
+                                   workers=workers)
             click.echo(dumps(report).decode() if as_json else format_inspect(report))
 
     @main.command("anchors")
@@ -52,27 +54,28 @@ def register(main) -> None:
                   help="A gap larger than F x the median gap starts a new cluster "
                        "[default: 3].")
     @_json_option
-    @_workers_option
+    @workers_option
     def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, as_json,
                         workers):
         """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
         for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
         from tracestream.cli.guard import refuse_stdout_on_inputs
-        from tracestream.cli.main import _pid_value
+        from tracestream.cli.options import pid_value
+        from tracestream.cli.progress import Progress
         from tracestream.commands.evidence import (
             GAP_FACTOR,
             anchors_json,
             anchors_lines,
             find_anchors,
         )
-        from tracestream.parallel.pool import collector_paused
+        from tracestream.parallel.memory import collector_paused
 
         refuse_stdout_on_inputs([trace], "output")
         with collector_paused():  # thousands of match rows: full collections would walk them all
             report = find_anchors(
-                trace, anchor_regex, pid=_pid_value(pid), device=_pid_value(device),
+                trace, anchor_regex, pid=pid_value(pid), device=pid_value(device),
                 cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
-                quiet=as_json, workers=workers,
+                progress=Progress.for_terminal(as_json), workers=workers,
             )
             if as_json:
                 for piece in anchors_json(report):

@@ -1,4 +1,4 @@
-"""Click command for `view` (registered on the main group by tracestream.cli.main)."""
+"""Click command for `view` (registered on the main group by tracestream.cli)."""
 
 from pathlib import Path
 

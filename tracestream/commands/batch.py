@@ -429,7 +429,7 @@ def _execute(task: dict, result: dict) -> None:
         compact_spec = CompactSpec(**task["compact"]) if task.get("compact") else None
         # one process per trace: the batch itself runs --jobs traces at once
         common = dict(report=report, compress=task["compress"],
-                      compress_level=task["compress_level"], quiet=True, workers=0)
+                      compress_level=task["compress_level"], workers=0)
         if task["kind"] == "layers":
             done = engine.add_layer_guides(trace, output, LayerSpec(**task["layers"]),
                                         compact=compact_spec, **common)

@@ -18,16 +18,16 @@ import numpy as np
 import orjson
 
 from tracestream import _native
-from tracestream.cli.progress import Progress
 from tracestream.errors import Option, SpecError, TraceError, compile_pattern
 from tracestream.index.builder import SCOPES, IndexOptions, TraceIndex, run_index
 from tracestream.index.matches import AS_TEXT, INTEGER, THREE_DECIMALS, MatchView
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.model import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
-from tracestream.parallel.pool import collector_paused, pool_for
+from tracestream.parallel.memory import collector_paused
 from tracestream.plan.cadence import GAP_FACTOR, gap_factor_problem, rule_text, starts_at_breaks
 from tracestream.plan.guides import on_gpu, select_gpu
 from tracestream.plan.lanes import PeakOverlap
+from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
 
 INSIDE_VARIATION = 1.1
@@ -259,13 +259,13 @@ def _top(counter: Counter, top: int) -> list[dict]:
 # -- reading -----------------------------------------------------------------
 
 
-def _index(trace, options: IndexOptions, stdin=None, quiet: bool = True,
+def _index(trace, options: IndexOptions, stdin=None, progress=None,
            workers: int | None = None) -> TraceIndex:
     """The read-only commands' index pass (chunks observed in worker processes, as in
     `layers`, when the input is large enough or `workers` says so)."""
     with pool_for(str(trace), workers) as pool, \
             TraceSource(str(trace), stdin=stdin, read_once=True) as source:
-        return run_index(source, options, progress=Progress.for_terminal(quiet), pool=pool)
+        return run_index(source, options, progress=progress, pool=pool)
 
 
 # -- inspect -----------------------------------------------------------------
@@ -402,7 +402,7 @@ def _warnings(index: TraceIndex) -> list[dict]:
                         "moves nor reads; they are copied through untouched"}]
 
 
-def inspect_trace(trace, *, top: int = 30, stdin=None, quiet: bool = True,
+def inspect_trace(trace, *, top: int = 30, stdin=None, progress=None,
                   workers: int | None = None) -> dict:
     """One streamed pass: processes, GPUs (counts, streams, peak overlap), names, flows.
 
@@ -412,7 +412,7 @@ def inspect_trace(trace, *, top: int = 30, stdin=None, quiet: bool = True,
         raise TraceError(f"--top must be >= 0, got {top}")
     options = IndexOptions(count_names=True, records=False, sweep=True)
     with collector_paused():
-        index = _index(trace, options, stdin, quiet, workers)
+        index = _index(trace, options, stdin, progress, workers)
         try:
             return inspect_index(index, top=top)
         finally:
@@ -879,7 +879,7 @@ def _cross_check(index: TraceIndex, regex: str, anchors: MatchView, first: np.nd
 
 def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
                  cross_check: str | None = None, factor: float = GAP_FACTOR,
-                 stdin=None, quiet: bool = True, workers: int | None = None) -> dict:
+                 stdin=None, progress=None, workers: int | None = None) -> dict:
     """Every match of the anchor on one GPU in time order, its clusters, and a verdict.
 
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
@@ -894,7 +894,7 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
     options = IndexOptions(patterns=patterns, records=False, sweep=False, stats=False,
                            track_facts=False)
     with collector_paused():
-        return _anchors_report(_index(trace, options, stdin, quiet, workers), anchor_regex,
+        return _anchors_report(_index(trace, options, stdin, progress, workers), anchor_regex,
                                pid, device, cross_check, factor)
 
 

@@ -28,7 +28,7 @@ import msgspec
 
 from tracestream.errors import TraceError, malformed_report
 from tracestream.index.keyscan import separators
-from tracestream.parallel.pool import release_memory
+from tracestream.parallel.memory import release_memory
 from tracestream.plan.report import find_report, load_report
 from tracestream.read.document import CHUNK_BYTES, SETTLE, DocumentScanner, Layout
 from tracestream.read.source import ReadStats, TraceSource

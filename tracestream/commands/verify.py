@@ -68,10 +68,13 @@ from tracestream.model import (
     CategoryKinds,
     decode_head,
 )
-from tracestream.parallel.pool import deliver, outcome, pool_for, received, release_memory
+from tracestream.parallel.memory import release_memory
+from tracestream.parallel.pool import outcome
+from tracestream.parallel.slots import deliver, received
 from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.plan.report import find_report, load_report
 from tracestream.read.document import SETTLE, DocumentScanner, Layout, iter_events
+from tracestream.read.sizing import pool_for
 from tracestream.read.source import FileComparison, ReadStats, TraceSource
 from tracestream.write.relocate import provenance_match, provenance_of, relocate, unrelocate
 from tracestream.write.rewrite import StreamCursor, chunk_edits, dropped_last, edits, rewrite_chunk

@@ -44,13 +44,8 @@ from tracestream.index.keyscan import SPLICE_FIELDS
 from tracestream.index.matches import Match, MatchTable
 from tracestream.index.records import RecordStore
 from tracestream.model import KERNEL
-from tracestream.parallel.pool import (
-    SLOTS_PER_WORKER,
-    InlinePool,
-    collector_paused,
-    outcome,
-    release_memory,
-)
+from tracestream.parallel.memory import collector_paused, release_memory
+from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
 from tracestream.read.document import (
     CHUNK_BYTES,
     SETTLE,

@@ -51,7 +51,7 @@ from tracestream.model import (
     CategoryKinds,
     describe_validation_error,
 )
-from tracestream.parallel.pool import received_view
+from tracestream.parallel.slots import received_view
 
 FLOW = 8  # candidate kind of flow events
 NEXT_FLOW = 10  # sweep kind of an `f` without "bp": "e" (binds to the next slice, not its own)

@@ -23,7 +23,7 @@ import numpy as np
 
 from tracestream.index import timebase
 from tracestream.index.records import DEFAULT_BUDGET, RecordStore
-from tracestream.parallel.pool import release_memory
+from tracestream.parallel.memory import release_memory
 
 MATCH_DTYPE = np.dtype([
     ("ordinal", "<i8"), ("track", "<i4"), ("group", "<i4"), ("start", "<i8"), ("dur", "<i8"),

@@ -24,17 +24,9 @@ from tracestream.index.builder import TraceIndex
 from tracestream.index.extract import read_span
 from tracestream.index.keyscan import skip_whitespace
 from tracestream.index.records import concat_rows, take_rows
-from tracestream.parallel.pool import (
-    SLOTS_PER_WORKER,
-    InlinePool,
-    collector_paused,
-    deliver,
-    outcome,
-    received,
-    release_memory,
-    slot_buffer,
-    write_result,
-)
+from tracestream.parallel.memory import collector_paused, release_memory
+from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
+from tracestream.parallel.slots import deliver, received, slot_buffer, write_result
 from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.read.source import PLAIN_BLOCK, PieceChecksum, ReadStats, TraceSource
 from tracestream.write.relocate import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate

@@ -25,15 +25,16 @@ import zstandard
 from isal import isal_zlib
 
 from tracestream.errors import TraceError
+from tracestream.parallel.slots import WRITER_HOLDS
 
 GZIP_LEVEL = 1
 """Default gzip level, ISA-L's level 1: JSON deflates as well as with zlib's level 1 (~12x on
 Kineto traces) at ~4x its speed. An explicit level is zlib's (1-9, as gzip's own)."""
 ZSTD_LEVEL = 3
 _BLOCK = 4 << 20
-_QUEUE_DEPTH = 2
-WRITER_HOLDS = _QUEUE_DEPTH + 1
-"""Blocks an OutputFile may hold at once: those queued and the one being written."""
+_QUEUE_DEPTH = WRITER_HOLDS - 1
+"""Blocks queued for the writer thread; with the one it writes, WRITER_HOLDS (the slots a
+worker pool keeps for them)."""
 _SYNC_EVERY = 32 << 20
 """The writer thread starts the disk write of every 32 MB written (Linux: sync_file_range).
 

@@ -1,0 +1,119 @@
+"""Click commands for `layers` and `compact`: options -> LayerSpec/CompactSpec -> the engine."""
+
+import click
+
+from tracestream.cli.options import (
+    PassesType,
+    compress_option,
+    emit_summary,
+    json_summary_option,
+    level_option,
+    output_option,
+    pid_value,
+    quiet_option,
+    refuse_summary_on_input,
+    report_option,
+    trace_option,
+    workers_option,
+)
+from tracestream.cli.progress import Progress
+
+
+def register(main) -> None:
+    """Add the commands to the `tracestream` group."""
+
+    @main.command()
+    @trace_option
+    @output_option
+    @click.option("--anchor-regex", required=True, metavar="REGEX",
+                  help="Kernel name pattern (Python re.search) of the verified once-per-layer "
+                       "anchor.")
+    @click.option("--num-layers", type=int, required=True, metavar="N", help="Layers per pass.")
+    @click.option("--anchor-offset", type=int, required=True, metavar="K",
+                  help="Index (in time order) of the match that starts the verified first layer.")
+    @click.option("--passes", type=PassesType(), default=1, show_default=True, metavar="P|all",
+                  help="Complete passes to label; all: every complete pass from the offset.")
+    @click.option("--anchor-stride", type=int, default=1, show_default=True, metavar="S",
+                  help="Anchor matches per layer (keep every S-th).")
+    @click.option("--extra-anchors-per-pass", type=int, default=0, show_default=True, metavar="E",
+                  help="Matches after each pass's last layer to skip before the next pass.")
+    @click.option("--first-layer", type=int, default=0, show_default=True, metavar="F",
+                  help="Number of the first labelled layer (pipeline partitions).")
+    @click.option("--end-anchor-regex", default=None, metavar="REGEX",
+                  help="Terminal kernel that ends each layer (once per layer); the last layer's "
+                       "guide ends at its end.")
+    @click.option("--phase", required=True,
+                  help="Which phase the guides label, e.g. target-verify.")
+    @click.option("--evidence", required=True,
+                  help="How you verified the anchor and L0 (kept in every guide and the report).")
+    @click.option("--pid", default=None, metavar="PID", help="GPU process of the anchors.")
+    @click.option("--device", default=None, metavar="D", help="args.device of the anchors.")
+    @click.option("--max-gpu-lanes", type=int, default=None, metavar="N",
+                  help="Also compact GPU activity into at most N (1-10) display lanes.")
+    @click.option("--gap-factor", type=float, default=None, metavar="F",
+                  help="A gap between two layers of a pass longer than F x the median layer gap is "
+                       "a cadence break (the rule of `anchors`) [default: 3].")
+    @click.option("--allow-gaps", is_flag=True,
+                  help="Label passes that cross a cadence break anyway (recorded in the report).")
+    @click.option("--allow-several-anchor-names", is_flag=True,
+                  help="Accept a pattern that matches several kernel names (recorded in the "
+                       "report).")
+    @report_option
+    @compress_option
+    @level_option
+    @workers_option
+    @quiet_option
+    @json_summary_option
+    def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
+               extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
+               max_gpu_lanes, gap_factor, allow_gaps, allow_several_anchor_names, report, compress,
+               compress_level, workers, quiet, json_summary):
+        """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
+        from tracestream.engine import add_layer_guides
+        from tracestream.plan.guides import LayerSpec
+        from tracestream.plan.planner import CompactSpec
+
+        spec = LayerSpec(
+            anchor_regex=anchor_regex, num_layers=num_layers, anchor_offset=anchor_offset,
+            phase=phase, evidence=evidence, passes=passes, anchor_stride=anchor_stride,
+            extra_anchors_per_pass=extra_anchors_per_pass, first_layer=first_layer,
+            end_anchor_regex=end_anchor_regex, pid=pid_value(pid), device=pid_value(device),
+            allow_gaps=allow_gaps, allow_several_anchor_names=allow_several_anchor_names,
+            **({} if gap_factor is None else {"gap_factor": gap_factor}),
+        )
+        compact_spec = (
+            CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
+            if max_gpu_lanes is not None else None
+        )
+        refuse_summary_on_input(trace, json_summary, report)
+        result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
+                                  compress=compress, compress_level=compress_level,
+                                  progress=Progress.for_terminal(quiet),
+                                  workers=workers)
+        emit_summary(result, json_summary, quiet)
+
+
+    @main.command()
+    @trace_option
+    @output_option
+    @click.option("--max-gpu-lanes", type=int, default=10, show_default=True, metavar="N",
+                  help="Display lanes per device (1-10); refused if the peak overlap is higher.")
+    @click.option("--pid", default=None, metavar="PID", help="Compact only this GPU process.")
+    @report_option
+    @compress_option
+    @level_option
+    @workers_option
+    @quiet_option
+    @json_summary_option
+    def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level, workers, quiet,
+                json_summary):
+        """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
+        from tracestream.engine import compact as compact_trace
+        from tracestream.plan.planner import CompactSpec
+
+        refuse_summary_on_input(trace, json_summary, report)
+        spec = CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
+        result = compact_trace(trace, output, spec, report=report, compress=compress,
+                               compress_level=compress_level,
+                               progress=Progress.for_terminal(quiet), workers=workers)
+        emit_summary(result, json_summary, quiet)

@@ -1,0 +1,59 @@
+"""Click commands for `verify` and `restore`: the checks of an annotated trace."""
+
+import sys
+
+import click
+
+from tracestream.cli.options import (
+    compress_option,
+    level_option,
+    orjson_dumps,
+    report_option,
+    workers_option,
+)
+
+
+def register(main) -> None:
+    """Add the commands to the `tracestream` group."""
+
+    @main.command()
+    @click.option("--trace", "trace", required=True, metavar="PATH", help="The source trace.")
+    @click.option("--output", "output", required=True, metavar="PATH",
+                  help="The annotated trace tracestream wrote from it.")
+    @report_option
+    @workers_option
+    @click.option("--json", "as_json", is_flag=True,
+                  help="Print the verdict and each check as JSON.")
+    def verify(trace, output, report, workers, as_json):
+        """Prove an annotated trace is its source plus tracestream's additions (exit 0/1/2)."""
+        from tracestream.cli.guard import refuse_stdout_on_inputs
+        from tracestream.commands.verify import verify as verify_trace
+
+        refuse_stdout_on_inputs([trace, output], "output")
+        verdict = verify_trace(trace, output, report, workers=workers)
+        if as_json:
+            click.echo(orjson_dumps(verdict.to_json()))
+        else:
+            click.echo(verdict.summary())
+        sys.exit(0 if verdict.ok else 1)
+
+
+    @main.command()
+    @click.option("--trace", "trace", required=True, metavar="PATH",
+                  help="An annotated trace written by `layers` or `compact`.")
+    @click.option("--output", "output", required=True, metavar="PATH",
+                  help="Where the restored source trace goes (never overwritten).")
+    @click.option("--report", "report", metavar="PATH", default=None,
+                  help="The annotated trace's report (default: next to --trace).")
+    @compress_option
+    @level_option
+    def restore(trace, output, report, compress, compress_level):
+        """Write the source trace back from an annotated one, byte for byte (decompressed)."""
+        from tracestream.commands.restore import restore as restore_trace
+
+        result = restore_trace(trace, output, report, compress=compress,
+                               compress_level=compress_level)
+        click.echo(
+            f"restored {result['events']:,} events to {output} ({result['relocated']:,} moved "
+            f"back, {result['retired']} metadata events re-inserted, {result['dropped']} added "
+            f"events dropped)", err=output == "-")

@@ -1,0 +1,92 @@
+"""Options and helpers shared by the commands: one definition of each flag and its help."""
+
+import click
+
+from tracestream.errors import TraceError
+
+
+def pid_value(value: str | None):
+    """--pid/--device as given: an integer when it looks like one, else the string
+    (`'"0"'`: the string "0"; see guides.id_from_text)."""
+    from tracestream.plan.guides import id_from_text
+
+    return id_from_text(value)
+
+
+def emit_summary(report, json_summary: bool, quiet: bool) -> None:
+    """The human summary goes to stderr; stdout carries only the trace or the JSON line
+    (the report without its per-guide rows, see Report.json_summary)."""
+    from tracestream.jsontext import dumps
+
+    if json_summary and report.output != "-":
+        click.echo(dumps(report.json_summary()).decode())
+    if not quiet:
+        click.echo(report.summary(), err=True)
+
+
+def refuse_summary_on_input(trace: str, json_summary: bool, report: str | None) -> None:
+    """`--json-summary 1<> trace.json` would overwrite the source with the summary, and
+    with `--report -` stdout would carry two JSON documents."""
+    from tracestream.cli.guard import refuse_stdout_on_inputs
+
+    if json_summary:
+        if report == "-":
+            raise TraceError("--report - and --json-summary would both go to stdout; "
+                             "give the report a file or drop --json-summary")
+        refuse_stdout_on_inputs([trace], "JSON summary")
+
+
+class PassesType(click.ParamType):
+    """--passes: a count, or `all` (every complete pass from the offset)."""
+
+    name = "passes"
+
+    def convert(self, value, param, ctx):
+        from tracestream.plan.guides import ALL_PASSES
+
+        if isinstance(value, int) or value == ALL_PASSES:
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a count nor 'all'", param, ctx)
+
+
+trace_option = click.option(
+    "--trace", "trace", required=True, metavar="PATH",
+    help="Input trace (.json, .json.gz, .json.zst; compression is detected from the bytes), "
+         "or - for stdin.",
+)
+output_option = click.option(
+    "--output", "output", required=True, metavar="PATH",
+    help="New trace to write (never overwritten), or - for stdout (needs --report).",
+)
+report_option = click.option(
+    "--report", "report", metavar="PATH", default=None,
+    help="Where the report goes (default: <output>.layers.json or <output>.compact.json).",
+)
+compress_option = click.option(
+    "--compress", type=click.Choice(["none", "gzip", "zstd"]), default=None,
+    help="Output compression (default: from the output suffix .gz/.zst, else none).",
+)
+level_option = click.option(
+    "--compress-level", type=int, default=None, metavar="N",
+    help="gzip level, zlib's 1-9 (default: ISA-L's fast level 1) or zstd level (default 3).",
+)
+quiet_option = click.option(
+    "--quiet", is_flag=True, help="No progress and no summary on stderr (errors still appear).")
+workers_option = click.option(
+    "--workers", type=click.IntRange(0, 64), default=None, metavar="N",
+    help="Worker processes for the per-chunk work (default: one per CPU for inputs of 48 MB "
+         "or more; 0: none).",
+)
+json_summary_option = click.option(
+    "--json-summary", is_flag=True,
+    help="Print the report summary as one JSON line on stdout (not when stdout is the trace).",
+)
+
+
+def orjson_dumps(value) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
