@@ -1,6 +1,7 @@
 """The greedy lane allocator and the record store it reads from."""
 
 import heapq
+from collections.abc import Iterable
 
 import numpy as np
 import pytest
@@ -15,11 +16,29 @@ from tracestream.plan.lanes import (
     GroupLanes,
     PeakOverlap,
     Sweep,
-    allocate,
     is_member,
     member_table,
-    peak_overlap,
+    occupied_end,
 )
+
+
+def allocate(lo: Iterable[int], hi: Iterable[int]) -> tuple[list[int], int, int | None]:
+    """The allocator on plain lists: lanes for slices given in start order (lane per slice,
+    lane count, peak time)."""
+    group = GroupLanes()
+    lanes = group.place_block(np.fromiter(lo, np.int64), np.fromiter(hi, np.int64))
+    return lanes.tolist(), group.lanes, group.peak_at_ns
+
+
+def peak_overlap(lo: np.ndarray, hi: np.ndarray) -> int:
+    """An independent count: most slices alive at one time, each occupying
+    [lo, occupied_end); touching slices do not overlap."""
+    if not len(lo):
+        return 0
+    times = np.concatenate([lo, occupied_end(lo, hi)])
+    delta = np.concatenate([np.ones(len(lo), np.int64), -np.ones(len(hi), np.int64)])
+    order = np.lexsort((delta, times))  # ends before starts at equal times
+    return int(np.cumsum(delta[order]).max())
 
 
 def _sorted(lo, hi):

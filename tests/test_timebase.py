@@ -1,6 +1,7 @@
 """Exact decimal time arithmetic and the Perfetto importer model."""
 
 import math
+from dataclasses import dataclass
 
 import pytest
 
@@ -9,8 +10,35 @@ from tracestream.index.timebase import (
     is_integer_text,
     llround,
     parse_decimal,
-    slice_bounds,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class SliceBounds:
+    """Nanosecond interval of one slice: exact, and conservative for packing.
+
+    ``lo``/``hi`` contain the exact interval and both importer variants, and the
+    first nanosecond after each of their starts, so two slices with ``hi_a <= lo_b``
+    never overlap in any of them, nor start at the same nanosecond (Perfetto would
+    nest a zero-length slice under a longer one that starts with it).
+    """
+
+    start_ns: int  # floor of the exact start
+    end_ns: int  # ceil of the exact end
+    lo: int
+    hi: int
+
+
+def slice_bounds(ts_text: bytes | str, dur_text: bytes | str) -> SliceBounds:
+    ts = parse_decimal(ts_text)
+    dur = parse_decimal(dur_text)
+    start = ts.floor_ns()
+    end = (ts + dur).ceil_ns()
+    ts_round, ts_trunc = imported_ns(ts_text)
+    dur_round, dur_trunc = imported_ns(dur_text)
+    lo = min(start, ts_round, ts_trunc)
+    hi = max(end, ts_round + dur_round, ts_trunc + dur_trunc, max(start, ts_round, ts_trunc) + 1)
+    return SliceBounds(start, end, lo, hi)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """tracestream: stream Kineto Chrome-JSON traces of any size and write a new, annotated trace."""
 
 from tracestream._version import __version__
-from tracestream.errors import TraceError, VerificationFailed
+from tracestream.errors import TraceError
 
 _LAZY = {
     "Report": "tracestream.engine",
@@ -19,7 +19,6 @@ __all__ = [
     "LayerSpec",
     "Report",
     "TraceError",
-    "VerificationFailed",
     "__version__",
     "add_layer_guides",
     "compact",

@@ -16,14 +16,6 @@ class TraceError(Exception):
         super().__init__(" ".join(str(message).splitlines()))
 
 
-class VerificationFailed(Exception):
-    """`verify` found differences; carries the list of failed checks."""
-
-    def __init__(self, failures):
-        super().__init__("; ".join(failures))
-        self.failures = list(failures)
-
-
 def require_utf8(text, what: str) -> None:
     """Refuse text that cannot be written as UTF-8 JSON (a non-UTF-8 byte in an option or a
     file name arrives as a lone surrogate): it would end in the report or the trace."""

@@ -23,10 +23,6 @@ LAYER_GUIDE = 6
 CPU_ANNOTATION = 7
 
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET, SYNC)
-KIND_NAMES = {
-    KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync", GPU_SCOPE: "scope"
-}
-
 _ACTIVITY_CATEGORIES = {
     "kernel": KERNEL,
     "gpu_memcpy": MEMCPY,

@@ -53,11 +53,6 @@ class Decimal10:
             return self.mantissa * 10**shift
         return -((-self.mantissa) // 10**-shift)
 
-    def floor_us(self) -> int:
-        if self.exponent >= 0:
-            return self.mantissa * 10**self.exponent
-        return self.mantissa // 10**-self.exponent
-
     def round_us(self) -> int:
         """Nearest whole microsecond, halves rounded up (towards +inf)."""
         if self.exponent >= 0:
@@ -150,31 +145,3 @@ def imported_ns(text: bytes | str) -> tuple[int, int]:
         return exact, exact
     product = float(text) * 1000.0
     return llround(product), int(product)
-
-
-@dataclass(frozen=True, slots=True)
-class SliceBounds:
-    """Nanosecond interval of one slice: exact, and conservative for packing.
-
-    ``lo``/``hi`` contain the exact interval and both importer variants, and the
-    first nanosecond after each of their starts, so two slices with ``hi_a <= lo_b``
-    never overlap in any of them, nor start at the same nanosecond (Perfetto would
-    nest a zero-length slice under a longer one that starts with it).
-    """
-
-    start_ns: int  # floor of the exact start
-    end_ns: int  # ceil of the exact end
-    lo: int
-    hi: int
-
-
-def slice_bounds(ts_text: bytes | str, dur_text: bytes | str) -> SliceBounds:
-    ts = parse_decimal(ts_text)
-    dur = parse_decimal(dur_text)
-    start = ts.floor_ns()
-    end = (ts + dur).ceil_ns()
-    ts_round, ts_trunc = imported_ns(ts_text)
-    dur_round, dur_trunc = imported_ns(dur_text)
-    lo = min(start, ts_round, ts_trunc)
-    hi = max(end, ts_round + dur_round, ts_trunc + dur_trunc, max(start, ts_round, ts_trunc) + 1)
-    return SliceBounds(start, end, lo, hi)

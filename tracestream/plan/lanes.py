@@ -178,24 +178,6 @@ def _roots(parent: np.ndarray) -> np.ndarray:
         parent = grand
 
 
-def allocate(lo: Iterable[int], hi: Iterable[int]) -> tuple[list[int], int, int | None]:
-    """Lanes for slices given in start order: (lane per slice, lane count, peak time)."""
-    group = GroupLanes()
-    lanes = group.place_block(np.fromiter(lo, np.int64), np.fromiter(hi, np.int64))
-    return lanes.tolist(), group.lanes, group.peak_at_ns
-
-
-def peak_overlap(lo: np.ndarray, hi: np.ndarray) -> int:
-    """Most slices alive at one time, each occupying [lo, occupied_end) (see `occupied_end`);
-    touching slices do not overlap."""
-    if not len(lo):
-        return 0
-    times = np.concatenate([lo, occupied_end(lo, hi)])
-    delta = np.concatenate([np.ones(len(lo), np.int64), -np.ones(len(hi), np.int64)])
-    order = np.lexsort((delta, times))  # ends before starts at equal times
-    return int(np.cumsum(delta[order]).max())
-
-
 @dataclass
 class FlowProblem:
     cand: int

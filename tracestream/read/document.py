@@ -30,7 +30,6 @@ MAX_EVENT_MB = 64
 """Default longest single event (MiB; TRACESTREAM_MAX_EVENT_MB overrides it). Reading one
 event holds it about four times (the read window, the validated copy, its decode), so
 the cap bounds memory; Kineto's longest events are a few KB."""
-_WS = b" \t\r\n"
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")
 _STRUCTURAL = re.compile(rb'["\[\]{}]')

@@ -181,15 +181,6 @@ class TraceSource:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def same_file(self, other: os.PathLike) -> bool:
-        """True when `other` names this input (also through a symlink or hard link)."""
-        if self.path is None:
-            return False
-        try:
-            return os.path.samefile(self.path, other)
-        except OSError:
-            return False
-
     def read(self, stats: ReadStats | None = None) -> Iterator[bytes]:
         """Decompressed blocks of the whole input; fills `stats` when the read completes.
 

@@ -46,7 +46,6 @@ _ADDED_ARGS = b', "args": '
 
 _W = rb"[ \t\r\n]*"
 _SCALAR = rb'(-?[0-9]+|"[^"\\]*")'
-_MEMBER = rb'"[a-z]+"' + _W + rb":" + _W + rb'(?:"[^"\\]*"|-?[0-9][0-9.eE+-]*)' + _W + rb"," + _W
 _KINETO_HEAD = re.compile(
     rb"\{" + _W + rb'"ph"' + _W + rb":" + _W + rb'"[^"\\]*"' + _W + rb"," + _W
     + rb"(?:" + rb'"(?:cat|name|id)"' + _W + rb":" + _W + rb'(?:"[^"\\]*"|-?[0-9]+)' + _W + rb","
@@ -58,7 +57,6 @@ _KINETO_HEAD = re.compile(
     + rb'(?:"[^"\\]*"|-?[0-9][0-9.eE+-]*))*'
     + _W + rb"," + _W + rb'"args"' + _W + rb":" + _W + rb"(\{)" + _W + rb"(\}?))?"
 )
-_ARGS_OPEN = re.compile(rb'"args"' + _W + rb":" + _W + rb"(\{)" + _W + rb"(\}?)")
 _MOVED_KEYS = re.compile(rb'"(?:pid|tid|args)"' + _W + rb":")
 
 
