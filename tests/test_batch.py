@@ -23,7 +23,8 @@ from click.testing import CliRunner
 from samples.generate import TraceConfig, generate
 from tracestream import engine
 from tracestream.commands import batch
-from tracestream.commands.verify import Verdict, verify
+from tracestream.commands.verify import verify
+from tracestream.commands.verify.verdict import Verdict
 from tracestream.errors import TraceError
 from tracestream.plan.guides import LayerSpec
 

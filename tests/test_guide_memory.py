@@ -15,8 +15,9 @@ import orjson
 import pytest
 
 from tracestream import _native
-from tracestream.commands import verify
-from tracestream.commands.verify import _guide_problems, _OutputChecks
+from tracestream.commands.verify import output_checks
+from tracestream.commands.verify.output_checks import OutputChecks
+from tracestream.commands.verify.run import _guide_problems
 from tracestream.index.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
 from tracestream.jsontext import write_pretty
 from tracestream.plan import guidetext
@@ -151,14 +152,14 @@ def test_verify_checks_guides_as_they_stream_by(guides, tmp_path, monkeypatch):
     """verify's records of the guide track go to stores that spill past their budget
     (made small here, so that 30,000 guides spill); its guide check keeps a count and
     the last guide."""
-    monkeypatch.setattr(verify, "_CHECK_BUDGET", 128 << 10)
+    monkeypatch.setattr(output_checks, "_CHECK_BUDGET", 128 << 10)
     anchors, terminals, spec = labelled(guides)
     events = GuideEvents(build_guides(anchors, terminals, spec), GUIDE_PID, GUIDE_TID, spec)
     report = {"options": {}, "pid": GUIDE_PID, "guide_tid": GUIDE_TID, "num_layers": LAYERS,
               "passes": spec.passes}
 
     def check() -> tuple[list, int, list]:
-        checks = _OutputChecks(report, str(tmp_path))
+        checks = OutputChecks(report, str(tmp_path))
         try:
             ordinal = 0
             for block in events.blocks():

@@ -378,8 +378,8 @@ def test_verify_restores_exactly_where_events_hold_what_looks_like_a_cut(tmp_pat
     check then cuts the events exactly and gets the source's bytes back."""
     from functools import partial
 
-    from tracestream.commands import verify as module
     from tracestream.commands.restore import Undo, splice_back
+    from tracestream.commands.verify import restored as module
     from tracestream.plan.report import load_report
     from tracestream.read.source import TraceSource
 
@@ -393,7 +393,7 @@ def test_verify_restores_exactly_where_events_hold_what_looks_like_a_cut(tmp_pat
     undo = Undo.from_report(*load_report(Path(f"{output}.layers.json")), name="out")
     monkeypatch.setattr(module, "splice_back", partial(splice_back, chunk_bytes=300))
     with TraceSource(output) as annotated:
-        problem, digest = module._restored_from(annotated, undo, quick=True, speculative=True)
+        problem, digest = module.restored_from(annotated, undo, quick=True, speculative=True)
     assert problem or digest != undo.sha256  # the uncut count went wrong
     assert module.restored_sha256(str(output), undo) == ("", hashlib.sha256(text).hexdigest())
     assert_verified(source, output)

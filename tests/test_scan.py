@@ -18,9 +18,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tracestream import _native
-from tracestream.commands import verify
+from tracestream.commands.verify import columns as verify_columns
+from tracestream.commands.verify import events as verify_events
 from tracestream.index import extract
-from tracestream.model import PROVENANCE_KEY
+from tracestream.model import PROVENANCE_KEY, CategoryKinds
 
 C = _native.built
 pytestmark = pytest.mark.skipif(C is None, reason="tracestream._native._speedups is not built")
@@ -184,7 +185,7 @@ _VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)),
     max_leaves=6)
 _KEYS = st.sampled_from(TOP + ("args", "s", "x", "grid"))
-_ARGS = st.one_of(st.none(), st.dictionaries(
+FIELD_ARGS = st.one_of(st.none(), st.dictionaries(
     st.sampled_from(INNER[:2] + (PROVENANCE_KEY, "name", "x")), _VALUES, max_size=4))
 
 
@@ -211,7 +212,7 @@ def _chunk_text(events: list) -> bytes:
 
 _EVENTS = st.lists(st.tuples(
     st.lists(st.tuples(_KEYS, _VALUES), max_size=8),
-    st.one_of(st.none(), _ARGS), st.booleans()), max_size=6)
+    st.one_of(st.none(), FIELD_ARGS), st.booleans()), max_size=6)
 
 
 @settings(max_examples=300, deadline=None)
@@ -235,19 +236,19 @@ def test_damaged_chunks_are_declined_or_agreed_on(at, inserted, removed):
 
 # -- the scan in verify's mode: the provenance read as verify._Origin (`origins`) -----------
 
-_CHECK_LIST = msgspec.json.Decoder(list[verify._CheckEvent])
+_CHECK_LIST = msgspec.json.Decoder(list[verify_events._CheckEvent])
 CHECK_TOP = ("ph", "cat", "pid", "tid", "ts", "dur", "bp", "name")
 
 
 def check_scan(document: bytes):
-    return C.scan_events(document, msgspec.json.decode, verify._CHECK_EVENT.decode, None, True,
-                         True)
+    return C.scan_events(document, msgspec.json.decode, verify_events._CHECK_EVENT.decode, None,
+                         True, True)
 
 
 def check_columns(events) -> tuple:
     """verify's check columns of the events, and the values they number, in order."""
-    codes, devices = verify._TrackCodes(), verify._Interned()
-    columns = C.check_columns(events, verify.CategoryKinds(), verify._ACTIVITY_MASK,
+    codes, devices = verify_columns.TrackCodes(), verify_columns.Interned()
+    columns = C.check_columns(events, CategoryKinds(), verify_columns._ACTIVITY_MASK,
                               codes.pids.table, codes.tids.table, devices.table)
     return (tuple(bytes(column) for column in columns),
             [[(type(v), v) for v in table[1]]
@@ -258,7 +259,7 @@ def check_fields_of(events, count: int) -> list[tuple]:
     every = list(range(count))
     columns = [C.event_values(events, every, key) for key in CHECK_TOP]
     return [tuple(bytes(v) if key in ("ts", "dur") else
-                  (type(v), v) if key != "name" else verify._decoded_name(v)
+                  (type(v), v) if key != "name" else verify_events.decoded_name(v)
                   for key, v in zip(CHECK_TOP, row)) for row in zip(*columns)]
 
 
@@ -353,7 +354,7 @@ def test_verify_scans_an_output_chunk_and_only_in_its_mode():
     every other test of verify, slowly; real outputs: tests/test_verify_columns.py), and
     verify's check columns refuse a scan made in the index pass's mode, which never read a
     provenance's pid and tid."""
-    assert type(verify._scanned(MOVED[1:-1])).__name__ == "Scan"
+    assert type(verify_events.scanned_chunk(MOVED[1:-1])).__name__ == "Scan"
     document = b'[{"ph": "X", "pid": 1, "tid": 2, "args": {"device": 0}}]'
     with pytest.raises(ValueError, match="origins"):
         check_columns(scan(document))

@@ -582,7 +582,7 @@ def test_kernel_names_past_the_c_tally_are_counted_as_a_counter_counts(distinct)
 def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
     """verify's ts/dur columns of a chunk's events, read by the C extension, are those its
     numpy twin parses (values whose double needs their text included)."""
-    from tracestream.commands.verify import NumberColumn, _CheckEvent
+    from tracestream.commands.verify.events import NumberColumn, _CheckEvent
 
     events = [_CheckEvent(ts=msgspec.Raw(t)) for t in texts]
     with_c = NumberColumn.of_events(events, "ts")
@@ -637,13 +637,13 @@ def _check_event(ph, cat, pid, tid, device, origin) -> bytes:
 def _check_columns_both_ways(events: list) -> None:
     """verify's check columns of `events`, by the C extension and its Python twin: the same
     columns, and the same values numbered the same way (their types too)."""
-    from tracestream.commands.verify import _check_columns, _Interned, _TrackCodes
+    from tracestream.commands.verify.columns import Interned, TrackCodes, check_chunk_columns
     from tracestream.model import CategoryKinds
 
     results = []
     for way in (lambda f, *a: f(*a), _numpy):
-        codes, devices, kinds = _TrackCodes(), _Interned(), CategoryKinds()
-        columns = way(_check_columns, events, kinds, codes, devices)
+        codes, devices, kinds = TrackCodes(), Interned(), CategoryKinds()
+        columns = way(check_chunk_columns, events, kinds, codes, devices)
         tables = [table.table for table in (codes.pids, codes.tids, devices)]
         results.append(([column.tolist() for column in columns],
                         [(list(numbers.items()), [(type(v), v) for v in values])
@@ -663,11 +663,11 @@ def test_verify_check_columns_are_those_of_the_python_twin(events):
     """Per event its phase, kind, track, original track (moved flows and activities only),
     whether it moved and its device, and the pids, tids and devices numbered in the same
     order, equal values (1, 1.0 and true) as one, the first one met kept."""
-    from tracestream.commands.verify import _CHECK_EVENTS
+    from tracestream.commands.verify.events import CHECK_EVENTS
 
     document = b"[%b]" % b", ".join(_check_event(*event) for event in events)
     try:
-        decoded = _CHECK_EVENTS.decode(document)
+        decoded = CHECK_EVENTS.decode(document)
     except msgspec.ValidationError:  # (a pid or tid that is not an int or a string)
         return
     _check_columns_both_ways(decoded)
@@ -676,14 +676,15 @@ def test_verify_check_columns_are_those_of_the_python_twin(events):
 @needs_c
 @pytest.mark.parametrize("device", [b"[0]", b'{"a": 1}'])
 def test_verify_check_columns_refuse_an_unhashable_device_alike(device):
-    from tracestream.commands.verify import _CHECK_EVENTS, _check_columns, _Interned, _TrackCodes
+    from tracestream.commands.verify.columns import Interned, TrackCodes, check_chunk_columns
+    from tracestream.commands.verify.events import CHECK_EVENTS
     from tracestream.model import CategoryKinds
 
-    events = _CHECK_EVENTS.decode(b"[%b]" % _check_event(b'"X"', b'"kernel"', b"0", b"7",
+    events = CHECK_EVENTS.decode(b"[%b]" % _check_event(b'"X"', b'"kernel"', b"0", b"7",
                                                           device, None))
     for way in (lambda f, *a: f(*a), _numpy):
         with pytest.raises(TypeError):
-            way(_check_columns, events, CategoryKinds(), _TrackCodes(), _Interned())
+            way(check_chunk_columns, events, CategoryKinds(), TrackCodes(), Interned())
 
 
 @needs_c
@@ -691,7 +692,7 @@ def test_verify_check_columns_of_layers_outputs_are_those_of_the_python_twin(tra
                                                                             tmp_path):
     """On a whole output (relocated kernels and flows, guides, lanes) and on each real trace
     with GPU activity compacted, a few events at a time."""
-    from tracestream.commands.verify import _CheckEvent
+    from tracestream.commands.verify.events import _CheckEvent
 
     trace, _ = traces("decode6.json", iterations=6)
     outputs = [tmp_path / "layers.json"]

@@ -129,7 +129,7 @@ def test_a_zero_length_slice_occupies_its_start_nanosecond():
 def test_number_columns_are_timebase_values():
     """Kineto's shapes (and floats with one or two decimals) parsed a column at a time give
     timebase's exact and imported ns; every other text is left to timebase."""
-    from tracestream.commands.verify import NumberColumn
+    from tracestream.commands.verify.events import NumberColumn
 
     texts = [b"1700000000123456.789", b"12", b"-3.500", b"0.000", b"4503599627370.497",
              b"123456789.5", b"1e3", b"", b"9007199254740993", b"900719925474099", b"-7",

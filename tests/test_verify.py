@@ -279,7 +279,7 @@ def chunked_and_per_event(monkeypatch, source, output, report=None, workers=None
     are read a column at a time (by `workers` processes, if any)."""
     from functools import partial
 
-    from tracestream.commands import verify as module
+    from tracestream.commands.verify import run as module
 
     monkeypatch.setattr(module, "DocumentScanner",
                         partial(module.DocumentScanner, chunk_bytes=2000))
@@ -327,10 +327,10 @@ def test_chunked_checks_hold_the_per_event_records(compacted, monkeypatch):
     slices, flows and output ordinals, so any failure would name the same events (moved
     activities for the flow-binding check only on the tracks flows come from)."""
     from tracestream import engine
-    from tracestream.commands import verify as module
+    from tracestream.commands.verify import output_checks as module
 
     held = []
-    close = module._OutputChecks.close
+    close = module.OutputChecks.close
 
     def keep_then_close(checks):
         stores = {**checks.binding, **checks.depth_stores()}
@@ -345,7 +345,7 @@ def test_chunked_checks_hold_the_per_event_records(compacted, monkeypatch):
         options.chunk_bytes = 3000
         return run_index(source, options, **kwargs)
 
-    monkeypatch.setattr(module._OutputChecks, "close", keep_then_close)
+    monkeypatch.setattr(module.OutputChecks, "close", keep_then_close)
     monkeypatch.setattr(engine, "run_index", small_chunks)
     fast, slow, settled = chunked_and_per_event(monkeypatch, *compacted, workers=0)
     assert settled and fast.ok and slow.ok
@@ -420,7 +420,7 @@ def test_the_chunked_run_hashes_a_plain_source_once(compacted, monkeypatch, work
     names the source's sha256."""
     import hashlib
 
-    from tracestream.commands import verify as module
+    from tracestream.commands.verify import run as module
     from tracestream.read import source as source_module
 
     started = []

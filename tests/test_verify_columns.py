@@ -9,16 +9,15 @@ from conftest import REAL_WITH_GPU, real_trace, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracestream.commands.verify import (
-    _ACTIVITY,
-    _BIND_DTYPE,
-    GuideOrder,
-    _NestState,
-    _Sequential,
+from tracestream.commands.verify.bindings import (
+    BIND_ACTIVITY,
+    BIND_DTYPE,
     _TrackBindings,
-    nesting_in_block,
     perfetto_bindings,
 )
+from tracestream.commands.verify.guides import GuideOrder
+from tracestream.commands.verify.nesting import NestState, nesting_in_block
+from tracestream.commands.verify.planned import Sequential
 
 DEPTH = np.dtype([("track", "<i8"), ("start", "<i8"), ("end", "<i8")])
 
@@ -54,7 +53,7 @@ def test_nesting_in_blocks_is_the_rule_per_slice(raw, cuts):
     start together), give the same nested slices in the same order as the per-slice rule."""
     rows = sorted(((t, s, s + d) for t, s, d in raw), key=lambda r: (r[0], r[1]))
     records = np.array(rows, DEPTH)
-    state, found, at = _NestState(), [], 0
+    state, found, at = NestState(), [], 0
     for size in cuts * (len(rows) + 1):
         if at >= len(rows):
             break
@@ -67,7 +66,7 @@ def test_nesting_in_block_finds_both_kinds():
     """An overlap names the earlier slice's end; slices starting together, one longer, are
     named without one; zero-length slices together nest nothing."""
     rows = [(0, 0, 10), (0, 5, 6), (0, 20, 20), (0, 20, 20), (0, 30, 30), (0, 30, 31)]
-    assert nesting_in_block(np.array(rows, DEPTH), _NestState()) == [
+    assert nesting_in_block(np.array(rows, DEPTH), NestState()) == [
         (0, 5, 10), (0, 30, None)]
 
 
@@ -78,7 +77,7 @@ def bindings_one_at_a_time(records) -> dict[int, int]:
     groups: dict = {}
     for track, key, end, mode, ordinal in records:
         activities, flows = groups.setdefault((track, key), ([], []))
-        if mode == _ACTIVITY:
+        if mode == BIND_ACTIVITY:
             activities.append((end, ordinal))
         else:
             flows.append((ordinal, mode))
@@ -105,14 +104,14 @@ def test_bindings_in_blocks_are_the_rule_per_record(raw, cuts, apart):
     rows.sort(key=lambda r: (r[0], r[1]))
     if apart:
         for row in rows:  # an activity starts after the previous one on its track ends
-            if row[3] == _ACTIVITY:
+            if row[3] == BIND_ACTIVITY:
                 row[1] = max(row[1], last_end.get(row[0], row[1]) + 1)
                 row[2] = row[1] + abs(row[2] - row[1])
                 last_end[row[0]] = row[2]
             else:
                 row[1] = max(row[1], last_end.get(row[0], row[1]) - 3)
         rows.sort(key=lambda r: (r[0], r[1]))
-    records = np.array([tuple(r) for r in rows], _BIND_DTYPE)
+    records = np.array([tuple(r) for r in rows], BIND_DTYPE)
     blocks, at = [], 0
     for size in cuts * (len(rows) + 1):
         if at >= len(rows):
@@ -127,7 +126,7 @@ def test_bindings_in_blocks_are_the_rule_per_record(raw, cuts, apart):
 @given(st.lists(st.binary(max_size=6), max_size=6), st.lists(st.integers(0, 8), max_size=6),
        st.integers(-1, 20))
 def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cuts, flip):
-    """`_Sequential.matches` (no copy) answers what comparing `take`'s bytes would, for
+    """`Sequential.matches` (no copy) answers what comparing `take`'s bytes would, for
     chunks cut anywhere across the planned pieces, with a byte changed or not (the
     comparison stops at the first chunk that differs)."""
     whole = b"".join(pieces)
@@ -143,8 +142,8 @@ def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cut
                 chunks[k] = c[:position] + bytes([c[position] ^ 1]) + c[position + 1 :]
                 break
             position -= len(c)
-    matching, taking = _Sequential(iter(pieces)), _Sequential(iter(pieces))
-    viewing = _Sequential(iter(map(memoryview, pieces)))  # a slot's or block's bytes
+    matching, taking = Sequential(iter(pieces)), Sequential(iter(pieces))
+    viewing = Sequential(iter(map(memoryview, pieces)))  # a slot's or block's bytes
     for chunk in chunks:
         equal = taking.take(len(chunk)) == chunk
         assert matching.matches(chunk) == equal
@@ -156,9 +155,9 @@ def test_planned_bytes_match_where_they_lie_as_they_would_once_taken(pieces, cut
 
 def _merged(facts_list) -> dict:
     """The records a main process's checks hold after merging chunks' facts, per store."""
-    from tracestream.commands.verify import _OutputChecks
+    from tracestream.commands.verify.output_checks import OutputChecks
 
-    checks = _OutputChecks({}, None)
+    checks = OutputChecks({}, None)
     try:
         for facts in facts_list:
             checks.merge(facts)
@@ -174,7 +173,7 @@ def test_a_chunk_read_event_by_event_hands_back_one_batch_per_store():
     """A chunk whose numbers are not all in Kineto's shapes goes through `observe` event by
     event, yet its facts hold one batch per record store (thousands of small arrays would
     be pickled, merged and spilled one by one), with the records those events make."""
-    from tracestream.commands.verify import _facts_of
+    from tracestream.commands.verify.planned import _facts_of
     from tracestream.write.relocate import relocate
 
     synthetic = {(1, 100): "lane tid 100 of pid 1"}
@@ -195,9 +194,9 @@ def test_a_chunk_read_event_by_event_hands_back_one_batch_per_store():
 
 def _facts_one_at_a_time(events: list[bytes], first: int, synthetic: dict) -> tuple:
     """A chunk's facts as `observe` makes them, an event at a time (the reference)."""
-    from tracestream.commands.verify import _OutputChecks
+    from tracestream.commands.verify.output_checks import OutputChecks
 
-    checks = _OutputChecks.of_chunk(synthetic)
+    checks = OutputChecks.of_chunk(synthetic)
     for k, raw in enumerate(events):
         checks.observe(first + k, raw)
     return checks.facts()
@@ -219,7 +218,7 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
     numpy) hand back what `observe` finds an event at a time: the tracks in the order
     met, every record, guide, kernel and stream count, for moved kernels and flows (`bp`
     or not), string and integer pids and tids, several devices, events without `args`."""
-    from tracestream.commands.verify import _facts_of
+    from tracestream.commands.verify.planned import _facts_of
     from tracestream.write.relocate import relocate
 
     synthetic = {(1, 100): "lane tid 100 of pid 1", (1, 101): "lane tid 101 of pid 1",
@@ -262,7 +261,9 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
     scopes as Kineto writes them), a few hundred events at a time; with the C extension
     the scan reads every one of those chunks (none is left to msgspec)."""
     from tracestream import _native
-    from tracestream.commands.verify import _facts_of, _OutputChecks, _scanned
+    from tracestream.commands.verify.events import scanned_chunk
+    from tracestream.commands.verify.output_checks import OutputChecks
+    from tracestream.commands.verify.planned import _facts_of
     from tracestream.read.document import DocumentScanner, iter_events
 
     trace = real_trace(name)
@@ -270,7 +271,7 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
     result = run("compact", "--trace", trace, "--output", out, "--quiet")
     assert result.returncode == 0, result.stderr
     report = json.loads(next(tmp_path.glob("out.json.*.json")).read_text())
-    synthetic = _OutputChecks(report, None).synthetic
+    synthetic = OutputChecks(report, None).synthetic
     with open(out, "rb") as fh:
         raws = [bytes(raw) for _, raw in iter_events(DocumentScanner([fh.read()]).chunks())]
     assert synthetic and raws
@@ -279,17 +280,17 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
         assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
             _facts_one_at_a_time(chunk, first, synthetic))
         if _native.native is not None:
-            assert _scanned(b",\n".join(chunk)) is not None
+            assert scanned_chunk(b",\n".join(chunk)) is not None
 
 
 def test_interned_values_share_a_number_as_a_dicts_keys_do():
-    from tracestream.commands.verify import _Interned, _TrackCodes
+    from tracestream.commands.verify.columns import Interned, TrackCodes
 
-    interned = _Interned()
+    interned = Interned()
     assert interned.of([7, "s", 7, None]).tolist() == [0, 1, 0, 2]
     assert interned.of([1.0, "s", 7.0]).tolist() == [3, 1, 0]  # 7.0 == 7: one number
     assert [interned.value(k) for k in range(4)] == [7, "s", None, 1.0]
-    codes = _TrackCodes()
+    codes = TrackCodes()
     tracks = codes.of([0, 0, "Spans"], [7, "s3", 7])
     assert len(set(tracks.tolist())) == 3
     assert [codes.key(c) for c in tracks.tolist()] == [(0, 7), (0, "s3"), ("Spans", 7)]
@@ -302,9 +303,9 @@ def test_interned_values_share_a_number_as_a_dicts_keys_do():
 def _lane_checks(durations: list, flush_each: bool):
     """verify's output-only checks of slices on one lane, (ts, dur) texts each: one batch
     of rows per slice (`flush_each`, as chunks come) or all in one."""
-    from tracestream.commands.verify import _OutputChecks
+    from tracestream.commands.verify.output_checks import OutputChecks
 
-    checks = _OutputChecks({"options": {}, "groups": [
+    checks = OutputChecks({"options": {}, "groups": [
         {"display_pid": 0, "lane_tids": [100]}]}, None)
     for ordinal, (ts, dur) in enumerate(durations):
         checks.observe(ordinal, (f'{{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
@@ -362,7 +363,8 @@ def test_binding_rows_kept_only_on_tracks_whose_flows_moved():
     """With `bind_only_on` (the source's tracks with GPU flows), moved activities from
     other tracks are not stored for the binding check (they bind no flow), flows always
     are; a moved flow from another track says the check cannot be trusted."""
-    from tracestream.commands.verify import _facts_of, _OutputChecks
+    from tracestream.commands.verify.output_checks import OutputChecks
+    from tracestream.commands.verify.planned import _facts_of
 
     synthetic = {(1, 100): "lane tid 100 of pid 1"}
     kernel = ('{{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": {tid}, '
@@ -373,7 +375,7 @@ def test_binding_rows_kept_only_on_tracks_whose_flows_moved():
     facts = _facts_of(b",\n".join(events), 0, synthetic)
 
     def merged(sources):
-        checks = _OutputChecks({}, None)
+        checks = OutputChecks({}, None)
         checks.synthetic = synthetic
         if sources is not None:
             checks.bind_only_on(sources)
@@ -394,9 +396,9 @@ def test_the_checks_memo_of_categories_stays_bounded():
     """`verify` compares an output event by event where it differs from the plan: an output
     of ever new categories does not grow its memo of category kinds past the bound, and a
     kernel met after the bound is still counted as one."""
-    from tracestream.commands.verify import _OutputChecks
+    from tracestream.commands.verify.output_checks import OutputChecks
 
-    checks = _OutputChecks({}, None)
+    checks = OutputChecks({}, None)
     limit = checks.kinds.limit
     for k in range(limit + 500):
         checks.observe(k, (f'{{"ph": "X", "cat": "odd{k}", "name": "n", "pid": 1, "tid": 1, '

@@ -164,9 +164,9 @@ def test_a_zero_length_kernel_never_shares_a_lane_start_with_a_longer_one(cli, t
 def lane_checks(events: list[dict]):
     """verify's output-only checks fed `events`, on lane tid 1000000 of pid 0 (a planner
     that put them there); each event dict may carry `moved_from` (its original tid)."""
-    from tracestream.commands.verify import _OutputChecks
+    from tracestream.commands.verify.output_checks import OutputChecks
 
-    checks = _OutputChecks({"options": {}, "groups": [
+    checks = OutputChecks({"options": {}, "groups": [
         {"display_pid": 0, "lane_tids": [1_000_000]}]}, None)
     for ordinal, event in enumerate(events):
         event = dict(event)
@@ -254,9 +254,9 @@ def test_a_flow_at_the_end_of_its_activity_alone_on_its_lane_is_kept(cli, tmp_pa
 def _bindings(records) -> dict[int, int]:
     import numpy as np
 
-    from tracestream.commands.verify import _BIND_DTYPE, perfetto_bindings
+    from tracestream.commands.verify.bindings import BIND_DTYPE, perfetto_bindings
 
-    rows = np.array(records, _BIND_DTYPE)
+    rows = np.array(records, BIND_DTYPE)
     return {flow: bound for block in perfetto_bindings(iter([rows]))
             for flow, bound in zip(block["flow"].tolist(), block["bound"].tolist())}
 
@@ -264,7 +264,7 @@ def _bindings(records) -> dict[int, int]:
 def test_verify_binds_flows_as_perfetto_does():
     """(track, key = start or ts in ns, end, mode 0 activity / 1 enclosing / 2 next,
     ordinal), in (track, key) order; at one key, flows may come before activities."""
-    from tracestream.commands.verify import _MANY, _NONE
+    from tracestream.commands.verify.bindings import BOUND_MANY, BOUND_NONE
 
     # a [0, 10] then b [10, 20]: a flow at 10 binds to b, which starts there
     assert _bindings([(0, 0, 10, 0, 1), (0, 10, 10, 1, 9), (0, 10, 20, 0, 2)]) == {9: 2}
@@ -273,10 +273,10 @@ def test_verify_binds_flows_as_perfetto_does():
     # an f without bp at 5 binds to the next slice (b at 12), not to a around it
     assert _bindings([(0, 0, 10, 0, 1), (0, 5, 5, 2, 9), (0, 12, 20, 0, 2)]) == {9: 2}
     # ... to none after the last slice, to several when two begin together
-    assert _bindings([(0, 0, 10, 0, 1), (0, 11, 11, 2, 9)]) == {9: _NONE}
-    assert _bindings([(0, 5, 5, 2, 9), (0, 12, 20, 0, 2), (0, 12, 12, 0, 3)]) == {9: _MANY}
+    assert _bindings([(0, 0, 10, 0, 1), (0, 11, 11, 2, 9)]) == {9: BOUND_NONE}
+    assert _bindings([(0, 5, 5, 2, 9), (0, 12, 20, 0, 2), (0, 12, 12, 0, 3)]) == {9: BOUND_MANY}
     # the next slice is looked for on the flow's own track only
-    assert _bindings([(0, 5, 5, 2, 9), (1, 12, 20, 0, 2)]) == {9: _NONE}
+    assert _bindings([(0, 5, 5, 2, 9), (1, 12, 20, 0, 2)]) == {9: BOUND_NONE}
     # epoch nanoseconds near the int64 limit (9.2e15 µs) bind like any others
     big = 9_100_000_000_000_000_000
     assert _bindings([(0, big, big + 10, 0, 1), (0, big, big, 1, 9)]) == {9: 1}

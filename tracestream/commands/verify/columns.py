@@ -1,0 +1,176 @@
+"""The per-chunk columns the output checks read: kinds, tracks, names, numbered once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import repeat
+from operator import is_not
+from typing import Any
+
+import numpy as np
+
+from tracestream import _native
+from tracestream.commands.verify.events import (
+    FIELD_ARGS,
+    FIELD_CAT,
+    FIELD_PHASE,
+    FIELD_PID,
+    FIELD_TID,
+)
+from tracestream.model import ACTIVITY_KINDS, CategoryKinds
+
+
+class Kept:
+    """Record batches as a chunk's checks made them (a RecordStore's `append`)."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self.batches: list[np.ndarray] = []
+
+    def append(self, batch: np.ndarray) -> None:
+        self.batches.append(batch)
+
+    def joined(self) -> list[np.ndarray]:
+        """The batches as one, in order (none if there are none)."""
+        if len(self.batches) > 1:
+            self.batches = [np.concatenate(self.batches)]
+        return self.batches
+
+
+class GuidesSeen:
+    """A chunk's guides as `GuideOrder` would get them, in order: their start and end
+    (ns) and names, handed to `GuideOrder.observe_many` as columns."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.names: list = []
+
+    def observe(self, start: int, end: int, name: Any) -> None:
+        self.starts.append(start)
+        self.ends.append(end)
+        self.names.append(name)
+
+    def observe_many(self, starts: np.ndarray, ends: np.ndarray, names: list) -> None:
+        self.starts.extend(starts.tolist())
+        self.ends.extend(ends.tolist())
+        self.names.extend(names)
+
+    def columns(self) -> tuple:
+        try:
+            return np.array(self.starts, np.int64), np.array(self.ends, np.int64), self.names
+        except OverflowError:  # a value timebase read past int64: checked one at a time
+            return self.starts, self.ends, self.names
+
+
+class Interned:
+    """Values (decoded JSON scalars) numbered in the order first met: equal values (as a
+    dict's keys are equal) share a number."""
+
+    def __init__(self):
+        self._numbers: dict = {}
+        self._values: list = []
+
+    def of(self, values: list) -> np.ndarray:
+        """The numbers of `values`, as a column."""
+        numbers = self._numbers
+        for value in dict.fromkeys(values):  # the distinct values, a few
+            if value not in numbers:
+                numbers[value] = len(self._values)
+                self._values.append(value)
+        return np.fromiter(map(numbers.__getitem__, values), np.int64, len(values))
+
+    @property
+    def table(self) -> tuple[dict, list]:
+        """(value -> number, values by number), for the C extension to extend in place."""
+        return self._numbers, self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def number(self, value) -> int | None:
+        return self._numbers.get(value)
+
+    def value(self, number: int):
+        return self._values[number]
+
+
+class TrackCodes:
+    """Tracks (pid, tid) as one int64 each: the pid's number in the high half, the tid's
+    in the low one (`Interned`), so a chunk's tracks are compared, grouped and counted
+    in numpy, each event's pid and tid hashed once."""
+
+    def __init__(self):
+        self.pids, self.tids = Interned(), Interned()
+
+    def of(self, pids: list, tids: list) -> np.ndarray:
+        return (self.pids.of(pids) << 32) | self.tids.of(tids)
+
+    def key(self, code: int) -> tuple:
+        return self.pids.value(code >> 32), self.tids.value(code & 0xFFFFFFFF)
+
+    def keys(self, codes: np.ndarray) -> list[tuple]:
+        """`key` of each of `codes`."""
+        return list(zip(map(self.pids.value, (codes >> 32).tolist()),
+                        map(self.tids.value, (codes & 0xFFFFFFFF).tolist())))
+
+    def known(self, keys: Iterable[tuple]) -> np.ndarray:
+        """The codes of those `keys` whose pid and tid were both met."""
+        codes = []
+        for pid, tid in keys:
+            p, t = self.pids.number(pid), self.tids.number(tid)
+            if p is not None and t is not None:
+                codes.append((p << 32) | t)
+        return np.array(codes, np.int64)
+
+
+_PH_OTHER, PH_X, PH_FLOW = range(3)  # `check_chunk_columns`' phase codes
+IS_ACTIVITY = np.zeros(256, bool)  # by kind (as uint8)
+IS_ACTIVITY[list(ACTIVITY_KINDS)] = True
+_ACTIVITY_MASK = IS_ACTIVITY.tobytes()  # the same, for the C extension
+
+
+def check_chunk_columns(events, kinds: CategoryKinds, codes: TrackCodes, devices: Interned
+                   ) -> tuple[np.ndarray, ...]:
+    """What the output-only checks read of a chunk's events (a list of `_CheckEvent`, or
+    their scan where the extension is built, see `scanned_chunk`), as columns:
+    (phase: PH_X, PH_FLOW for s/t/f, else _PH_OTHER; kind: kinds[cat] of X events, else
+    0; track code; original track code: the provenance's for a moved flow or activity,
+    else the track; moved: has provenance; device number of activities, else -1).
+
+    One pass of the C extension's check_columns where it is built; this Python is its
+    tested twin. Both number the values in the same order: every event's pid and tid,
+    then the moved flows' and activities' provenance pid and tid, then the activities'
+    devices."""
+    if _native.native is not None:
+        columns = _native.native.check_columns(
+            events, kinds, _ACTIVITY_MASK, codes.pids.table, codes.tids.table, devices.table)
+        return tuple(np.frombuffer(column, dtype) for column, dtype in zip(
+            columns, (np.int8, np.int8, np.int64, np.int64, bool, np.int64)))
+    count = len(events)
+    phases = np.array(list(map(FIELD_PHASE, events)), object)
+    phase = np.full(count, _PH_OTHER, np.int8)
+    phase[(phases == "s") | (phases == "t") | (phases == "f")] = PH_FLOW
+    phase[phases == "X"] = PH_X
+    args = list(map(FIELD_ARGS, events))
+    origins = list(map(getattr, args, repeat("origin"), repeat(None)))
+    moved = np.fromiter(map(is_not, origins, repeat(None)), bool, count)
+    track = codes.of(list(map(FIELD_PID, events)), list(map(FIELD_TID, events)))
+    xs = np.flatnonzero(phase == PH_X).tolist()
+    kind = np.zeros(count, np.int8)
+    kind[xs] = list(map(kinds.__getitem__, map(FIELD_CAT, map(events.__getitem__, xs))))
+    is_activity = (phase == PH_X) & np.isin(kind, ACTIVITY_KINDS)
+    bound_at = np.flatnonzero(moved & (is_activity | (phase == PH_FLOW)))
+    bound = list(map(origins.__getitem__, bound_at.tolist()))
+    origin = track.copy()
+    origin[bound_at] = codes.of(list(map(FIELD_PID, bound)), list(map(FIELD_TID, bound)))
+    activity = np.flatnonzero(is_activity).tolist()
+    device = np.full(count, -1, np.int64)
+    device[activity] = devices.of(list(map(getattr, map(args.__getitem__, activity),
+                                           repeat("device"), repeat(None))))
+    return phase, kind, track, origin, moved, device
+
+
+def numbered_tracks(distinct: np.ndarray, numbered: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The track numbers of track `codes`, each one of the sorted `distinct`."""
+    return numbered[np.searchsorted(distinct, codes)]

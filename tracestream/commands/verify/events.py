@@ -1,0 +1,158 @@
+"""How verify reads an output event: its own schema (the provenance read as it was written),
+with the C scan where it reads the chunk exactly as msgspec would."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tracestream import _native
+from tracestream.index.extract import (
+    SHAPE_DECIMAL,
+    SHAPE_INTEGER,
+    double_values,
+    kineto_column,
+    llround_column,
+)
+from tracestream.model import PROVENANCE_KEY
+
+
+# gc=False: values decoded from JSON hold no cycles, and untracked structs are quicker to
+# make (a chunk's thousands of events are decoded at once)
+class _Origin(msgspec.Struct, gc=False):
+    pid: Any = None
+    tid: Any = None
+
+
+class _CheckArgs(msgspec.Struct, gc=False):
+    device: Any = None
+    origin: _Origin | None = msgspec.field(default=None, name=PROVENANCE_KEY)
+
+
+class _CheckEvent(msgspec.Struct, gc=False):
+    """What the output-only checks read of an event (`Head`'s fields, the exact ts/dur
+    texts and the provenance's pid and tid), for a chunk at a time. The name is kept as
+    its JSON text: only guides' names are read (`event_name`)."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: msgspec.Raw = msgspec.Raw()
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
+    bp: Any = None
+    args: _CheckArgs | None = None
+
+
+CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
+
+
+def event_name(event: _CheckEvent) -> Any:
+    """An event's name as `decode_head` reads it (None when it has none)."""
+    return decoded_name(event.name)
+
+
+def decoded_name(name: Any) -> Any:
+    """A name as `decode_head` reads it: `_CheckEvent`'s text (None when empty), or the
+    value a scan gives."""
+    if not isinstance(name, msgspec.Raw):
+        return name
+    return msgspec.json.decode(name) if len(name) else None
+
+
+_CHECK_EVENT = msgspec.json.Decoder(_CheckEvent)
+
+
+def scanned_chunk(content: bytes):
+    """A chunk's events as the C extension's scan reads them (`_CheckEvent`s one by one,
+    the provenance as `_Origin`), or None where it declines them (or is not built): the
+    caller then decodes them with msgspec, which decides what is valid. The scan accepts
+    only what msgspec accepts with the same values (see `_speedups.scan_events`); it is
+    the index pass's, run in the mode that reads a provenance's pid and tid, and its
+    answers are held to msgspec's by tests (`tests/test_scan.py`)."""
+    if _native.native is None:
+        return None
+    return _native.native.scan_events(content, msgspec.json.decode, _CHECK_EVENT.decode, None,
+                                       False, True)
+
+
+def raw_events(content: bytes, document: bytes | None) -> list:
+    """The chunk's events as exact texts (msgspec.Raw)."""
+    if document is None:
+        document = b"".join((b"[", content, b"]"))
+    return _RAW_EVENTS.decode(document)
+
+
+def values_of(events, indices: list[int], key: str) -> list:
+    """events[i].<key> for each of the indices (their texts where `_CheckEvent` keeps one)."""
+    if _native.native is not None:
+        return _native.native.event_values(events, indices, key)
+    return [getattr(events[i], key) for i in indices]
+
+
+_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
+FIELD_PHASE, FIELD_ARGS, FIELD_PID, FIELD_TID, FIELD_CAT = (attrgetter(name)
+                                   for name in ("ph", "args", "pid", "tid", "cat"))
+FLOW_PHASES = frozenset(("s", "t", "f"))
+
+
+@dataclass
+class NumberColumn:
+    """ts or dur texts as Perfetto imports them, a column at a time: the exact value in ns
+    (floor and ceil agree on these shapes), llround(double(text) * 1000) and its truncated
+    variant (integer literals are exact), and which texts are in Kineto's shapes (integer
+    or one to three decimals, see observe.kineto_shapes); the others are left to timebase."""
+
+    exact: np.ndarray
+    rounded: np.ndarray
+    truncated: np.ndarray
+    regular: np.ndarray
+
+    @classmethod
+    def parse(cls, texts: list) -> NumberColumn:
+        return cls._of(*kineto_column(texts, signed=True), texts)
+
+    @classmethod
+    def of_events(cls, events: list, key: str) -> NumberColumn:
+        """`parse` of the events' `key` texts (msgspec.Raw), read by the C extension's
+        decimal_column where it is built (kineto_column is its tested numpy twin)."""
+        if _native.native is None:
+            return cls.parse(list(map(attrgetter(key), events)))
+        exact, shapes = _native.native.decimal_column(events, key, True)
+        return cls._of(np.frombuffer(exact, np.int64), np.frombuffer(shapes, np.int8),
+                       _FieldTexts(events, key))
+
+    @classmethod
+    def _of(cls, exact: np.ndarray, shapes: np.ndarray, texts) -> NumberColumn:
+        integer = shapes == SHAPE_INTEGER
+        regular = integer | (shapes == SHAPE_DECIMAL)
+        product = double_values(np.where(regular, exact, 0), texts) * 1000.0
+        return cls(exact, np.where(integer, exact, llround_column(product)),
+                   np.where(integer, exact, np.trunc(product).astype(np.int64)), regular)
+
+
+class Timed(tuple):
+    """(ts, dur) NumberColumns of a chunk's events."""
+
+    def __new__(cls, events: list) -> Timed:
+        return super().__new__(cls, (NumberColumn.of_events(events, "ts"),
+                                     NumberColumn.of_events(events, "dur")))
+
+
+class _FieldTexts:
+    """The `key` texts of `events`, read one at a time (double_values reads the few it
+    cannot compute from the exact ns)."""
+
+    def __init__(self, events: list, key: str):
+        self._events, self._key = events, key
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, k: int):
+        return getattr(self._events[k], self._key)
