@@ -51,7 +51,7 @@ def chunk(trace_path) -> Chunk:
 @pytest.fixture(scope="session")
 def context():
     """What the `layers` command asks each chunk to look for: the anchor pattern."""
-    from tracestream.index.extract import Context
+    from tracestream.index.facts import Context
 
     return Context(patterns={"anchor": re.compile(ANCHOR_REGEX)})
 

@@ -5,7 +5,8 @@ classify, pack GPU facts); `event_spans` is the separator scan that gives each
 event's exact bytes. Their MB/s bound the index pass per core.
 """
 
-from tracestream.index.extract import event_spans, observe_chunk
+from tracestream.index.decode import event_spans
+from tracestream.index.extract import observe_chunk
 
 
 def test_observe_chunk(benchmark, chunk, context, record_throughput):

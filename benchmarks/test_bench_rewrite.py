@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.conftest import ANCHOR_REGEX
 from tracestream.engine import build_plan
-from tracestream.index.extract import read_span
+from tracestream.index.decode import read_span
 from tracestream.plan.guides import LayerSpec
 from tracestream.plan.planner import CompactSpec
 from tracestream.read.source import TraceSource

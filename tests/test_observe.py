@@ -11,20 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracestream.index import extract, timebase
-from tracestream.index.extract import (
-    FLOW,
-    META,
-    SHAPE_DECIMAL,
-    SHAPE_INTEGER,
-    SHAPE_OTHER,
-    ChunkError,
-    Context,
-    Event,
-    _Observer,
-    kineto_shapes,
-    observe_chunk,
-)
+from tracestream.index import decode, extract, timebase
+from tracestream.index.decode import Event
+from tracestream.index.extract import _Observer, observe_chunk
+from tracestream.index.facts import FLOW, META, ChunkError, Context
+from tracestream.index.numbers import SHAPE_DECIMAL, SHAPE_INTEGER, SHAPE_OTHER, kineto_shapes
 from tracestream.model import KERNEL, MEMCPY, OTHER
 
 pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
@@ -138,8 +129,8 @@ def test_one_odd_ts_in_a_chunk_is_read_alone(odd, monkeypatch):
     events = [Event(ts=msgspec.Raw(t)) for t in texts]
     observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
     one_by_one = []
-    real = extract._time_value
-    monkeypatch.setattr(extract, "_time_value",
+    real = extract.time_value
+    monkeypatch.setattr(extract, "time_value",
                         lambda text, key: one_by_one.append(text) or real(text, key))
     ns, integer, present = observer._column("ts", np.zeros(len(texts), bool))
     assert one_by_one == ([] if reference(odd, True) != SHAPE_OTHER else [odd])
@@ -155,7 +146,7 @@ def test_float_durations_are_read_as_a_column(monkeypatch):
     texts = [b"68.0", b"0.5", b"1346.25", b"7", b"12.125"] * 40
     events = [Event(dur=msgspec.Raw(t)) for t in texts]
     observer = _Observer(b",".join([b"{}"] * len(texts)), 0, Context(), events)
-    monkeypatch.setattr(extract, "_time_value", lambda text, key: pytest.fail(
+    monkeypatch.setattr(extract, "time_value", lambda text, key: pytest.fail(
         f"{text!r} read one by one"))
     ns, integer, present = observer._column("dur", np.ones(len(texts), bool))
     expected = [(timebase.parse_decimal(t).floor_ns(), timebase.is_integer_text(t), True)
@@ -344,7 +335,7 @@ def test_phases_and_kinds_are_counted_in_order_of_first_appearance():
 
 
 def test_end_out_of_range_is_found_without_overflowing():
-    from tracestream.index.extract import end_out_of_range
+    from tracestream.index.numbers import end_out_of_range
 
     limit = 9_200_000_000_000_000_000
     start = np.array([1_700_000_000_000_000_000, -limit + 1, 0, limit - 1, 5], np.int64)
@@ -366,7 +357,7 @@ _MALFORMED_CHUNKS = [
 
 @pytest.mark.parametrize("chunk", _MALFORMED_CHUNKS)
 def test_read_only_decode_refuses_what_the_full_decode_refuses(chunk):
-    """The read-only commands skip `id` and `bp` (extract.decoder_for) yet refuse the same
+    """The read-only commands skip `id` and `bp` (decode.decoder_for) yet refuse the same
     malformed events with the same message, event and byte."""
     good = b'{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "x"}}'
     refusals = []
@@ -382,7 +373,7 @@ def test_read_only_decode_reads_flows_whatever_their_id_and_bp():
               % (i, bp, k) for k, (i, bp) in enumerate([(b'{"x": [1]}', b"[]"), (b"3", b'"e"')])]
     facts = observe_chunk(b", ".join(events), 0, Context(count_names=True, records=False))
     assert facts.flow_categories == {"ac2g": 2} and facts.phase_counts == {"f": 2}
-    assert extract.decoder_for(Context(records=False)) is not extract.decoder_for(Context())
+    assert decode.decoder_for(Context(records=False)) is not decode.decoder_for(Context())
 
 
 @pytest.mark.parametrize("categories, counted", [

@@ -20,20 +20,20 @@ from hypothesis import strategies as st
 from tracestream import _native
 from tracestream.commands.verify import columns as verify_columns
 from tracestream.commands.verify import events as verify_events
-from tracestream.index import extract
+from tracestream.index import decode, facts
 from tracestream.model import PROVENANCE_KEY, CategoryKinds
 
 C = _native.built
 pytestmark = pytest.mark.skipif(C is None, reason="tracestream._native._speedups is not built")
 
-_EVENT_LIST = msgspec.json.Decoder(list[extract.Event])
+_EVENT_LIST = msgspec.json.Decoder(list[decode.Event])
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 TOP = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp")
 INNER = ("device", "stream", "provenance")
 
 
 def scan(document: bytes, bracketed: bool = True):
-    return C.scan_events(document, msgspec.json.decode, extract._EVENT.decode, msgspec.UNSET,
+    return C.scan_events(document, msgspec.json.decode, decode._EVENT.decode, msgspec.UNSET,
                          bracketed)
 
 
@@ -77,8 +77,8 @@ def assert_same_as_msgspec(document: bytes) -> bool:
         document.decode("utf-8")
     except UnicodeDecodeError:  # refused before any decoder reads it
         if document[:1] == b"[" and document[-1:] == b"]":
-            with pytest.raises(extract.ChunkError, match="invalid UTF-8"):
-                extract.decode_chunk(document[1:-1], 0)
+            with pytest.raises(facts.ChunkError, match="invalid UTF-8"):
+                decode.decode_chunk(document[1:-1], 0)
         return False
     scanned = accepted_alike(document, decoded, scan(document))
     if scanned is None:
@@ -95,7 +95,7 @@ def assert_same_as_msgspec(document: bytes) -> bool:
     assert [bytes(data[s:e]) for s, e in zip(starts, ends)] == [
         bytes(raw) for raw in _RAW_LIST.decode(document)]
     if data.strip() == data and decoded:
-        expected = extract.event_spans(data, len(decoded))
+        expected = decode.event_spans(data, len(decoded))
         assert starts.tolist() == expected[0].tolist()
         assert ends.tolist() == expected[1].tolist()
     return True
@@ -130,7 +130,7 @@ def test_the_index_pass_scans_the_shipped_sample():
     document = bytes(msgspec.json.decode(data, type=dict[str, msgspec.Raw])["traceEvents"])
     assert len(msgspec_events(document)) > 1000
     chunk = document[1:-1].strip()
-    assert type(extract.decode_chunk(chunk, 0)).__name__ == "Scan"
+    assert type(decode.decode_chunk(chunk, 0)).__name__ == "Scan"
     assert assert_same_as_msgspec(document)
 
 

@@ -28,7 +28,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tracestream import _native
-from tracestream.index import extract, keyscan
+from tracestream.index import decode, extract, keyscan, numbers
+from tracestream.index import facts as chunk_facts
 from tracestream.write import relocate
 
 C = _native.built
@@ -80,7 +81,7 @@ def test_bracketed_is_the_joined_chunk_and_whether_it_is_ascii(size, highs, high
         if at < size:
             data[at] = high
     data = bytes(data)
-    assert C.bracketed(data) == _numpy(extract.bracketed, data) == (
+    assert C.bracketed(data) == _numpy(decode.bracketed, data) == (
         b"[" + data + b"]", data.isascii())
 
 
@@ -152,9 +153,9 @@ number_texts = st.one_of(
 def test_decimal_column_reads_each_value_as_numpy_does(texts, signed):
     """Each value by its own shape, in C and in numpy: the same ns and the same shape
     (absent, integer, three decimals, other), however the shapes mix in a chunk."""
-    events = [extract.Event(ts=msgspec.Raw(t)) for t in texts]
+    events = [decode.Event(ts=msgspec.Raw(t)) for t in texts]
     ns, shapes = C.decimal_column(events, "ts", signed)
-    ns_np, shapes_np = extract.kineto_column([e.ts for e in events], signed=signed)
+    ns_np, shapes_np = numbers.kineto_column([e.ts for e in events], signed=signed)
     assert np.frombuffer(shapes, np.int8).tolist() == shapes_np.tolist()
     assert np.frombuffer(ns, np.int64).tolist() == ns_np.tolist()
 
@@ -239,7 +240,7 @@ def test_slice_keys_number_tracks_and_groups_as_a_dict_does(members):
         b'"args": {"device": %b}}' % (b"gpu_user_annotation" if scope else b"kernel",
                                       _member(pid), _member(tid), _member(device))
         for pid, tid, device, scope in members)
-    context = extract.Context(count_names=True, records=False)
+    context = chunk_facts.Context(count_names=True, records=False)
     with_c = extract.observe_chunk(events, 0, context)
     with_numpy = _numpy(extract.observe_chunk, events, 0, context)
     assert with_c.tracks == with_numpy.tracks
@@ -262,7 +263,7 @@ def test_kernel_names_are_counted_as_a_counter_counts(kernels):
     events = b", ".join(
         b'{"ph": "X", "cat": "%b", "name": %b, "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
         b'"args": {"device": %d}}' % (cat, name, device) for name, device, cat in kernels)
-    context = extract.Context(count_names=True, records=False)
+    context = chunk_facts.Context(count_names=True, records=False)
     with_c = extract.observe_chunk(events, 0, context).kernel_names
     with_numpy = _numpy(extract.observe_chunk, events, 0, context).kernel_names
     assert [(g, list(c.items())) for g, c in with_c.items()] == [
@@ -274,11 +275,11 @@ def test_kernel_names_are_counted_as_a_counter_counts(kernels):
 _DEVICES = st.sampled_from([b"0", b"1", b'"0"', b"null", b"[0]", b'{"d": 0}'])
 
 
-def _observed(events: bytes, context: extract.Context):
+def _observed(events: bytes, context: chunk_facts.Context):
     """The chunk's facts, or the refusal (message and event) instead."""
     try:
         facts = extract.observe_chunk(events, 0, context)
-    except extract.ChunkError as exc:
+    except chunk_facts.ChunkError as exc:
         return exc.message, exc.local
     return (facts.tracks, facts.groups, {
         pattern: (rows.tobytes(), names, streams, texts)
@@ -297,7 +298,7 @@ def test_anchor_kernels_are_picked_and_refused_alike(kernels):
         b'{"ph": "X", "cat": "%b", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1, '
         b'"args": {"device": %b, "stream": 7}}' % (cat, name, k, device)
         for k, (name, device, cat) in enumerate(kernels))
-    context = extract.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
+    context = chunk_facts.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
                               records=False, bounds=False)
     assert _observed(events, context) == _numpy(_observed, events, context)
 
@@ -315,8 +316,8 @@ def test_kernels_of_many_long_names_are_picked_alike(picks):
         b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": %d, "dur": 1, '
         b'"args": {"device": 0, "stream": 7}}' % (names[n], k) for k, n in enumerate(picks))
     patterns = {"odd": re.compile(r"[13579]>\(float\*"), "k": re.compile("^k$|^1$")}
-    for context in (extract.Context(patterns=patterns, records=False, bounds=False),
-                    extract.Context(patterns=patterns)):
+    for context in (chunk_facts.Context(patterns=patterns, records=False, bounds=False),
+                    chunk_facts.Context(patterns=patterns)):
         assert _observed(events, context) == _numpy(_observed, events, context)
 
 
@@ -336,7 +337,7 @@ def test_matched_kernels_get_the_same_stream_and_name_codes_either_way(kernels, 
         % (name, k, b"" if stream is None else
            b', "args": {"device": 0%b}' % (b', "stream": %b' % stream if has_stream else b""))
         for k, (name, stream, has_stream) in enumerate(kernels))
-    context = extract.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
+    context = chunk_facts.Context(patterns={"k": re.compile("k"), "one": re.compile("^1")},
                               records=not anchors, bounds=not anchors)
     with_c, with_numpy = _observed(events, context), _numpy(_observed, events, context)
     assert with_c == with_numpy
@@ -379,7 +380,7 @@ def test_flows_are_kept_alike_either_way(flows, records):
         % (ph, _member(pid), tid, k, _flow_member(b"bp", bp), _flow_member(b"id", fid),
            _flow_member(b"cat", cat))
         for k, (ph, bp, fid, cat, pid, tid) in enumerate(flows))
-    context = extract.Context(records=records)
+    context = chunk_facts.Context(records=records)
 
     def facts(events, context):
         found = extract.observe_chunk(events, 0, context)
@@ -401,7 +402,7 @@ def test_the_first_event_on_each_track_is_found_alike_either_way(events):
                        for k, (ph, pid, tid) in enumerate(events))
 
     def facts(chunk):
-        found = extract.observe_chunk(chunk, 0, extract.Context())
+        found = extract.observe_chunk(chunk, 0, chunk_facts.Context())
         return found.tracks, list(found.other_on_track.items())
 
     assert facts(chunk) == _numpy(facts, chunk)
@@ -569,7 +570,7 @@ def test_kernel_names_past_the_c_tally_are_counted_as_a_counter_counts(distinct)
     events = b", ".join(
         b'{"ph": "X", "cat": "kernel", "name": %b, "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
         b'"args": {"device": %d}}' % (name, (k // 40) % 2) for k, name in enumerate(names))
-    context = extract.Context(count_names=True, records=False)
+    context = chunk_facts.Context(count_names=True, records=False)
     with_c = extract.observe_chunk(events, 0, context).kernel_names
     with_numpy = _numpy(extract.observe_chunk, events, 0, context).kernel_names
     assert [(g, list(c.items())) for g, c in with_c.items()] == [
@@ -593,12 +594,12 @@ def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
 
 @pytest.mark.skipif(_native.native is None, reason="the C extension is not built")
 def test_the_c_extension_reads_inherited_fields_from_their_slots():
-    """extract.Event extends ReadEvent, so its fields live in a base's slots: the C
+    """decode.Event extends ReadEvent, so its fields live in a base's slots: the C
     extension must find them there, not fall back to a getattr per event (that made the
     index pass of `compact` 40% slower per chunk)."""
     reads = []
 
-    class Counting(extract.Event, gc=False):
+    class Counting(decode.Event, gc=False):
         def __getattribute__(self, name):
             reads.append(name)
             return object.__getattribute__(self, name)

@@ -22,7 +22,8 @@ import numpy as np
 
 from tracestream.errors import TraceError
 from tracestream.index import timebase
-from tracestream.index.extract import (
+from tracestream.index.extract import observe_chunk, observe_file_chunk, observe_received_chunk
+from tracestream.index.facts import (
     FLOW,
     META,
     NEXT_FLOW,
@@ -36,9 +37,6 @@ from tracestream.index.extract import (
     GuideEvent,
     MetaEvent,
     OtherOnTrack,
-    observe_chunk,
-    observe_file_chunk,
-    observe_received_chunk,
 )
 from tracestream.index.keyscan import SPLICE_FIELDS
 from tracestream.index.matches import Match, MatchTable

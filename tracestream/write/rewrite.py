@@ -21,7 +21,7 @@ from isal import isal_zlib
 from tracestream import _native
 from tracestream.errors import TraceError
 from tracestream.index.builder import TraceIndex
-from tracestream.index.extract import read_span
+from tracestream.index.decode import read_span
 from tracestream.index.keyscan import skip_whitespace
 from tracestream.index.records import concat_rows, take_rows
 from tracestream.parallel.memory import collector_paused, release_memory

@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 
 from tracestream import _native
-from tracestream.index.extract import (
+from tracestream.index.numbers import (
     SHAPE_DECIMAL,
     SHAPE_INTEGER,
     double_values,

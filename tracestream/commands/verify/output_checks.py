@@ -48,7 +48,7 @@ from tracestream.commands.verify.events import (
 from tracestream.commands.verify.guides import GuideOrder
 from tracestream.commands.verify.nesting import NestState, nesting_in_block
 from tracestream.index.builder import timebase
-from tracestream.index.extract import binds_next
+from tracestream.index.facts import binds_next
 from tracestream.index.records import RecordStore, concat_rows, same_rows, take_rows
 from tracestream.model import (
     ACTIVITY_KINDS,

@@ -12,7 +12,7 @@ import numpy as np
 
 from tracestream.commands.verify.output_checks import WORKER_TRIM_EVERY, OutputChecks
 from tracestream.index.builder import TraceIndex
-from tracestream.index.extract import read_span
+from tracestream.index.decode import read_span
 from tracestream.parallel.memory import release_memory
 from tracestream.parallel.pool import outcome
 from tracestream.parallel.slots import deliver, received

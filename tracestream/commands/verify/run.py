@@ -31,7 +31,7 @@ from tracestream.commands.verify.verdict import (
 from tracestream.engine import build_plan
 from tracestream.errors import TraceError
 from tracestream.index.builder import TraceIndex
-from tracestream.index.extract import duplicate_key
+from tracestream.index.extract_duplicates import duplicate_key
 from tracestream.model import decode_head
 from tracestream.parallel.memory import release_memory
 from tracestream.parallel.pool import outcome

@@ -1,0 +1,176 @@
+"""A chunk of events decoded and validated: msgspec's structs, or the C scan that reads
+the same fields where it can be sure to read them alike; JSON errors named by event."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import msgspec
+import numpy as np
+import orjson
+
+from tracestream import _native
+from tracestream.index.facts import BadCut, ChunkError, Context
+from tracestream.index.keyscan import separators
+from tracestream.model import FLOW_PHASES, PROVENANCE_KEY, describe_validation_error
+
+
+class _Args(msgspec.Struct, gc=False):
+    device: Any = None
+    stream: Any = None
+    provenance: Any = msgspec.field(default=msgspec.UNSET, name=PROVENANCE_KEY)
+
+
+class ReadEvent(msgspec.Struct, gc=False):
+    """The fields every event is classified by (everything else is skipped, but validated):
+    all that the read-only commands read."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()  # the exact number text
+    dur: msgspec.Raw = msgspec.Raw()
+    args: _Args | None = None
+
+
+class Event(ReadEvent, gc=False):
+    """`ReadEvent` and what binding a flow reads (the rewrite's index pass)."""
+
+    id: Any = None
+    bp: Any = None
+
+
+_EVENTS = msgspec.json.Decoder(list[Event])
+_READ_EVENTS = msgspec.json.Decoder(list[ReadEvent])
+"""`id` and `bp` accept any value: skipping them refuses the same inputs, and saves ~3% of
+the decode where nothing binds flows."""
+_EVENT = msgspec.json.Decoder(Event)
+"""One event of a scanned chunk, decoded where Python code reads it (see decode_chunk)."""
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
+MOVED_KEYS = INTERPRETED_KEYS[:4]
+PHASE_OTHER, PHASE_COMPLETE, PHASE_METADATA, PHASE_FLOW = range(4)
+PHASE_CODES = {"X": PHASE_COMPLETE, "M": PHASE_METADATA, **dict.fromkeys(FLOW_PHASES, PHASE_FLOW)}
+
+
+def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Event]:
+    """The chunk's events; BadCut if the cut was wrong, ChunkError if the input is malformed.
+
+    `doc`: the chunk between `[` and `]` where the caller has it so (else it is made
+    where msgspec decodes it).
+    `decoder`: `_EVENTS`, or `_READ_EVENTS` where no flow is bound (see `decoder_for`).
+    With the C extension the events are its scan (a sequence of msgspec's Event, see
+    `speedups`), unless it declines the chunk.
+    """
+    native = _native.native
+    if native is not None:
+        scanned = native.scan_events(data if doc is None else doc, msgspec.json.decode,
+                                     _EVENT.decode, msgspec.UNSET, doc is not None)
+        if scanned is not None:
+            if not scanned.ascii:
+                _check_utf8(data, offset)
+            return scanned
+    if doc is None:
+        doc, ascii_only = bracketed(data)
+    else:
+        ascii_only = data.isascii()
+    if not ascii_only:
+        _check_utf8(data, offset)
+    try:
+        return decoder.decode(doc)
+    except msgspec.ValidationError as exc:
+        local = _validation_index(exc)
+        starts = event_starts(data, None)
+        where = offset + starts[local] if local is not None and local < len(starts) else offset
+        raise ChunkError(describe_validation_error(exc), where, local) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        first = exc
+    try:
+        orjson.loads(doc)
+    except orjson.JSONDecodeError as exc:
+        text = str(exc)
+        if exc.pos >= len(doc) - 1 or "unexpected end" in text.lower():
+            raise BadCut() from None
+        if "unexpected content after document" in text:
+            raise BadCut(array_ends_at=exc.pos - 1) from None
+        reason = exc.msg if hasattr(exc, "msg") else text
+        raise ChunkError(f"malformed JSON: {reason.split(': line ')[0]}",
+                         offset + exc.pos - 1, None) from None
+    except RecursionError:
+        pass
+    reason = "JSON nested too deeply" if isinstance(first, RecursionError) else str(first)
+    raise ChunkError(reason, offset, None)
+
+
+def _check_utf8(data: bytes, offset: int) -> None:
+    """ChunkError where the chunk's bytes are not UTF-8 (JSON text is)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChunkError(f"invalid UTF-8: {exc.reason}", offset + exc.start, None) from None
+
+
+def bracketed(data: bytes) -> tuple[bytes, bool]:
+    """(b"[" + data + b"]", whether data is all ASCII): the chunk as the array the decoder
+    reads, made in one copy; the C extension checks the bytes in the same pass (a 2 MB
+    chunk is read once, not twice)."""
+    if _native.native is not None:
+        return _native.native.bracketed(data)
+    return b"".join((b"[", data, b"]")), data.isascii()
+
+
+def _validation_index(exc: msgspec.ValidationError) -> int | None:
+    m = re.search(r"at `\$\[(\d+)\]", str(exc))
+    return int(m.group(1)) if m else None
+
+
+def event_spans(data: bytes, count: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) offsets of every event in a validated chunk.
+
+    Every real boundary matches the separator pattern; a match inside a string or a
+    nested value would add one, so a count equal to the decoded count proves the
+    spans exact. Otherwise the events' exact bytes come from msgspec.
+    """
+    sep_starts, sep_ends = separators(data)
+    if count is None or len(sep_starts) + 1 == count:
+        starts = np.empty(len(sep_starts) + 1, np.int64)
+        ends = np.empty(len(sep_starts) + 1, np.int64)
+        starts[0] = 0
+        starts[1:] = sep_ends - 1
+        ends[:-1] = sep_starts + 1
+        ends[-1] = len(data)
+        return starts, ends
+    starts_l = []
+    ends_l = []
+    pos = 0
+    for raw in _RAW_LIST.decode(b"".join((b"[", data, b"]"))):
+        pos = data.find(b"{", pos)
+        starts_l.append(pos)
+        pos += len(raw)
+        ends_l.append(pos)
+    return np.array(starts_l, np.int64), np.array(ends_l, np.int64)
+
+
+def event_starts(data: bytes, count: int | None) -> list[int]:
+    """Offset of every event in a validated chunk (see `event_spans`)."""
+    return event_spans(data, count)[0].tolist()
+
+
+def decoder_for(ctx: Context) -> msgspec.json.Decoder:
+    """The events' decoder: flows are bound (their `id` and `bp` read) only where the
+    chunk's candidates are numbered for a rewrite (see `_Observer.run`)."""
+    return _EVENTS if ctx.records or ctx.moves_gpu else _READ_EVENTS
+
+
+def read_span(path: str, offset: int, length: int) -> bytes:
+    """Bytes of a plain file, for workers that read their chunk themselves."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    return data

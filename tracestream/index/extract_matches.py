@@ -1,0 +1,209 @@
+"""Anchor matches and kernel names of a chunk: the part of the observer the patterns drive."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import orjson
+
+from tracestream import _native
+from tracestream.index.facts import (
+    SCOPES,
+)
+from tracestream.index.matches import AS_TEXT, MATCH_DTYPE, number_forms
+from tracestream.index.records import take_rows
+from tracestream.model import GPU_SCOPE, KERNEL
+
+
+class MatchFinding:
+    """Methods of the chunk observer (`extract._Observer`), which holds the state they read."""
+
+    def _kernel_names(self, slices, kernels, groups) -> dict[int, Counter]:
+        """How often each kernel name occurs, per (chunk-local) group."""
+        if _native.native is not None:
+            try:
+                counted = _native.native.name_counts(self.events, slices, kernels, groups)
+                return {group: Counter(counts) for group, counts in counted.items()}
+            except TypeError:  # an object or array as a name: counted by its JSON text below
+                pass
+        names = [self.events[slices[k]].name for k in kernels]
+        kernel_groups = [groups[k] for k in kernels]
+        distinct = dict.fromkeys(kernel_groups)
+        return {group: _name_counts(names if len(distinct) == 1 else [  # mostly one group
+                    name for name, g in zip(names, kernel_groups) if g == group])
+                for group in distinct}
+
+    def _slice_ids(self, slices: list[int], kinds: np.ndarray) -> tuple[list, list] | None:
+        """The slices' track and group ids, as `_intern` gives them, from the C extension
+        (`kinds`: their category kinds; None without it, or where a device cannot be a key:
+        the caller refuses it)."""
+        if _native.native is None:
+            return None
+        try:
+            track_codes, track_keys, group_codes, group_keys = _native.native.slice_keys(
+                self.events, slices, kinds == GPU_SCOPE, SCOPES)
+        except TypeError:
+            return None
+        tracks, groups = self.tracks, self.groups  # numbered as track() and group() do
+        track_ids = np.array([tracks.setdefault(key, len(tracks)) for key in track_keys],
+                             np.int64)
+        group_ids = np.array([groups.setdefault(key, len(groups)) for key in group_keys],
+                             np.int64)
+        return (track_ids[np.frombuffer(track_codes, np.int32)].tolist(),
+                group_ids[np.frombuffer(group_codes, np.int32)].tolist())
+
+    def _hits(self, slices, sev, kernels, names) -> dict:
+        """The patterns each distinct kernel name matches (names that match none left out)."""
+        try:
+            unique = set(names)
+        except TypeError:  # an object or array as a kernel name
+            k = kernels[next(j for j, name in enumerate(names) if not _hashable(name))]
+            raise self.fail(slices[k], "a kernel `name` must be a string (--anchor-regex "
+                                       f"matches names), not {_json_type(sev[k].name)}") from None
+        return self._pattern_hits(unique)
+
+    def _pattern_hits(self, unique) -> dict:
+        hits = {}
+        for name in unique:
+            text = name if isinstance(name, str) else str(name)
+            found = [p for p, rx in self.ctx.patterns.items() if rx.search(text)]
+            if found:
+                hits[name] = found
+        return hits
+
+    def _anchor_kernels(self, slices, kind_a) -> list[int] | None:
+        """`_matching` from the C extension, once every slice's device is known to be a key;
+        None without it, or where a device or name is odd (the Python path refuses it)."""
+        native = _native.native
+        if native is None or not self.ctx.patterns:
+            return None
+        events = self.events
+        if native.first_unhashable_device(events, slices, kind_a == GPU_SCOPE) is not None:
+            return None
+        kernels = np.flatnonzero(kind_a == KERNEL).tolist()
+        try:
+            counted = native.name_counts(events, slices, kernels, [0] * len(slices))
+        except TypeError:
+            return None
+        self._kernel_hits = self._pattern_hits(counted.get(0, {}))
+        return native.named(events, slices, kernels, self._kernel_hits)
+
+    def _matching(self, slices, sev, kind_list) -> list[int]:
+        """Positions (among the slices) of the kernels whose name matches a pattern."""
+        if not self.ctx.patterns:
+            return []
+        kernels = [k for k, kind in enumerate(kind_list) if kind == KERNEL]
+        names = [sev[k].name for k in kernels]
+        hits = self._hits(slices, sev, kernels, names)
+        return [k for k, name in zip(kernels, names) if name in hits]
+
+    def _matched_kernels(self, slices, kernels) -> tuple[list[int], dict]:
+        """The kernels whose name matches a pattern (positions among the slices, in order),
+        and the patterns each distinct name matches (see `_hits`)."""
+        if self._kernel_hits is not None:  # `_anchor_kernels` kept the matched kernels only
+            return kernels, self._kernel_hits
+        native = _native.native
+        if native is not None:
+            try:
+                counted = native.name_counts(self.events, slices, kernels, [0] * len(slices))
+            except TypeError:  # an object or array as a name: refused below
+                pass
+            else:
+                hits = self._pattern_hits(counted.get(0, {}))
+                return native.named(self.events, slices, kernels, hits), hits
+        sev = [self.events[slices[k]] for k in kernels]
+        names = [e.name for e in sev]
+        hits = self._hits([slices[k] for k in kernels], sev, range(len(kernels)), names)
+        return [k for k, name in zip(kernels, names) if name in hits], hits
+
+    def _values(self, events: list[int], key: str) -> list:
+        """The `key` field of each of the events (by the C extension where it is built: it
+        reads a scan's values where they lie, see decode_chunk)."""
+        if _native.native is not None:
+            return _native.native.event_values(self.events, events, key)
+        return [getattr(self.events[i], key) for i in events]
+
+    def _match_keys(self, events: list[int]) -> tuple:
+        """(stream codes, streams, name codes, names) of the matched events: each one's
+        args.stream and name as a code into the distinct (type, value) keys, in order of
+        first appearance; an object or array as a stream is refused."""
+        native = _native.native
+        if native is not None:
+            try:
+                stream_codes, stream_keys, name_codes, name_keys = native.match_keys(
+                    self.events, events)
+            except TypeError:  # an object or array as a stream: refused below
+                pass
+            else:
+                return (np.frombuffer(stream_codes, np.int32), [x for _, x in stream_keys],
+                        np.frombuffer(name_codes, np.int32), [x for _, x in name_keys])
+        matched = [self.events[i] for i in events]
+        stream_ids: dict = {}
+        streams = [a.stream if a is not None else None for a in (e.args for e in matched)]
+        try:
+            stream_codes = [stream_ids.setdefault((type(x), x), len(stream_ids))
+                            for x in streams]
+        except TypeError:  # an object or array as args.stream
+            j = next(j for j, x in enumerate(streams) if not _hashable(x))
+            raise self.fail(events[j], "`args.stream` of a matched kernel must be a number or "
+                                       f"a string, not {_json_type(streams[j])}") from None
+        name_ids: dict = {}
+        name_codes = [name_ids.setdefault((type(e.name), e.name), len(name_ids))
+                      for e in matched]
+        return (stream_codes, [stream for _, stream in stream_ids], name_codes,
+                [name for _, name in name_ids])
+
+    def _matches(self, slices, kernels, start, dur, tracks, groups) -> dict[str, tuple]:
+        """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
+        patterns = self.ctx.patterns
+        found, hits = self._matched_kernels(slices, kernels)  # positions among the slices
+        events = [slices[k] for k in found]
+        self._check_duplicates(events)
+        stream_codes, streams_list, name_codes, names_list = self._match_keys(events)
+        at = np.array(found, np.int64)
+        ts_of = list(map(bytes, self._values(events, "ts")))
+        dur_of = list(map(bytes, self._values(events, "dur")))
+        forms = number_forms(ts_of, dur_of, start[at], dur[at])
+        packed = np.empty(len(found), MATCH_DTYPE)
+        packed["ordinal"] = events
+        packed["track"] = [tracks[k] for k in found]
+        packed["group"] = [groups[k] for k in found]
+        packed["start"] = start[at]
+        packed["dur"] = dur[at]
+        packed["form"] = forms
+        packed["stream"] = stream_codes
+        packed["name"] = name_codes
+        as_text = {j: (ts_of[j].decode(), dur_of[j].decode())
+                   for j in np.flatnonzero(forms == AS_TEXT).tolist()}
+        out = {}
+        everywhere = all(len(hits[n]) == len(patterns) for n in names_list)
+        for p in patterns:
+            if everywhere:
+                rows, texts = packed, as_text  # every match is a match of every pattern
+            else:
+                keep = np.flatnonzero(np.array([p in hits[n] for n in names_list],
+                                               bool)[packed["name"]])
+                rows = take_rows(packed, keep)
+                texts = {new: as_text[old] for new, old in enumerate(keep.tolist())
+                         if old in as_text} if as_text else {}
+            out[p] = (rows, names_list, streams_list, texts)
+        return out
+
+
+def _name_counts(names: list) -> Counter:
+    """How often each name occurs; an object or array as a name is counted by its JSON text."""
+    try:
+        return Counter(names)
+    except TypeError:
+        return Counter(name if _hashable(name) else orjson.dumps(name).decode()
+                       for name in names)
+
+
+def _hashable(value) -> bool:
+    """False for the JSON objects and arrays msgspec decodes into dicts and lists."""
+    return not isinstance(value, (dict, list))
+
+
+def _json_type(value) -> str:
+    return "an object" if isinstance(value, dict) else "an array"
