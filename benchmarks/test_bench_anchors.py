@@ -9,7 +9,7 @@ and with the Python rows it stands in for.
 import pytest
 
 from tracestream import _native
-from tracestream.commands.evidence import anchors_json, find_anchors
+from tracestream.commands.evidence.anchors import anchors_json, find_anchors
 
 from .conftest import ANCHOR_REGEX
 

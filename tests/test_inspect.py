@@ -23,20 +23,21 @@ from kineto import anchor_trace, kernel, write_trace
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
 from tracestream.cli import main
-from tracestream.commands.evidence import (
+from tracestream.commands.evidence.anchors import (
     _anchors_report,
-    after_last_anchor,
     anchors_json,
     anchors_lines,
-    cross_verdict,
     find_anchors,
-    format_table,
+)
+from tracestream.commands.evidence.readings import (
+    after_last_anchor,
+    cross_verdict,
     matches_before,
     outside_windows,
-    table_lines,
     verdict_text,
     window_counts,
 )
+from tracestream.commands.evidence.tables import format_table, table_lines
 from tracestream.index.matches import MATCH_DTYPE, MatchTable
 from tracestream.index.timebase import parse_decimal
 from tracestream.jsontext import RawNumber, dumps
@@ -563,7 +564,7 @@ def test_anchors_table_widths_come_from_its_widest_rows_alone(widest_duration, t
     cell sits in the middle of a batch (50 rows) and at no other extreme: a stream
     name (row 70), a gap (40), and a duration kept as text (90) or one with three
     decimals smaller than an integer one of the same batch (110, 112)."""
-    from tracestream.commands import evidence
+    from tracestream.commands.evidence import rows as evidence
 
     events = []
     for k in range(120):

@@ -383,7 +383,7 @@ def test_inspect_peaks_from_spilled_rows_of_several_groups(seed):
     each GPU the lane count and peak time the allocator reaches on its slices alone."""
     from types import SimpleNamespace
 
-    from tracestream.commands.evidence import peak_overlaps
+    from tracestream.commands.evidence.inspect import peak_overlaps
     from tracestream.index.builder import PEAK_DTYPE, PEAK_SORT
 
     rng = np.random.default_rng(seed)

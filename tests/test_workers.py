@@ -12,7 +12,8 @@ import pytest
 from conftest import assert_verified
 
 from samples.generate import ANCHOR, TERMINAL, TraceConfig, generate
-from tracestream.commands.evidence import anchors_json, find_anchors, inspect_trace
+from tracestream.commands.evidence.anchors import anchors_json, find_anchors
+from tracestream.commands.evidence.inspect import inspect_trace
 from tracestream.engine import add_layer_guides, compact
 from tracestream.jsontext import dumps
 from tracestream.plan.guides import LayerSpec

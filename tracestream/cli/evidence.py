@@ -28,7 +28,7 @@ def register(main) -> None:
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
         from tracestream.cli.guard import refuse_stdout_on_inputs
         from tracestream.cli.progress import Progress
-        from tracestream.commands.evidence import format_inspect, inspect_trace
+        from tracestream.commands.evidence.inspect import format_inspect, inspect_trace
         from tracestream.jsontext import dumps
         from tracestream.parallel.memory import collector_paused
 
@@ -62,13 +62,9 @@ def register(main) -> None:
         from tracestream.cli.guard import refuse_stdout_on_inputs
         from tracestream.cli.options import pid_value
         from tracestream.cli.progress import Progress
-        from tracestream.commands.evidence import (
-            GAP_FACTOR,
-            anchors_json,
-            anchors_lines,
-            find_anchors,
-        )
+        from tracestream.commands.evidence.anchors import anchors_json, anchors_lines, find_anchors
         from tracestream.parallel.memory import collector_paused
+        from tracestream.plan.cadence import GAP_FACTOR
 
         refuse_stdout_on_inputs([trace], "output")
         with collector_paused():  # thousands of match rows: full collections would walk them all
