@@ -174,7 +174,7 @@ def test_compressed_input_is_read_whole_in_small_pieces(tmp_path, suffix):
 
     import zstandard
 
-    from tracestream.read import source as source_module
+    from tracestream.read import compression
     from tracestream.read.source import TraceSource
 
     text = b'{"traceEvents": [' + b", ".join(
@@ -191,4 +191,4 @@ def test_compressed_input_is_read_whole_in_small_pieces(tmp_path, suffix):
         pieces = list(src.read())
     assert b"".join(pieces) == text
     if suffix == "gz":
-        assert max(map(len, pieces)) <= source_module.OUT_BLOCK
+        assert max(map(len, pieces)) <= compression.OUT_BLOCK

@@ -9,7 +9,7 @@ from tracestream.commands.view import server as view
 from tracestream.errors import TraceError, require_utf8
 from tracestream.plan.planner import INT64_MAX, INT64_MIN, clamp_sort_index
 from tracestream.read import document
-from tracestream.read.source import detect_compression, is_zstd_skippable
+from tracestream.read.compression import detect_compression, is_zstd_skippable
 from tracestream.write.sink import check_compress_level
 
 

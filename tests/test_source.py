@@ -8,7 +8,8 @@ import zlib
 import pytest
 
 from tracestream.errors import TraceError
-from tracestream.read.source import PieceChecksum, ReadStats, TraceSource
+from tracestream.read.hashing import PieceChecksum, ReadStats
+from tracestream.read.source import TraceSource
 
 
 def test_pieces_and_spans_filled_in_any_order_give_the_whole_files_crc():
@@ -134,7 +135,7 @@ def test_a_file_comparison_hashes_the_file_it_matches(tmp_path):
     the file's sha256, size and CRC-32; a differing, missing or extra byte gives unequal."""
     import hashlib
 
-    from tracestream.read.source import FileComparison
+    from tracestream.read.hashing import FileComparison
 
     text = bytes(random.Random(7).randrange(256) for _ in range(600_000))
     path = tmp_path / "source.json"

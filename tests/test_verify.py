@@ -425,12 +425,12 @@ def test_the_chunked_run_hashes_a_plain_source_once(compacted, monkeypatch, work
 
     started = []
 
-    class Counted(source_module._Hasher):
+    class Counted(source_module.Hasher):
         def __init__(self, *args):
             started.append(args)
             super().__init__(*args)
 
-    monkeypatch.setattr(source_module, "_Hasher", Counted)
+    monkeypatch.setattr(source_module, "Hasher", Counted)
     source, out = compacted
     verdict = module.verify(source, out, workers=workers)
     assert verdict.ok and not started

@@ -32,6 +32,7 @@ from tracestream.plan.guides import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, Laye
 from tracestream.plan.guidetext import GuideRows
 from tracestream.plan.planner import CompactSpec, Plan, Planner
 from tracestream.plan.report import LayerRows
+from tracestream.read.compression import compression_for
 from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
 from tracestream.write.rewrite import rewrite
@@ -40,7 +41,6 @@ from tracestream.write.sink import (
     check_compress_level,
     check_new_path,
     commit_together,
-    compression_for,
     input_identity,
     refuse_writing_input,
 )

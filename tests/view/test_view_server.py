@@ -25,6 +25,7 @@ import pytest
 from tracestream.commands.view import server as view
 from tracestream.commands.view.server import TraceFile, ViewServer, view_trace
 from tracestream.errors import TraceError
+from tracestream.read.compression import ZSTD_MAGIC
 
 MB = 1 << 20
 TRACE_BYTES = b'{"traceEvents": [{"ph": "X", "name": "a&b", "ts": 1, "dur": 2}]}\n'
@@ -547,7 +548,7 @@ def reported(monkeypatch):
 def test_a_file_that_is_not_zstd_after_its_magic_is_a_502_with_the_reason(tmp_path, reported,
                                                                        capfd):
     path = tmp_path / "broken.json.zst"
-    path.write_bytes(view.ZSTD_MAGIC + b"\xff" * 64)
+    path.write_bytes(ZSTD_MAGIC + b"\xff" * 64)
     with serving(path) as server:
         status, headers, body = get(server, "/trace")
     assert status == 502
@@ -595,7 +596,7 @@ def test_a_pzstd_file_is_zstd(tmp_path):
 
 def test_a_broken_zstd_file_with_a_non_ascii_name_is_still_one_line(tmp_path, reported):
     path = tmp_path / "层 — trace.json.zst"
-    path.write_bytes(view.ZSTD_MAGIC + b"\xff" * 64)
+    path.write_bytes(ZSTD_MAGIC + b"\xff" * 64)
     with serving(path) as server:
         status, headers, body = get(server, "/trace")
     assert status == 502

@@ -36,7 +36,7 @@ from tracestream.errors import SpecError, TraceError
 from tracestream.plan.guides import ALL_PASSES, LayerSpec, id_from_text
 from tracestream.plan.planner import CompactSpec
 from tracestream.plan.report import load_report
-from tracestream.write.sink import compression_for
+from tracestream.read.compression import SUFFIX_OF, SUFFIXES, compression_for
 
 KINDS = ("compact", "layers")
 ENGINES = ("local", "dask")
@@ -45,8 +45,6 @@ DASK_INSTALL_HINT = (
     "install it with: pip install 'tracestream[dask]'"
 )
 WORKER_DIED = "the worker process died while processing this trace (killed, or out of memory?)"
-_COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-_SUFFIX_FOR = {"gzip": ".gz", "zstd": ".zst", "none": ""}
 _MAX_ERROR = 600
 _WORKER_WAIT_SECONDS = 60
 
@@ -62,18 +60,13 @@ def split_trace_name(name: str) -> tuple[str, str, str | None]:
     """
     stem, suffix, compression = name, "", None
     lower = name.lower()
-    for ext, kind in _COMPRESSION_SUFFIXES.items():
+    for ext, kind in SUFFIXES.items():
         if lower.endswith(ext) and len(name) > len(ext):
             stem, suffix, compression = name[: -len(ext)], name[-len(ext):], kind
             break
     if stem.lower().endswith(".json") and len(stem) > len(".json"):
         stem = stem[: -len(".json")]
     return stem, suffix, compression
-
-
-def input_compression(trace: str) -> str:
-    """The input's compression as its name says (none, gzip, zstd)."""
-    return split_trace_name(os.path.basename(trace))[2] or "none"
 
 
 def output_name(trace: str, kind: str, compress: str | None = None) -> str:
@@ -86,9 +79,9 @@ def output_name(trace: str, kind: str, compress: str | None = None) -> str:
         raise TraceError(f"unknown batch kind {kind!r} (compact, layers)")
     stem, suffix, compression = split_trace_name(os.path.basename(trace))
     if compress is not None and compress != (compression or "none"):
-        if compress not in _SUFFIX_FOR:
+        if compress not in SUFFIX_OF:
             raise TraceError(f"unknown compression {compress!r} (none, gzip, zstd)")
-        suffix = _SUFFIX_FOR[compress]
+        suffix = SUFFIX_OF[compress]
     return f"{stem}.{kind}.json{suffix}"
 
 
@@ -238,7 +231,7 @@ def _task(kind: str, trace: str, output: str, *, layers: LayerSpec | None,
           verify: bool, skip_existing: bool) -> dict:
     if trace == "-":
         raise TraceError("batch reads trace files; stdin (-) is for the single-trace commands")
-    compression = compress or input_compression(trace)
+    compression = compression_for(output, compress)  # the output's name carries the input's
     return {
         "kind": kind,
         "trace": os.path.abspath(trace),
@@ -301,12 +294,10 @@ def layers_tasks(manifest: str, output_dir: str, defaults: dict | None = None, *
         spec, compact_spec = merge_layer_options(defaults, entry.options, where)
         if entry.output is not None:  # its compression: --compress, else its own suffix
             output = os.path.join(os.path.abspath(output_dir), entry.output)
-            compression = compress or compression_for(output, None)
         else:
             output = output_path(entry.trace, output_dir, "layers", compress)
-            compression = compress
         tasks.append(_task("layers", entry.trace, output, layers=spec, compact=compact_spec,
-                           compress=compression, compress_level=compress_level, verify=verify,
+                           compress=compress, compress_level=compress_level, verify=verify,
                            skip_existing=skip_existing))
     _refuse_duplicates(tasks)
     return tasks

@@ -30,14 +30,15 @@ from tracestream.errors import TraceError, malformed_report
 from tracestream.index.keyscan import separators
 from tracestream.parallel.memory import release_memory
 from tracestream.plan.report import find_report, load_report
+from tracestream.read.compression import compression_for
 from tracestream.read.document import CHUNK_BYTES, SETTLE, DocumentScanner, Layout
-from tracestream.read.source import ReadStats, TraceSource
+from tracestream.read.hashing import ReadStats
+from tracestream.read.source import TraceSource
 from tracestream.write.relocate import undo_relocation, undo_relocations
 from tracestream.write.rewrite import StreamCursor
 from tracestream.write.sink import (
     OutputFile,
     check_compress_level,
-    compression_for,
     input_identity,
     refuse_writing_input,
 )

@@ -52,7 +52,8 @@ from tracestream.read.document import (
     FilePeek,
     Layout,
 )
-from tracestream.read.source import ReadStats, TraceSource
+from tracestream.read.hashing import ReadStats
+from tracestream.read.source import TraceSource
 
 __all__ = [
     "FLOW", "META", "SCOPES", "GuideEvent", "IndexOptions", "Match", "MatchTable", "MetaEvent",

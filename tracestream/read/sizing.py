@@ -6,8 +6,9 @@ import os
 
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, WorkerPool, default_workers
 from tracestream.parallel.slots import WRITER_HOLDS
+from tracestream.read.compression import detect_compression
 from tracestream.read.document import CHUNK_BYTES
-from tracestream.read.source import detect_compression, is_stream_path
+from tracestream.read.source import is_stream_path
 
 SLOT_BYTES = 2 * CHUNK_BYTES
 """A rewritten chunk grows by its relocated events' provenance: twice a chunk holds any

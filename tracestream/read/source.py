@@ -34,44 +34,21 @@ import stat
 import sys
 import tempfile
 import threading
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import zstandard
 from isal import isal_zlib
 
 from tracestream.errors import TraceError
+from tracestream.read.compression import GzipDecoder, ZstdDecoder, detect_compression
+from tracestream.read.hashing import Hashed, Hasher, PieceChecksum, ReadStats, bytes_changed
 
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-ZSTD_SKIPPABLE_MAGIC = (b"\x2a\x4d\x18", 0x50, 0x5F)
-"""A zstd skippable frame: magic 0x184D2A5? little-endian (pzstd starts with one)."""
 RAW_BLOCK = 1 << 20
 PLAIN_BLOCK = 4 << 20
-HASH_BLOCK = 256 << 10
-"""The hash thread's reads go into one buffer of this size, reused: fresh 4 MB blocks
-cost page faults, and a block this small is still in the cache when sha256 and CRC-32
-read it (1.17 instead of 1.32 CPU-s per GB, measured on a 1 GB trace)."""
-OUT_BLOCK = 1 << 20  # decompressed bytes per piece: trace JSON compresses 10-20x
-ZSTD_FEED = 64 << 10  # zstd input per call (its decompressobj has no output limit)
+
+
 _QUEUE_DEPTH = 2
-
-
-def detect_compression(head: bytes) -> str:
-    """gzip, zstd or none, from the first four bytes."""
-    if head.startswith(GZIP_MAGIC):
-        return "gzip"
-    if head.startswith(ZSTD_MAGIC) or is_zstd_skippable(head):
-        return "zstd"
-    return "none"
-
-
-def is_zstd_skippable(head: bytes) -> bool:
-    """Whether `head` starts a zstd skippable frame (a zstd stream may begin with one)."""
-    tail, low, high = ZSTD_SKIPPABLE_MAGIC
-    return len(head) >= 4 and low <= head[0] <= high and head[1:4] == tail
 
 
 def is_stream_path(path) -> bool:
@@ -98,17 +75,6 @@ class Fingerprint:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-@dataclass
-class ReadStats:
-    """Filled in by a completed read: raw bytes, decompressed bytes, checksums."""
-
-    raw_bytes: int = 0
-    data_bytes: int = 0
-    crc32: int = 0
-    data_sha256: str = ""  # of the decompressed bytes; the first read only
-    checksummed: bool = True  # False: a skipping read (`TraceSource.read_skipping`)
-
-
 class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
@@ -119,7 +85,7 @@ class TraceSource:
         # False: the first read of a compressed input hashes nothing (~0.5 CPU-s per GB of
         # JSON text) where nothing asks for `data_sha256`
         self.hashes_data = hashes_data
-        self._hasher: _Hasher | None = None
+        self._hasher: Hasher | None = None
         self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._stdin = None
         self._opened = None  # a stream path we opened ourselves (closed with the source)
@@ -338,7 +304,7 @@ class TraceSource:
         if self.first_stats is None:
             raise TraceError("internal error: the source is hashed after its first read")
         if self._hasher is None:
-            self._hasher = _Hasher(self._open_for_reading, self.first_stats, self.name)
+            self._hasher = Hasher(self._open_for_reading, self.first_stats, self.name)
 
     def adopt_sha256(self, digest: str, size: int, crc32: int) -> bool:
         """Take the sha256 a `FileComparison` of this plain file made (with the size and
@@ -348,8 +314,8 @@ class TraceSource:
         if self._hasher is not None or self.first_stats is None or self.plain_path is None:
             return False
         if (size, crc32) != (self.first_stats.raw_bytes, self.first_stats.crc32):
-            raise _bytes_changed(self.name)
-        self._hasher = _Hashed(digest)
+            raise bytes_changed(self.name)
+        self._hasher = Hashed(digest)
         return True
 
     def sha256(self) -> str:
@@ -392,62 +358,8 @@ class TraceSource:
             first.data_bytes,
             first.crc32,
         ):
-            raise _bytes_changed(self.name)
+            raise bytes_changed(self.name)
         self._check_unchanged()
-
-
-class PieceChecksum:
-    """The CRC-32 of a file's bytes in file order, made of pieces: bytes read here
-    (`read`), and spans that another process read, whose CRC comes later (`span`, then
-    `fill`). Known pieces at the front are folded at once, so only the pieces after the
-    first span still unknown are held (a few per chunk in flight)."""
-
-    def __init__(self) -> None:
-        self.crc = 0
-        self.length = 0
-        self._pieces: deque = deque()  # [crc or None, length], after the folded prefix
-        self._spans = 0  # spans handed out so far (their numbers)
-        self._first_span = 0  # the number of the first span in self._pieces
-
-    def read(self, data: bytes) -> None:
-        """Bytes read here, next in file order."""
-        self._pieces.append([isal_zlib.crc32(data), len(data), None])
-        self._fold()
-
-    def span(self, length: int) -> int:
-        """A span of `length` bytes, next in file order, whose CRC is not known yet: its
-        number for `fill`."""
-        number = self._spans
-        self._spans += 1
-        self._pieces.append([None, length, number])
-        return number
-
-    def fill(self, number: int, crc: int) -> None:
-        """The CRC of span `number`."""
-        for piece in self._pieces:
-            if piece[2] == number:
-                piece[0] = crc
-                break
-        else:
-            raise TraceError(f"internal error: no open span {number} in the checksum")
-        self._fold()
-
-    @property
-    def complete(self) -> bool:
-        return not self._pieces
-
-    def _fold(self) -> None:
-        while self._pieces and self._pieces[0][0] is not None:
-            crc, length, _ = self._pieces.popleft()
-            self.crc = isal_zlib.crc32_combine(self.crc, crc, length)
-            self.length += length
-
-    def finish(self, stats: ReadStats) -> None:
-        """Fill in `stats` as a complete checksummed read of these bytes would."""
-        if not self.complete:
-            raise TraceError("internal error: a span of the read has no checksum")
-        stats.raw_bytes = stats.data_bytes = self.length
-        stats.crc32 = self.crc
 
 
 class SkippingBlocks:
@@ -495,9 +407,9 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
     raw_total = 0
     data_total = 0
     if compression == "gzip":
-        decoder = _GzipDecoder(source.name)
+        decoder = GzipDecoder(source.name)
     elif compression == "zstd":
-        decoder = _ZstdDecoder(source.name)
+        decoder = ZstdDecoder(source.name)
     else:
         decoder = None
     for block in raw:
@@ -521,144 +433,6 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
     stats.crc32 = crc
     if digest is not None:
         stats.data_sha256 = digest.hexdigest()
-
-
-def _unreadable(name: str, exc: OSError) -> TraceError:
-    return TraceError(f"cannot read input {name}: {exc.strerror or exc}")
-
-
-def _bytes_changed(name: str) -> TraceError:
-    return TraceError(f"input {name} changed between passes (the bytes read differ); "
-                      "nothing was written")
-
-
-class _Hasher:
-    """sha256 of a file's bytes in a daemon thread, checked against a read's size and CRC."""
-
-    def __init__(self, opener, expected: ReadStats, name: str):
-        self._opener = opener
-        self._expected = expected
-        self._name = name
-        self._stopped = threading.Event()
-        self._digest: str | None = None
-        self._error: TraceError | None = None
-        self._thread = threading.Thread(target=self._run, name=f"hash {name}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        digest = hashlib.sha256()
-        crc = 0
-        total = 0
-        buffer = bytearray(HASH_BLOCK)
-        view = memoryview(buffer)
-        try:
-            with self._opener() as fh:
-                while not self._stopped.is_set():
-                    size = fh.readinto(buffer)
-                    if not size:
-                        break
-                    block = view[:size]
-                    digest.update(block)
-                    crc = isal_zlib.crc32(block, crc)
-                    total += size
-        except OSError as exc:
-            self._error = _unreadable(self._name, exc)
-            return
-        if self._stopped.is_set():
-            return
-        if (total, crc) != (self._expected.raw_bytes, self._expected.crc32):
-            self._error = _bytes_changed(self._name)
-            return
-        self._digest = digest.hexdigest()
-
-    def result(self) -> str:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        if self._digest is None:
-            raise TraceError(f"internal error: hashing {self._name} was stopped")
-        return self._digest
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()
-
-
-class _Hashed:
-    """A hash made elsewhere (`TraceSource.adopt_sha256`), in place of a `_Hasher`."""
-
-    def __init__(self, digest: str):
-        self._digest = digest
-
-    def result(self) -> str:
-        return self._digest
-
-    def stop(self) -> None:
-        pass
-
-
-class FileComparison:
-    """A writer that compares what it is given with a file's bytes, in order (`equal`),
-    and hashes those bytes as `TraceSource.sha256` does (sha256, size, CRC-32).
-
-    verify checks that restore gives back the source's bytes: compared with the file as
-    they are made, the file is hashed once (its hash is the report's to check), instead
-    of the restored copy hashed too (~0.8 CPU-s per GB). Once the bytes differ nothing
-    more is read."""
-
-    def __init__(self, path: str):
-        self._name = str(path)
-        try:
-            self._fh = open(path, "rb", buffering=0)
-        except OSError as exc:
-            raise _unreadable(self._name, exc) from None
-        self._digest = hashlib.sha256()
-        self._buffer = memoryview(bytearray(HASH_BLOCK))
-        self.size = 0
-        self.crc32 = 0
-        self.equal = True
-
-    def write(self, data) -> None:
-        data = data if type(data) is bytes else bytes(data)
-        at = 0
-        while self.equal and at < len(data):
-            try:
-                read = self._fh.readinto(self._buffer[: min(len(self._buffer), len(data) - at)])
-            except OSError as exc:
-                raise _unreadable(self._name, exc) from None
-            block = self._buffer[:read]
-            if not read or not data.startswith(block, at):
-                self.equal = False
-                return
-            self._digest.update(block)
-            self.crc32 = isal_zlib.crc32(block, self.crc32)
-            self.size += read
-            at += read
-
-    def ended(self) -> bool:
-        """Whether every byte of the file was written, equal."""
-        try:
-            self.equal = self.equal and not self._fh.read(1)
-        except OSError as exc:
-            raise _unreadable(self._name, exc) from None
-        return self.equal
-
-    def hexdigest(self) -> str:
-        return self._digest.hexdigest()
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-def zstd_blocks(raw: Iterator[bytes], name: str) -> Iterator[bytes]:
-    """Decompressed blocks of a zstd stream (every frame); TraceError naming the compressed
-    byte where it is corrupt, or that it is truncated (a stream reader just stops there)."""
-    decoder = _ZstdDecoder(name)
-    offset = 0
-    for block in raw:
-        yield from decoder.feed(block, offset)
-        offset += len(block)
-    decoder.finish(offset)
 
 
 def anonymous_temp_file(folder: str) -> int:
@@ -706,95 +480,6 @@ class _SpoolReader:
 
     def __exit__(self, *exc) -> None:
         os.close(self._fd)
-
-
-class _GzipDecoder:
-    """Multi-member gzip, with errors that name the compressed byte offset."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self._obj = isal_zlib.decompressobj(wbits=31)
-        self._started = False
-
-    def feed(self, data: bytes, offset: int):
-        while data:
-            try:
-                out = self._obj.decompress(data, OUT_BLOCK)
-                pieces = [out]
-                # output held back at the limit, with no input left: drain it before more input
-                while len(out) == OUT_BLOCK and not self._obj.unconsumed_tail \
-                        and not self._obj.eof:
-                    out = self._obj.decompress(b"", OUT_BLOCK)
-                    pieces.append(out)
-            except isal_zlib.error as exc:
-                raise TraceError(
-                    f"{self.name}: corrupt gzip data near compressed byte {offset}: {exc}"
-                ) from None
-            self._started = True
-            for out in pieces:
-                if out:
-                    yield out
-            if self._obj.unconsumed_tail and not self._obj.eof:
-                offset += len(data) - len(self._obj.unconsumed_tail)
-                data = self._obj.unconsumed_tail
-                continue
-            if self._obj.eof:
-                rest = self._obj.unused_data
-                offset += len(data) - len(rest)
-                data = rest
-                self._obj = isal_zlib.decompressobj(wbits=31)
-                self._started = False
-                if data and not data.startswith(GZIP_MAGIC):
-                    if data.strip(b"\0"):
-                        raise TraceError(
-                            f"{self.name}: trailing bytes after gzip data at compressed byte "
-                            f"{offset}"
-                        )
-                    return
-            else:
-                data = b""
-
-    def finish(self, total: int) -> None:
-        if self._started and not self._obj.eof:
-            raise TraceError(f"{self.name}: gzip data is truncated (ends at byte {total})")
-
-
-class _ZstdDecoder:
-    """Multi-frame zstd, with errors that name the compressed byte offset."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self._dctx = zstandard.ZstdDecompressor()
-        self._obj = self._dctx.decompressobj()
-        self._started = False
-
-    def feed(self, data: bytes, offset: int):
-        while len(data) > ZSTD_FEED:  # small inputs keep each output piece small
-            yield from self.feed(data[:ZSTD_FEED], offset)
-            data = data[ZSTD_FEED:]
-            offset += ZSTD_FEED
-        while data:
-            try:
-                out = self._obj.decompress(data)
-            except zstandard.ZstdError as exc:
-                raise TraceError(
-                    f"{self.name}: corrupt zstd data near compressed byte {offset}: {exc}"
-                ) from None
-            self._started = True
-            if out:
-                yield out
-            if self._obj.eof:
-                rest = self._obj.unused_data
-                offset += len(data) - len(rest)
-                data = rest
-                self._obj = self._dctx.decompressobj()
-                self._started = False
-            else:
-                data = b""
-
-    def finish(self, total: int) -> None:
-        if self._started and not self._obj.eof:
-            raise TraceError(f"{self.name}: zstd data is truncated (ends at byte {total})")
 
 
 _DONE = object()

@@ -28,7 +28,8 @@ from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
 from tracestream.parallel.slots import deliver, received, slot_buffer, write_result
 from tracestream.plan.planner import DELETE, KEEP, Plan
-from tracestream.read.source import PLAIN_BLOCK, PieceChecksum, ReadStats, TraceSource
+from tracestream.read.hashing import PieceChecksum, ReadStats
+from tracestream.read.source import PLAIN_BLOCK, TraceSource
 from tracestream.write.relocate import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
 from tracestream.write.sink import OutputFile
 

@@ -58,18 +58,6 @@ def _writeback_starter():
 _start_writeback = _writeback_starter()
 
 
-def compression_for(path: str, explicit: str | None) -> str:
-    """`explicit` if given (none/gzip/zstd), else from the output suffix."""
-    if explicit:
-        return explicit
-    lower = path.lower()
-    if lower.endswith(".gz"):
-        return "gzip"
-    if lower.endswith(".zst") or lower.endswith(".zstd"):
-        return "zstd"
-    return "none"
-
-
 def check_new_path(path: str, what: str) -> Path:
     """Refuse an existing file or a missing directory before any work is done."""
     target = Path(path)

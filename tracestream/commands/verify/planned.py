@@ -17,7 +17,8 @@ from tracestream.parallel.memory import release_memory
 from tracestream.parallel.pool import outcome
 from tracestream.parallel.slots import deliver, received
 from tracestream.plan.planner import DELETE, Plan
-from tracestream.read.source import ReadStats, TraceSource
+from tracestream.read.hashing import ReadStats
+from tracestream.read.source import TraceSource
 from tracestream.write.rewrite import StreamCursor, chunk_edits, dropped_last, rewrite_chunk
 
 

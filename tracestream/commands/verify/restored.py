@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tracestream.commands.restore import HashingWriter, Undo, splice_back
 from tracestream.errors import TraceError
-from tracestream.read.source import FileComparison, TraceSource
+from tracestream.read.hashing import FileComparison
+from tracestream.read.source import TraceSource
 
 
 def restoration_problems(source: TraceSource, annotated: TraceSource, data: dict,

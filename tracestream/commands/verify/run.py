@@ -38,8 +38,9 @@ from tracestream.parallel.pool import outcome
 from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.plan.report import find_report, load_report
 from tracestream.read.document import SETTLE, DocumentScanner, Layout, iter_events
+from tracestream.read.hashing import ReadStats
 from tracestream.read.sizing import pool_for
-from tracestream.read.source import ReadStats, TraceSource
+from tracestream.read.source import TraceSource
 from tracestream.write.relocate import provenance_match, relocate, unrelocate
 from tracestream.write.rewrite import edits
 

@@ -82,13 +82,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from tracestream.commands.view import DEFAULT_UI_URL
 from tracestream.errors import TraceError
-from tracestream.read.source import is_zstd_skippable, zstd_blocks
+from tracestream.read.compression import detect_compression, zstd_blocks
 
 __all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "describe_trace", "view_trace"]
 
 LOOPBACK = "127.0.0.1"
 BLOCK_SIZE = 1 << 20  # bytes per read from disk: this bounds the server's memory
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _POLL_SECONDS = 0.2  # how quickly serve_forever notices shutdown()
 HEADER_TIMEOUT = 10.0
@@ -122,13 +121,13 @@ def describe_trace(trace_path) -> TraceFile:
         raise TraceError(f"trace is not a regular file: {path}")
     try:
         with path.open("rb") as fh:
-            head = fh.read(len(ZSTD_MAGIC))
+            head = fh.read(4)
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
     if not head:
         raise TraceError(f"trace is empty, nothing to show: {path}")
     name = display_name(path)
-    zstd = head == ZSTD_MAGIC or is_zstd_skippable(head)  # pzstd starts with a skippable frame
+    zstd = detect_compression(head) == "zstd"  # also pzstd's, which starts with a skippable frame
     file_name = name[: -len(".zst")] if zstd and name.endswith(".zst") else name
     return TraceFile(path=path, title=name, file_name=file_name, zstd=zstd)
 
