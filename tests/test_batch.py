@@ -23,10 +23,15 @@ from click.testing import CliRunner
 from samples.generate import TraceConfig, generate
 from tracestream import engine
 from tracestream.commands import batch
+from tracestream.commands.batch import engines as batch_engines
+from tracestream.commands.batch import execute as batch_execute
+from tracestream.commands.batch import outcome as batch_outcome
+from tracestream.commands.batch import tasks as batch_tasks
 from tracestream.commands.verify import verify
 from tracestream.commands.verify.verdict import Verdict
 from tracestream.errors import TraceError
 from tracestream.plan.guides import LayerSpec
+from tracestream.plan.planner import CompactSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACESTREAM = [sys.executable, "-m", "tracestream"]
@@ -157,7 +162,7 @@ def assert_batch_of_five(done, out: Path, ranks_) -> None:
     ("rank", "compact", None, "rank.compact.json"),
 ])
 def test_output_names(name, kind, compress, expected):
-    assert batch.output_name(f"/some/dir/{name}", kind, compress) == expected
+    assert batch_tasks.output_name(f"/some/dir/{name}", kind, compress) == expected
 
 
 def test_manifest_errors_name_the_line(tmp_path):
@@ -326,12 +331,12 @@ def test_verify_failure_removes_output_and_report(ranks, tmp_path, monkeypatch):
     failing = Verdict()
     failing.add("restored events equal the source", ["event 7 differs"], "")
     monkeypatch.setattr(verify_module, "verify", lambda *a, **k: failing)
-    result = batch.run_task(task)
+    result = batch_execute.run_task(task)
     assert result["status"] == "failed" and result["verified"] is False
     assert "verify failed" in result["error"] and "event 7 differs" in result["error"]
     assert list(out.iterdir()) == [], "a failed --verify must remove output and report"
     monkeypatch.undo()
-    result = batch.run_task(task)
+    result = batch_execute.run_task(task)
     assert result["status"] == "ok" and result["verified"] is True
     assert Path(task["output"]).exists() and Path(task["report"]).exists()
 
@@ -341,24 +346,24 @@ def test_a_retry_takes_over_the_output_its_earlier_attempt_completed(ranks, tmp_
     paths, _ = ranks
     out = tmp_path / "out"
     task = _compact_task(paths[0], out, verify=True)
-    first = batch.run_task(task)
+    first = batch_execute.run_task(task)
     assert first["status"] == "ok"
-    again = batch.run_task({**task, "attempt": 2})
+    again = batch_execute.run_task({**task, "attempt": 2})
     assert again["status"] == "ok" and again["verified"] is True
     assert {k: again[k] for k in ("events", "lanes")} == {k: first[k] for k in ("events", "lanes")}
     # not the same task (other options, or another trace): never taken over, never overwritten
-    other = _compact_task(paths[0], out, spec=batch.CompactSpec(max_lanes=9))
-    assert "already exists" in batch.run_task({**other, "attempt": 2})["error"]
+    other = _compact_task(paths[0], out, spec=CompactSpec(max_lanes=9))
+    assert "already exists" in batch_execute.run_task({**other, "attempt": 2})["error"]
     renamed = {**task, "trace": str(paths[1]), "attempt": 2}
-    assert "already exists" in batch.run_task(renamed)["error"]
-    assert batch.run_task(task)["status"] == "failed"  # a first attempt never takes over
+    assert "already exists" in batch_execute.run_task(renamed)["error"]
+    assert batch_execute.run_task(task)["status"] == "failed"  # a first attempt never takes over
 
 
 def test_run_task_never_raises(tmp_path):
     task = _compact_task(tmp_path / "missing.json", tmp_path / "out")
-    result = batch.run_task(task)
+    result = batch_execute.run_task(task)
     assert result["status"] == "failed" and result["error"]
-    assert batch.run_task({"kind": "nonsense"})["status"] == "failed"
+    assert batch_execute.run_task({"kind": "nonsense"})["status"] == "failed"
 
 
 def test_killed_worker_process_becomes_a_failed_line(ranks, tmp_path):
@@ -409,7 +414,7 @@ def crash_on_tp2(task: dict) -> dict:
     """A task function whose worker dies (SIGKILL) on TP-2, as an out-of-memory kill would."""
     if "TP-2" in task["trace"]:
         os.kill(os.getpid(), signal.SIGKILL)
-    return batch.run_task(task)
+    return batch_execute.run_task(task)
 
 
 def test_local_worker_crash_becomes_a_failed_line(ranks, tmp_path):
@@ -463,7 +468,7 @@ def test_dask_worker_crash_becomes_a_failed_line(ranks, tmp_path, dask_cluster):
     paths, _ = ranks
     out = tmp_path / "out"
     tasks = batch.compact_tasks([str(p) for p in paths[1:3]], str(out))
-    results = by_name(batch.run_dask(tasks, 2, dask_cluster.scheduler_address,
+    results = by_name(batch_engines.run_dask(tasks, 2, dask_cluster.scheduler_address,
                                      task_fn=crash_on_tp2))
     assert results["TP-1.trace.json.gz"]["status"] == "ok"
     crashed = results["TP-2.trace.json.gz"]
@@ -498,11 +503,11 @@ def test_progress_and_summary_text():
         {"trace": "/t/TP-2.json", "status": "skipped", "error": None, "seconds": 0.0,
          "events": None, "lanes": None, "input_bytes": 9_000_000},
     ])
-    assert batch.progress_text(outcome, width=8) == (
+    assert batch_outcome.progress_text(outcome, width=8) == (
         "[######--] 3/4 done, 1 failed, 2.0 MB/s, 0:02")
-    assert batch.final_line(outcome, "compact") == (
+    assert batch_outcome.final_line(outcome, "compact") == (
         "batch compact: 1 ok, 1 skipped, 1 failed of 4 traces in 2.0 s (2.0 MB/s of input)")
-    table = batch.summary_table(outcome).splitlines()
+    table = batch_outcome.summary_table(outcome).splitlines()
     assert table[0].split() == ["status", "seconds", "MB", "events", "lanes", "trace"]
     assert table[1].split() == ["ok", "1.50", "3.0", "1,234", "5", "TP-0.json"]
     assert table[2].startswith("failed") and table[2].endswith("TP-1.json: gzip data is truncated")

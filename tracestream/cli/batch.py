@@ -79,11 +79,11 @@ def _layer_default_options(f):
 
 def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None) -> None:
     from tracestream.cli.guard import refuse_stdout_on_inputs, silence_and_refuse, stderr_is_one_of
-    from tracestream.commands.batch import (
+    from tracestream.commands.batch import run_batch
+    from tracestream.commands.batch.outcome import (
         final_line,
         progress_text,
         result_line,
-        run_batch,
         summary_table,
     )
 
@@ -131,7 +131,8 @@ def register(main) -> None:
     def batch_compact(traces, max_gpu_lanes, pid, output_dir, jobs, engine, scheduler, compress,
                       compress_level, verify, skip_existing):
         """Compact every TRACE with the same options: OUT/<name>.compact.json[.gz]."""
-        from tracestream.commands.batch import compact_tasks, pid_value
+        from tracestream.cli.options import pid_value
+        from tracestream.commands.batch import compact_tasks
         from tracestream.plan.planner import CompactSpec
 
         tasks = compact_tasks(traces, output_dir,

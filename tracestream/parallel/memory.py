@@ -39,10 +39,11 @@ class _Libc:
             self.mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD
             self.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
 
-    def die_with_parent(self) -> None:
-        """Linux: SIGKILL this process when its parent dies (a killed run leaves no workers)."""
+    def die_with_parent(self, signum: int = signal.SIGKILL) -> None:
+        """Linux: send this process `signum` when its parent dies (a killed run leaves no
+        workers); a batch worker asks for SIGTERM, to unwind its task first."""
         if self.prctl is not None:
-            self.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            self.prctl(1, signum)  # PR_SET_PDEATHSIG
 
 
 LIBC = _Libc()
