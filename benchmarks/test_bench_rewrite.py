@@ -10,8 +10,7 @@ import pytest
 from benchmarks.conftest import ANCHOR_REGEX
 from tracestream.engine import build_plan
 from tracestream.index.decode import read_span
-from tracestream.plan.guides import LayerSpec
-from tracestream.plan.planner import CompactSpec
+from tracestream.plan.specs import CompactSpec, LayerSpec
 from tracestream.read.source import TraceSource
 from tracestream.write.rewrite import chunk_edits, rewrite_chunk
 

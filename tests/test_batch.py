@@ -30,8 +30,7 @@ from tracestream.commands.batch import tasks as batch_tasks
 from tracestream.commands.verify import verify
 from tracestream.commands.verify.verdict import Verdict
 from tracestream.errors import TraceError
-from tracestream.plan.guides import LayerSpec
-from tracestream.plan.planner import CompactSpec
+from tracestream.plan.specs import CompactSpec, LayerSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACESTREAM = [sys.executable, "-m", "tracestream"]

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from tracestream.engine import add_layer_guides
 from tracestream.index.builder import IndexOptions, run_index
 from tracestream.jsontext import RawNumber, dumps, dumps_pretty
-from tracestream.plan.guides import GUIDE_NOTICE, LayerSpec, on_gpu, select_gpu
 from tracestream.plan.guidetext import relative_ms_column
 from tracestream.plan.report import LayerRows
+from tracestream.plan.selection import on_gpu, select_gpu
+from tracestream.plan.specs import GUIDE_NOTICE, LayerSpec
 from tracestream.read.source import TraceSource
 
 

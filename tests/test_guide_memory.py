@@ -21,8 +21,9 @@ from tracestream.commands.verify.run import _guide_problems
 from tracestream.index.matches import MATCH_DTYPE, THREE_DECIMALS, MatchTable
 from tracestream.jsontext import write_pretty
 from tracestream.plan import guidetext
-from tracestream.plan.guides import LayerSpec, build_guides
+from tracestream.plan.guides import build_guides
 from tracestream.plan.guidetext import ROWS_DEPTH, GuideEvents, GuideRows
+from tracestream.plan.specs import LayerSpec
 
 BOUND = 4 << 20
 """The peak every step stays below, whatever the number of guides (the matches are built

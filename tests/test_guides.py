@@ -8,28 +8,30 @@ import pytest
 
 from tracestream.errors import Option, SpecError, TraceError, flag_of
 from tracestream.index.builder import Match
+from tracestream.plan.anchors import (
+    anchor_names,
+    anchored_pattern,
+    cadence,
+    check_anchor_names,
+    check_cadence,
+    layer_gaps,
+    match_starts,
+)
 from tracestream.plan.cadence import cluster_starts, is_break, starts_at_breaks
-from tracestream.plan.guides import (
+from tracestream.plan.guides import build_guides
+from tracestream.plan.guidetext import GuideRows
+from tracestream.plan.selection import select_gpu
+from tracestream.plan.specs import (
     ANCHOR_POINT_ONLY,
     NEXT_LAYER_ANCHOR,
     TERMINAL_KERNEL_END,
     LayerSpec,
     anchor_index,
-    anchor_names,
-    anchored_pattern,
-    build_guides,
-    cadence,
-    check_anchor_names,
-    check_cadence,
     complete_passes,
     coverage,
-    layer_gaps,
-    match_starts,
     required_matches,
-    select_gpu,
     with_passes,
 )
-from tracestream.plan.guidetext import GuideRows
 
 
 def match(ts: str, dur: str = "1", *, pid=0, device=0, ordinal=0, name="a") -> Match:
@@ -334,7 +336,7 @@ def test_the_first_failing_guide_is_named_among_many():
 
 def test_pass_boundary_breaks_finds_passes_inside_an_iteration():
     """3 iterations of 8 anchors (10 µs apart, 210 µs between) read as 6 passes of 4."""
-    from tracestream.plan.guides import pass_boundary_breaks
+    from tracestream.plan.anchors import pass_boundary_breaks
 
     starts = np.array([it * 280_000 + 10_000 * i for it in range(3) for i in range(8)], np.int64)
     before, breaks, median = pass_boundary_breaks(starts, spec(num_layers=4, passes=6))
@@ -350,6 +352,6 @@ def test_pass_boundary_breaks_finds_passes_inside_an_iteration():
     ("-3", -3), (None, None),
 ])
 def test_id_from_text(typed, value):
-    from tracestream.plan.guides import id_from_text
+    from tracestream.plan.selection import id_from_text
 
     assert id_from_text(typed) == value and type(id_from_text(typed)) is type(value)

@@ -31,8 +31,8 @@ def test_the_read_only_commands_do_not_import_the_writing_stages():
 
 @pytest.mark.parametrize("name, module", [
     ("add_layer_guides", "tracestream.engine"), ("compact", "tracestream.engine"),
-    ("Report", "tracestream.engine"), ("LayerSpec", "tracestream.plan.guides"),
-    ("CompactSpec", "tracestream.plan.planner"), ("TraceError", "tracestream.errors"),
+    ("Report", "tracestream.engine"), ("LayerSpec", "tracestream.plan.specs"),
+    ("CompactSpec", "tracestream.plan.specs"), ("TraceError", "tracestream.errors"),
 ])
 def test_the_public_names_are_there_as_before(name, module):
     """`from tracestream import add_layer_guides` (and the rest of __all__) still works: the

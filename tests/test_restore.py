@@ -21,7 +21,7 @@ import zstandard
 from conftest import assert_refused, assert_same_bytes, assert_verified, read_bytes, run
 
 from tracestream.engine import CompactSpec, add_layer_guides, compact
-from tracestream.plan.guides import LayerSpec
+from tracestream.plan.specs import LayerSpec
 
 _STYLES = (
     lambda e: json.dumps(e, indent=2).replace("\n", "\n  "),  # Kineto-like multi-line

@@ -16,8 +16,7 @@ from tracestream.commands.evidence.anchors import anchors_json, find_anchors
 from tracestream.commands.evidence.inspect import inspect_trace
 from tracestream.engine import add_layer_guides, compact
 from tracestream.jsontext import dumps
-from tracestream.plan.guides import LayerSpec
-from tracestream.plan.planner import CompactSpec
+from tracestream.plan.specs import CompactSpec, LayerSpec
 
 SPEC = LayerSpec(anchor_regex=f"^{re.escape(ANCHOR)}$", num_layers=8, anchor_offset=0,
                  phase="x", evidence="generator", passes=40, extra_anchors_per_pass=1)

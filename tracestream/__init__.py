@@ -7,8 +7,8 @@ _LAZY = {
     "Report": "tracestream.engine",
     "add_layer_guides": "tracestream.engine",
     "compact": "tracestream.engine",
-    "LayerSpec": "tracestream.plan.guides",
-    "CompactSpec": "tracestream.plan.planner",
+    "LayerSpec": "tracestream.plan.specs",
+    "CompactSpec": "tracestream.plan.specs",
 }
 """The public names whose modules load on first use: `import tracestream` (which every
 command runs, for its version) would otherwise import every stage of the engine, ~10 ms

@@ -28,10 +28,10 @@ from tracestream.index.builder import IndexOptions, run_index
 from tracestream.index.records import temp_dir_for
 from tracestream.jsontext import PrettyWriter
 from tracestream.parallel.memory import release_memory
-from tracestream.plan.guides import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, LayerSpec
 from tracestream.plan.guidetext import GuideRows
-from tracestream.plan.planner import CompactSpec, Plan, Planner
+from tracestream.plan.planner import Plan, Planner
 from tracestream.plan.report import LayerRows
+from tracestream.plan.specs import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, CompactSpec, LayerSpec
 from tracestream.read.compression import compression_for
 from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource

@@ -22,7 +22,7 @@ import pytest
 from samples.generate import TraceConfig, generate
 from tracestream.engine import build_plan
 from tracestream.errors import TraceError
-from tracestream.plan.planner import CompactSpec
+from tracestream.plan.specs import CompactSpec
 from tracestream.read.source import TraceSource
 from tracestream.write.rewrite import chunk_edits, rewrite
 from tracestream.write.sink import OutputFile
@@ -479,7 +479,7 @@ def _quote(arg) -> str:
 
 
 def _plan(source: TraceSource, kind: str, pool=None):
-    from tracestream.plan.guides import LayerSpec
+    from tracestream.plan.specs import LayerSpec
 
     spec = LayerSpec(anchor_regex="^_q_rope_store$", num_layers=8, anchor_offset=0, passes=2,
                      extra_anchors_per_pass=1, phase="target-verify", evidence="generator")

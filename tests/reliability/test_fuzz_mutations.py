@@ -183,7 +183,8 @@ def compact_in_small_chunks(source: Path, output: Path, chunk_bytes: int) -> Non
     cutting, its rewinds and the chunk-wise rewrite all run on a small input)."""
     from tracestream.engine import spec_options, write_report
     from tracestream.index.builder import IndexOptions, run_index
-    from tracestream.plan.planner import CompactSpec, Planner
+    from tracestream.plan.planner import Planner
+    from tracestream.plan.specs import CompactSpec
     from tracestream.read.source import TraceSource
     from tracestream.write.rewrite import rewrite
     from tracestream.write.sink import OutputFile, commit_together

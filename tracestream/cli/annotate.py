@@ -70,8 +70,7 @@ def register(main) -> None:
                compress_level, workers, quiet, json_summary):
         """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
         from tracestream.engine import add_layer_guides
-        from tracestream.plan.guides import LayerSpec
-        from tracestream.plan.planner import CompactSpec
+        from tracestream.plan.specs import CompactSpec, LayerSpec
 
         spec = LayerSpec(
             anchor_regex=anchor_regex, num_layers=num_layers, anchor_offset=anchor_offset,
@@ -109,7 +108,7 @@ def register(main) -> None:
                 json_summary):
         """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
         from tracestream.engine import compact as compact_trace
-        from tracestream.plan.planner import CompactSpec
+        from tracestream.plan.specs import CompactSpec
 
         refuse_summary_on_input(trace, json_summary, report)
         spec = CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))

@@ -133,7 +133,7 @@ def register(main) -> None:
         """Compact every TRACE with the same options: OUT/<name>.compact.json[.gz]."""
         from tracestream.cli.options import pid_value
         from tracestream.commands.batch import compact_tasks
-        from tracestream.plan.planner import CompactSpec
+        from tracestream.plan.specs import CompactSpec
 
         tasks = compact_tasks(traces, output_dir,
                               CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid)),

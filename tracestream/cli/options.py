@@ -8,7 +8,7 @@ from tracestream.errors import TraceError
 def pid_value(value: str | None):
     """--pid/--device as given: an integer when it looks like one, else the string
     (`'"0"'`: the string "0"; see guides.id_from_text)."""
-    from tracestream.plan.guides import id_from_text
+    from tracestream.plan.selection import id_from_text
 
     return id_from_text(value)
 
@@ -42,7 +42,7 @@ class PassesType(click.ParamType):
     name = "passes"
 
     def convert(self, value, param, ctx):
-        from tracestream.plan.guides import ALL_PASSES
+        from tracestream.plan.specs import ALL_PASSES
 
         if isinstance(value, int) or value == ALL_PASSES:
             return value

@@ -21,7 +21,8 @@ import orjson
 
 from tracestream import _native
 from tracestream.jsontext import RawNumber, dumps, pretty_item
-from tracestream.plan.guides import BOUNDARY_KINDS, GUIDE_NOTICE, GuideBlock, GuideTable, LayerSpec
+from tracestream.plan.guides import BOUNDARY_KINDS, GuideBlock, GuideTable
+from tracestream.plan.specs import GUIDE_NOTICE, LayerSpec
 
 REPORT_ROW_FIELDS = ("pass_index", "layer_id", "anchor_index", "anchor_name", "anchor_tid",
                      "start_us", "end_us", "guide_start_us", "guide_end_us",

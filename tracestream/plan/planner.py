@@ -17,33 +17,33 @@ import numpy as np
 import orjson
 
 from tracestream._version import __version__
-from tracestream.errors import Option, SpecError, TraceError, require_utf8
+from tracestream.errors import Option, SpecError, TraceError
 from tracestream.index.builder import FLOW, META, SCOPES, TraceIndex
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.model import KERNEL, MEMCPY, MEMSET, SYNC
-from tracestream.plan.guides import (
-    NAMES_IN_REPORT,
-    LayerSpec,
+from tracestream.plan.anchors import (
     anchor_names,
-    build_guides,
     cadence,
     check_anchor_names,
     check_cadence,
-    coverage,
     match_starts,
-    on_gpu,
-    required_matches,
-    same_id_filter,
-    select_gpu,
-    with_passes,
 )
+from tracestream.plan.guides import build_guides
 from tracestream.plan.guidetext import GuideEvents, GuideRows
 from tracestream.plan.lanes import GroupLanes, Sweep
+from tracestream.plan.selection import on_gpu, same_id_filter, select_gpu
+from tracestream.plan.specs import (
+    NAMES_IN_REPORT,
+    CompactSpec,
+    LayerSpec,
+    coverage,
+    required_matches,
+    with_passes,
+)
 
 KEEP = 0
 DELETE = 0xFFFF
 _LANE_SLOTS = 64  # lane codes: slot * 64 + lane + 1
-MAX_LANES_LIMIT = 10
 SCHEMA_VERSION = 1
 FIRST_SYNTHETIC_TID = 1_000_000
 FIRST_SYNTHETIC_PID = 1_000_000
@@ -60,17 +60,6 @@ LAYERS_NOTICE = (
     "layer), derived from a kernel the user verified to run once per layer. They are not "
     "layer latencies and do not assign kernels to layers."
 )
-
-
-@dataclass(frozen=True)
-class CompactSpec:
-    max_lanes: int = MAX_LANES_LIMIT
-    pid: Any = None
-
-    def validate(self) -> None:
-        if not 1 <= self.max_lanes <= MAX_LANES_LIMIT:
-            raise SpecError(Option("max_lanes"), f" must be between 1 and 10, got {self.max_lanes}")
-        require_utf8(self.pid, "pid")
 
 
 class AppendedEvents:

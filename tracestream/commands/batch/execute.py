@@ -13,9 +13,8 @@ import orjson
 
 from tracestream.engine import name_in_report
 from tracestream.errors import TraceError
-from tracestream.plan.guides import LayerSpec
-from tracestream.plan.planner import CompactSpec
 from tracestream.plan.report import load_report
+from tracestream.plan.specs import CompactSpec, LayerSpec
 
 _MAX_ERROR = 600
 

@@ -14,8 +14,8 @@ import orjson
 
 from tracestream.engine import compile_pattern, default_report_path
 from tracestream.errors import SpecError, TraceError
-from tracestream.plan.guides import ALL_PASSES, LayerSpec, id_from_text
-from tracestream.plan.planner import CompactSpec
+from tracestream.plan.selection import id_from_text
+from tracestream.plan.specs import ALL_PASSES, CompactSpec, LayerSpec
 from tracestream.read.compression import SUFFIX_OF, SUFFIXES, compression_for
 
 KINDS = ("compact", "layers")

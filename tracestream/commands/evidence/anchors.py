@@ -30,7 +30,7 @@ from tracestream.index.matches import MatchView
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.parallel.memory import collector_paused
 from tracestream.plan.cadence import GAP_FACTOR, gap_factor_problem, rule_text, starts_at_breaks
-from tracestream.plan.guides import on_gpu, select_gpu
+from tracestream.plan.selection import on_gpu, select_gpu
 
 
 def exact_before(anchors: MatchView, cross: MatchView, block: int = 1 << 16) -> np.ndarray:
