@@ -24,7 +24,8 @@ def test_the_read_only_commands_do_not_import_the_writing_stages():
     """`inspect` and `anchors` (the CLI, their commands' modules, the worker pool) load no
     planning or rewriting module: ~10 ms of start-up before any worker starts."""
     assert _loaded_after("import tracestream.cli, tracestream.cli.guard, "
-                         "tracestream.commands.evidence, tracestream.read.sizing, "
+                         "tracestream.commands.evidence.anchors, "
+                         "tracestream.commands.evidence.inspect, tracestream.read.sizing, "
                          "tracestream.jsontext") == "[]"
     assert _loaded_after("import tracestream") == "[]"
 
