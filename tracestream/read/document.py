@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,20 @@ import msgspec
 import orjson
 
 from tracestream.errors import TraceError
+from tracestream.read.buffer import Buffer, grow_window
+from tracestream.read.jsonbytes import (
+    RAW_LIST,
+    ArrayEndsBefore,
+    check_utf8,
+    describe_event,
+    event_at,
+    first_non_object,
+    last_cut,
+    orjson_reason,
+    scan_value,
+    short_message,
+    string_end,
+)
 
 CHUNK_BYTES = 2 << 20
 """Bytes of events per worker task. 4 MB chunks held ~50 MiB more in flight (chunks
@@ -30,12 +43,6 @@ MAX_EVENT_MB = 64
 """Default longest single event (MiB; TRACESTREAM_MAX_EVENT_MB overrides it). Reading one
 event holds it about four times (the read window, the validated copy, its decode), so
 the cap bounds memory; Kineto's longest events are a few KB."""
-_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
-_AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")
-_STRUCTURAL = re.compile(rb'["\[\]{}]')
-_SCALAR_END = re.compile(rb"[,}\] \t\r\n]")
-_SKIP_WS = re.compile(rb"[ \t\r\n]*")
-_EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
 
 @dataclass
@@ -92,156 +99,6 @@ class Layout:
     last_event_end: int = -1
 
 
-class _Buffer:
-    """A sliding window over the decompressed stream with absolute offsets.
-
-    The window is a bytearray: a block is appended in place and the consumed front
-    is dropped without moving the rest, so each byte is copied once into the
-    window (and once out, by `take`) instead of once per block that follows it.
-    Values that leave the scanner are `take`n as bytes.
-
-    Blocks can also be held *ahead* of the window without copying them into it
-    (`lookahead`): a speculative cut of a compressed stream reads only the bytes
-    around the cut and the chunk itself (`read`), then `skip_to` passes them.
-    """
-
-    def __init__(self, blocks: Iterable[bytes]):
-        self._blocks = iter(blocks)
-        self.data = bytearray()
-        self.base = 0
-        self._exhausted = False  # every block has been read (some may still be held ahead)
-        self._ahead: deque = deque()  # blocks (or their unread rest) after the window, in order
-        self._ahead_bytes = 0
-
-    def take(self, start: int, end: int) -> bytes:
-        """data[start:end] as bytes (one copy)."""
-        with memoryview(self.data) as view:
-            return bytes(view[start:end])
-
-    def _next_block(self):
-        """The next block after the window (held ahead, else read), or None at the end."""
-        if self._ahead:
-            block = self._ahead.popleft()
-            self._ahead_bytes -= len(block)
-            return block
-        return self._read_block()
-
-    def _read_block(self):
-        """The next non-empty block of the input, or None (then it is exhausted)."""
-        if not self._exhausted:
-            for block in self._blocks:
-                if block:
-                    return block
-            self._exhausted = True
-        return None
-
-    @property
-    def eof(self) -> bool:
-        """The window holds the rest of the input."""
-        return self._exhausted and not self._ahead
-
-    def more(self) -> bool:
-        block = self._next_block()
-        if block is None:
-            return False
-        self.data += block
-        return True
-
-    def ensure(self, pos: int, count: int) -> bool:
-        """Make data[pos:pos+count] available if the input has it; False at EOF."""
-        while len(self.data) < pos + count:
-            if not self.more():
-                return False
-        return True
-
-    def lookahead(self, pos: int, count: int) -> int:
-        """Hold blocks ahead until `count` bytes from `pos` are there (or the input ends);
-        return how many there are, up to that point."""
-        while len(self.data) + self._ahead_bytes < pos + count:
-            block = self._read_block()
-            if block is None:
-                break
-            self._ahead.append(block)
-            self._ahead_bytes += len(block)
-        return len(self.data) + self._ahead_bytes - pos
-
-    def read(self, offset: int, length: int) -> bytes:
-        """`length` bytes from absolute `offset`, in the window or the blocks held ahead of
-        it (one copy; the same call as FilePeek.read)."""
-        pieces = self.pieces(offset, length)
-        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else b"".join(
-            pieces)
-
-    def pieces(self, offset: int, length: int) -> list:
-        """`read(offset, length)` as pieces: the part in the window copied as bytes (the
-        window is resized later), the rest as memoryviews of the blocks held ahead (each
-        keeps its block alive, however far the window moves on)."""
-        start = offset - self.base
-        end = start + length
-        size = len(self.data)
-        if end <= size:
-            return [self.take(start, end)]
-        parts = [self.take(start, size)] if start < size else []
-        at = size
-        for block in self._ahead:
-            if at >= end:
-                break
-            lo, hi = max(start - at, 0), min(end - at, len(block))
-            if lo < hi:
-                parts.append(memoryview(block)[lo:hi])
-            at += len(block)
-        return parts
-
-    def discard(self, pos: int) -> int:
-        """Drop data before `pos` (relative); return the new relative position 0."""
-        if pos:
-            del self.data[:pos]
-            self.base += pos
-        return 0
-
-    def skip_to(self, offset: int) -> int:
-        """Drop everything before absolute `offset`, reading past it without copying it;
-        return its relative position (0). The input must reach `offset`."""
-        if offset - self.base <= len(self.data):
-            return self.discard(offset - self.base)
-        self.base += len(self.data)
-        self.data = bytearray()
-        if not self._ahead and hasattr(self._blocks, "skip_to"):  # source.SkippingBlocks
-            self._blocks.skip_to(offset)
-            self.base = offset
-            return 0
-        while (block := self._next_block()) is not None:
-            if offset - self.base < len(block):
-                rest = memoryview(block)[offset - self.base:]  # appended by more()
-                self._ahead.appendleft(rest)
-                self._ahead_bytes += len(rest)
-                self.base = offset
-                return 0
-            self.base += len(block)
-        raise TraceError(f"input ended at byte {self.base}, before byte {offset}: it changed "
-                         "while being read")
-
-    def skip_ws(self, pos: int) -> int:
-        while True:
-            pos = _SKIP_WS.match(self.data, pos).end()
-            if pos < len(self.data) or not self.more():
-                return pos
-
-
-def _describe(token: bytes) -> str:
-    if not token:
-        return "end of input"
-    ch = token[:1]
-    kinds = {b'"': "a string", b"[": "an array", b"{": "an object", b"n": "null"}
-    if ch in kinds:
-        return kinds[ch]
-    if ch in b"-0123456789":
-        return "a number"
-    if ch in b"tf":
-        return "a boolean"
-    return f"{token[:12]!r}"
-
-
 class DocumentScanner:
     """Yields validated event chunks of one trace; `layout` describes the rest.
 
@@ -262,7 +119,7 @@ class DocumentScanner:
     def __init__(self, blocks: Iterable[bytes], *, chunk_bytes: int = CHUNK_BYTES,
                  speculative: bool = False, peek: FilePeek | None = None,
                  events_key: str = "traceEvents", events_required: bool = True):
-        self._buf = _Buffer(blocks)
+        self._buf = Buffer(blocks)
         # a report is read the same way: its `layers` rows are the "events"
         self._events_key = events_key
         self._events_required = events_required
@@ -290,7 +147,7 @@ class DocumentScanner:
             pos = yield from self._object(pos + 1)
         else:
             buf.ensure(pos, 12)
-            what = _describe(buf.take(pos, pos + 12))
+            what = describe_event(buf.take(pos, pos + 12))
             raise TraceError(
                 f"top level is {what}, not a trace: expected an object with "
                 f"\"traceEvents\" or an array of events (byte {buf.base + pos})"
@@ -319,7 +176,7 @@ class DocumentScanner:
             if key == self._events_key:
                 if buf.data[pos : pos + 1] != b"[":
                     buf.ensure(pos, 12)
-                    what = _describe(buf.take(pos, pos + 12))
+                    what = describe_event(buf.take(pos, pos + 12))
                     raise TraceError(
                         f"\"{key}\" is {what}, not an array of events "
                         f"(byte {buf.base + pos})"
@@ -348,13 +205,13 @@ class DocumentScanner:
         buf = self._buf
         end = self._value_end(pos)
         raw = buf.take(pos, end)
-        _check_utf8(raw, buf.base + pos, f"top-level value of {key!r}")
+        check_utf8(raw, buf.base + pos, f"top-level value of {key!r}")
         try:
             msgspec.json.decode(raw)
         except (msgspec.DecodeError, RecursionError) as exc:
             raise TraceError(
                 f"top-level value of {key!r} is not valid JSON (byte {buf.base + pos}): "
-                f"{_short(exc)}"
+                f"{short_message(exc)}"
             ) from None
         self.layout.values.append(
             TopLevelValue(key, key_start, buf.base + pos, buf.base + end, raw)
@@ -364,17 +221,17 @@ class DocumentScanner:
     def _string(self, pos: int) -> tuple[str, int]:
         buf = self._buf
         while True:
-            end = _string_end(buf.data, pos)
+            end = string_end(buf.data, pos)
             if end is not None:
                 text = buf.take(pos, end)
-                _check_utf8(text, buf.base + pos, "a top-level key")
+                check_utf8(text, buf.base + pos, "a top-level key")
                 try:
                     return msgspec.json.decode(text), end
                 except msgspec.DecodeError as exc:
                     raise TraceError(
-                        f"invalid string at byte {buf.base + pos}: {_short(exc)}"
+                        f"invalid string at byte {buf.base + pos}: {short_message(exc)}"
                     ) from None
-            if not _grow(buf, pos):
+            if not grow_window(buf, pos):
                 raise TraceError(
                     f"unterminated string at byte {buf.base + pos}: input is truncated"
                 )
@@ -383,10 +240,10 @@ class DocumentScanner:
         """End (relative, exclusive) of the JSON value starting at `pos`."""
         buf = self._buf
         while True:
-            end = _scan_value(buf.data, pos)
+            end = scan_value(buf.data, pos)
             if end is not None:
                 return end
-            if not _grow(buf, pos):
+            if not grow_window(buf, pos):
                 raise TraceError(
                     f"top-level value at byte {buf.base + pos} is incomplete: input is truncated"
                 )
@@ -488,10 +345,10 @@ class DocumentScanner:
         if available <= 2 * target + 64:  # the input ends there, or soon after
             return None
         at = max(begin, begin + target - _PEEK_BYTES)
-        cut = _last_cut(read(at, begin + target - at + 64), 0, begin + target - at)
+        cut = last_cut(read(at, begin + target - at + 64), 0, begin + target - at)
         if cut is None and at > begin:  # an event of more than 64 KB spans the target
             at = begin
-            cut = _last_cut(read(at, target + 64), 0, target)
+            cut = last_cut(read(at, target + 64), 0, target)
         if cut is None or cut[2]:
             return None
         close_brace, after, _ = cut
@@ -539,7 +396,7 @@ class DocumentScanner:
                     raise _event_too_long(buf.base + start)
                 target = ceiling
             buf.ensure(start, target + 64)
-            cut = _last_cut(buf.data, start, min(len(buf.data), start + target))
+            cut = last_cut(buf.data, start, min(len(buf.data), start + target))
             if cut is None:
                 if array_ends or (buf.eof and len(buf.data) <= start + target):
                     # no event ends where the array does: something else is in it
@@ -549,7 +406,7 @@ class DocumentScanner:
             close_brace, after, closed = cut
             data = buf.take(start, close_brace + 1)
             events = self._decode(data, buf.base + start)
-            if isinstance(events, _ArrayEndsBefore):
+            if isinstance(events, ArrayEndsBefore):
                 # the cut lay past the end of the event array (in later top-level values)
                 target = events.position
                 array_ends = True
@@ -564,10 +421,10 @@ class DocumentScanner:
 
     def _decode(self, data: bytes, base: int):
         """The chunk's events, or None when the cut itself was wrong; TraceError if malformed."""
-        _check_utf8(data, base, "event data")
+        check_utf8(data, base, "event data")
         doc = b"".join((b"[", data, b"]"))  # one copy (a + b + c copies twice)
         try:
-            return _RAW_LIST.decode(doc)
+            return RAW_LIST.decode(doc)
         except (msgspec.DecodeError, RecursionError) as exc:
             first_error = exc
         try:
@@ -576,22 +433,22 @@ class DocumentScanner:
             if exc.pos >= len(doc) - 1 or "unexpected end" in str(exc).lower():
                 return None
             if "unexpected content after document" in str(exc):
-                return _ArrayEndsBefore(exc.pos - 1)
+                return ArrayEndsBefore(exc.pos - 1)
             where = base + exc.pos - 1
             raise TraceError(
-                f"malformed JSON at byte {where} ({_event_at(data, base, exc.pos - 1)}): "
-                f"{_orjson_reason(exc)}"
+                f"malformed JSON at byte {where} ({event_at(data, base, exc.pos - 1)}): "
+                f"{orjson_reason(exc)}"
             ) from None
         except RecursionError:
             pass
         raise TraceError(
-            f"event data starting at byte {base} cannot be read: {_short(first_error)}"
+            f"event data starting at byte {base} cannot be read: {short_message(first_error)}"
         )
 
     def _truncated_events(self, start: int) -> TraceError:
         buf = self._buf
         tail = buf.take(start, len(buf.data))
-        _check_utf8(tail, buf.base + start, "event data")
+        check_utf8(tail, buf.base + start, "event data")
         doc = b"[" + tail
         try:
             orjson.loads(doc)
@@ -601,11 +458,11 @@ class DocumentScanner:
                     and "unexpected content after document" not in text):
                 return TraceError(
                     f"malformed JSON at byte {buf.base + start + exc.pos - 1}: "
-                    f"{_orjson_reason(exc)}"
+                    f"{orjson_reason(exc)}"
                 )
-        bad = _first_non_object(buf.data, start)
+        bad = first_non_object(buf.data, start)
         if bad is not None:
-            what = _describe(buf.take(bad, bad + 12))
+            what = describe_event(buf.take(bad, bad + 12))
             return TraceError(
                 f"expected an event object at byte {buf.base + bad}, found {what}: every "
                 "element of the event array must be a JSON object"
@@ -634,49 +491,6 @@ class FilePeek:
             os.close(fd)
 
 
-@dataclass
-class _ArrayEndsBefore:
-    """The event array closes before the cut, at `position` bytes into the chunk."""
-
-    position: int
-
-
-def _string_end(data: bytes, pos: int) -> int | None:
-    """End (exclusive) of the JSON string whose quote is at `pos`; None if the data ends first.
-
-    The closing quote is the first one not escaped by an odd run of backslashes;
-    `bytes.find` gets there at memory speed even through a string of many MB.
-    """
-    i = pos + 1
-    while True:
-        j = data.find(b'"', i)
-        if j < 0:
-            return None
-        k = j
-        while data[k - 1] == 0x5C:  # '\\'
-            k -= 1
-        if (j - k) % 2 == 0:
-            return j + 1
-        i = j + 1
-
-
-def _first_non_object(data: bytes, pos: int) -> int | None:
-    """Position of the first element from `pos` of the event array that is not an object."""
-    while True:
-        pos = _SKIP_WS.match(data, pos).end()
-        if pos >= len(data) or data[pos] == 0x5D:  # ']'
-            return None
-        if data[pos] != 0x7B:  # '{'
-            return pos
-        end = _scan_value(data, pos)
-        if end is None:
-            return None
-        pos = _SKIP_WS.match(data, end).end()
-        if data[pos : pos + 1] != b",":
-            return None
-        pos += 1
-
-
 def max_event_bytes() -> int:
     """The longest single event read, in bytes (MAX_EVENT_MB, or TRACESTREAM_MAX_EVENT_MB)."""
     text = os.environ.get("TRACESTREAM_MAX_EVENT_MB")
@@ -699,97 +513,6 @@ def _event_too_long(offset: int) -> TraceError:
         f"{limit:g} MiB, the limit for one event (TRACESTREAM_MAX_EVENT_MB raises it; "
         "reading an event costs about 4x its size in memory)"
     )
-
-
-def _grow(buf: _Buffer, pos: int) -> bool:
-    """Read until the data from `pos` has doubled (or the input ends); False if nothing came.
-
-    A value that is rescanned from its start after each read costs linear time
-    overall only when each read at least doubles what the rescan covers.
-    """
-    size = len(buf.data)
-    buf.ensure(pos, 2 * (size - pos) + 1)
-    return len(buf.data) > size
-
-
-def _last_cut(data: bytes, start: int, limit: int):
-    """Last candidate event boundary before `limit`: (close brace, next start, array closed)."""
-    find = data.rfind
-    match = _AFTER_EVENT.match
-    end = limit
-    while True:
-        j = find(b"}", start, end)
-        if j < 0:
-            return None
-        m = match(data, j + 1)
-        if m is not None:
-            if m.group(1) is not None:
-                return j, m.start(1) + 1, False
-            return j, m.end(), True
-        end = j
-
-
-def _scan_value(data: bytes, pos: int) -> int | None:
-    """End of the JSON value at `pos`, or None if the data ends first (not validated)."""
-    ch = data[pos : pos + 1]
-    if not ch:
-        return None
-    if ch == b'"':
-        return _string_end(data, pos)
-    if ch not in b"[{":
-        m = _SCALAR_END.search(data, pos)
-        return m.start() if m else None
-    depth = 0
-    i = pos
-    while True:
-        m = _STRUCTURAL.search(data, i)
-        if m is None:
-            return None
-        c = data[m.start()]
-        if c == 0x22:  # '"'
-            end = _string_end(data, m.start())
-            if end is None:
-                return None
-            i = end
-            continue
-        i = m.end()
-        if c in (0x5B, 0x7B):
-            depth += 1
-        else:
-            depth -= 1
-            if depth == 0:
-                return i
-
-
-def _event_at(data: bytes, base: int, rel: int) -> str:
-    """Best-effort event position for an error inside a chunk starting at `base`."""
-    before = len(_EVENT_SEPARATOR.findall(data, 0, max(rel, 0)))
-    return f"event {before} after the one starting at byte {base}" if before else (
-        f"event starting at byte {base}"
-    )
-
-
-def _check_utf8(data: bytes, base: int, what: str) -> None:
-    if data.isascii():
-        return
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TraceError(
-            f"invalid UTF-8 in {what} at byte {base + exc.start}: {exc.reason}"
-        ) from None
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, RecursionError):
-        return "JSON nested too deeply"
-    return text.splitlines()[0][:200]
-
-
-def _orjson_reason(exc: orjson.JSONDecodeError) -> str:
-    msg = exc.msg if hasattr(exc, "msg") else str(exc)
-    return msg.split(": line ")[0]
 
 
 def iter_events(chunks: Iterable[EventChunk]):
