@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracestream.commands.view import server as view
+from tracestream.commands.view import page as view_page
 from tracestream.errors import TraceError, require_utf8
 from tracestream.plan.planner import INT64_MAX, INT64_MIN, clamp_sort_index
 from tracestream.read import document
@@ -78,4 +78,4 @@ def test_max_event_bytes_refuses_what_is_not_a_positive_number(monkeypatch, sett
     ("/?TOKEN=s3cret", False), ("/?token=%73%33cret", True),
 ])
 def test_token_matches(target, ok):
-    assert view.token_matches(target, "s3cret") is ok
+    assert view_page.token_matches(target, "s3cret") is ok

@@ -17,13 +17,18 @@ import struct
 import threading
 import time
 import tracemalloc
+import webbrowser
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from tracestream.cli import view as cli_view
+from tracestream.cli.view import view_trace
+from tracestream.commands.view import DEFAULT_UI_URL
+from tracestream.commands.view import page as view_page
 from tracestream.commands.view import server as view
-from tracestream.commands.view.server import TraceFile, ViewServer, view_trace
+from tracestream.commands.view.server import TraceFile, ViewServer
 from tracestream.errors import TraceError
 from tracestream.read.compression import ZSTD_MAGIC
 
@@ -267,7 +272,7 @@ def test_only_get_and_head_exist(shared_server, method):
     ("localhost.attacker.example", False), ("", False),
 ])
 def test_foreign_host_header_is_refused_against_dns_rebinding(shared_server, host, allowed):
-    assert view.is_loopback_host(host) is allowed
+    assert view_page.is_loopback_host(host) is allowed
     target = with_token(shared_server, "/trace")
     request = f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
     assert raw_request(shared_server.port, request)[0] == (200 if allowed else 403)
@@ -319,8 +324,8 @@ HOSTILE_TITLE = """</script><script>alert(1)</script>"'&amp;<!--.json"""
 
 def test_hostile_name_is_escaped_in_html_and_in_the_script_block():
     hostile = TraceFile(path=Path("x"), title=HOSTILE_TITLE, file_name=HOSTILE_TITLE, zstd=False)
-    page = view.render_page(hostile, "https://ui.perfetto.dev", nonce="n0nce", token="t0ken")
-    template_scripts = view.render_page(
+    page = view_page.render_page(hostile, "https://ui.perfetto.dev", nonce="n0nce", token="t0ken")
+    template_scripts = view_page.render_page(
         TraceFile(Path("x"), "plain", "plain", False), "https://ui.perfetto.dev", "n0nce",
         "t0ken")
 
@@ -351,7 +356,7 @@ def test_real_file_with_markup_and_quotes_in_its_name_is_escaped(tmp_path):
 
 
 def test_json_for_script_escapes_separators_and_non_ascii():
-    text = view.json_for_script({"t": "a\u2028b\u2029c<é>&"})
+    text = view_page.json_for_script({"t": "a\u2028b\u2029c<é>&"})
     assert text == '{"t": "a\\u2028b\\u2029c\\u003c\\u00e9\\u003e\\u0026"}'
     assert json.loads(text) == {"t": "a\u2028b\u2029c<é>&"}
 
@@ -409,7 +414,7 @@ def test_ui_url_must_be_http_or_https(trace, ui_url):
     ("http://[::1]:8080", "http://[::1]:8080"),
 ])
 def test_ui_origin_is_what_postmessage_targets(ui_url, origin):
-    assert view.ui_origin(ui_url) == origin
+    assert view_page.ui_origin(ui_url) == origin
 
 
 # --- lifecycle and view_trace ---------------------------------------------------------------
@@ -439,7 +444,7 @@ def test_view_trace_prints_address_and_tunnel_then_returns_on_ctrl_c(trace, monk
     fetched: list[int] = []
     opened: list[str] = []
     monkeypatch.setenv("DISPLAY", ":0")
-    monkeypatch.setattr(view.webbrowser, "open", lambda url, new=0: opened.append(url) or True)
+    monkeypatch.setattr(webbrowser, "open", lambda url, new=0: opened.append(url) or True)
 
     def user_then_ctrl_c():
         try:
@@ -458,7 +463,8 @@ def test_view_trace_prints_address_and_tunnel_then_returns_on_ctrl_c(trace, monk
     try:
         helper = threading.Thread(target=user_then_ctrl_c)
         helper.start()
-        view_trace(trace, echo=lines.append)  # returns normally: Ctrl-C is the way to stop
+        # returns normally: Ctrl-C is the way to stop
+        view_trace(trace, port=0, ui_url=DEFAULT_UI_URL, open_browser=True, echo=lines.append)
         helper.join()
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -475,29 +481,30 @@ def test_view_trace_prints_address_and_tunnel_then_returns_on_ctrl_c(trace, monk
 
 
 def test_view_trace_without_browser_never_opens_one(trace, monkeypatch):
-    monkeypatch.setattr(view.webbrowser, "open", lambda *a, **k: pytest.fail("opened"))
+    monkeypatch.setattr(webbrowser, "open", lambda *a, **k: pytest.fail("opened"))
     monkeypatch.setattr(ViewServer, "serve_forever", lambda self: None)
     lines: list[str] = []
-    view_trace(trace, open_browser=False, echo=lines.append)
+    view_trace(trace, port=0, ui_url=DEFAULT_UI_URL, open_browser=False,
+               echo=lines.append)
     assert not any("No desktop browser" in line for line in lines)
 
 
 def test_no_display_means_no_console_browser_takeover(trace, monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
-    monkeypatch.setattr(view.sys, "platform", "linux")
-    monkeypatch.setattr(view.webbrowser, "open", lambda *a, **k: pytest.fail("opened"))
+    monkeypatch.setattr(cli_view.sys, "platform", "linux")
+    monkeypatch.setattr(webbrowser, "open", lambda *a, **k: pytest.fail("opened"))
     monkeypatch.setattr(ViewServer, "serve_forever", lambda self: None)
     lines: list[str] = []
-    view_trace(trace, echo=lines.append)
+    view_trace(trace, port=0, ui_url=DEFAULT_UI_URL, open_browser=True, echo=lines.append)
     assert any("No desktop browser found here" in line for line in lines)
 
 
 def test_has_desktop():
-    assert view.has_desktop({}, "darwin")
-    assert view.has_desktop({"DISPLAY": ":0"}, "linux")
-    assert view.has_desktop({"WAYLAND_DISPLAY": "wayland-0"}, "linux")
-    assert not view.has_desktop({"SSH_CONNECTION": "x"}, "linux")
+    assert cli_view.has_desktop({}, "darwin")
+    assert cli_view.has_desktop({"DISPLAY": ":0"}, "linux")
+    assert cli_view.has_desktop({"WAYLAND_DISPLAY": "wayland-0"}, "linux")
+    assert not cli_view.has_desktop({"SSH_CONNECTION": "x"}, "linux")
 
 
 # --- shared machines: a per-run token, header timeouts, broken zstd ------------------------
@@ -541,7 +548,7 @@ def test_a_client_that_never_finishes_its_headers_is_dropped(trace, monkeypatch)
 def reported(monkeypatch):
     """The lines the server reports for the terminal."""
     lines: list[str] = []
-    monkeypatch.setattr(view, "_report_on_stderr", lines.append)
+    monkeypatch.setattr(view, "_report", lines.append)
     return lines
 
 

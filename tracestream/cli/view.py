@@ -1,5 +1,9 @@
-"""Click command for `view` (registered on the main group by tracestream.cli)."""
+"""Click command for `view` (registered on the main group by tracestream.cli): the server
+of tracestream.commands.view, its address printed, a desktop browser opened where there is
+one, Ctrl-C to stop."""
 
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -21,7 +25,51 @@ def register(main) -> None:
     @click.option("--no-browser", is_flag=True, help="Only print the address; open no browser.")
     def view(trace_path, port, ui_url, no_browser):
         """Open a trace in the Perfetto UI, served from this machine only. Ctrl-C stops."""
-        from tracestream.commands.view.server import view_trace
-
         view_trace(trace_path, port=port, ui_url=ui_url, open_browser=not no_browser,
                    echo=click.echo)
+
+
+def _report_on_stderr(line: str) -> None:
+    """A serving error, one line on stderr while the server goes on."""
+    print(f"tracestream view: error: {line}", file=sys.stderr, flush=True)
+
+
+def has_desktop(environ=None, platform: str | None = None) -> bool:
+    """Whether a graphical browser can open here.
+
+    Without a display, webbrowser falls back to a console browser such as lynx. That
+    browser cannot run the page, and it takes over the terminal until it quits.
+    """
+    environ = os.environ if environ is None else environ
+    if (platform or sys.platform) in ("darwin", "win32"):
+        return True
+    return bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
+def view_trace(trace_path, *, port: int, ui_url: str, open_browser: bool, echo) -> None:
+    """Serves the trace, opens the browser if there is one, and blocks until Ctrl-C.
+
+    Ctrl-C is the normal way to stop, so it returns normally instead of raising.
+    """
+    from tracestream.commands.view.server import ViewServer, address_lines
+
+    try:
+        with ViewServer(trace_path, port=port, ui_url=ui_url,
+                        report=_report_on_stderr) as server:
+            for line in address_lines(server):
+                echo(line)
+            if open_browser and not (has_desktop() and _open_in_browser(server.url)):
+                echo("No desktop browser found here; open the address above yourself.")
+            server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    echo("Stopped.")
+
+
+def _open_in_browser(url: str) -> bool:
+    import webbrowser
+
+    try:
+        return webbrowser.open(url, new=2)
+    except webbrowser.Error:
+        return False
