@@ -9,9 +9,8 @@ import pytest
 
 from benchmarks.conftest import ANCHOR_REGEX
 from tracestream.engine import build_plan
-from tracestream.index.decode import read_span
 from tracestream.plan.specs import CompactSpec, LayerSpec
-from tracestream.read.source import TraceSource
+from tracestream.read.source import TraceSource, read_span
 from tracestream.write.rewrite import chunk_edits, rewrite_chunk
 
 

@@ -3,7 +3,6 @@ the same fields where it can be sure to read them alike; JSON errors named by ev
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -15,6 +14,7 @@ from tracestream import _native
 from tracestream.index.facts import BadCut, ChunkError, Context
 from tracestream.index.keyscan import separators
 from tracestream.model import FLOW_PHASES, PROVENANCE_KEY, describe_validation_error
+from tracestream.read.jsonbytes import ARRAY_ENDS, CUT, orjson_reason, orjson_verdict
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -92,13 +92,12 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
     try:
         orjson.loads(doc)
     except orjson.JSONDecodeError as exc:
-        text = str(exc)
-        if exc.pos >= len(doc) - 1 or "unexpected end" in text.lower():
+        verdict = orjson_verdict(exc, len(doc))
+        if verdict == CUT:
             raise BadCut() from None
-        if "unexpected content after document" in text:
+        if verdict == ARRAY_ENDS:
             raise BadCut(array_ends_at=exc.pos - 1) from None
-        reason = exc.msg if hasattr(exc, "msg") else text
-        raise ChunkError(f"malformed JSON: {reason.split(': line ')[0]}",
+        raise ChunkError(f"malformed JSON: {orjson_reason(exc)}",
                          offset + exc.pos - 1, None) from None
     except RecursionError:
         pass
@@ -166,11 +165,3 @@ def decoder_for(ctx: Context) -> msgspec.json.Decoder:
     return _EVENTS if ctx.records or ctx.moves_gpu else _READ_EVENTS
 
 
-def read_span(path: str, offset: int, length: int) -> bytes:
-    """Bytes of a plain file, for workers that read their chunk themselves."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = os.pread(fd, length, offset)
-    finally:
-        os.close(fd)
-    return data

@@ -34,7 +34,6 @@ from tracestream.index.decode import (
     decode_chunk,
     decoder_for,
     event_spans,
-    read_span,
 )
 from tracestream.index.extract_duplicates import DuplicateChecks
 from tracestream.index.extract_flows import FlowsAndMetadata
@@ -71,6 +70,7 @@ from tracestream.index.numbers import (
 )
 from tracestream.model import CPU_ANNOTATION, GPU_SCOPE, KERNEL, LAYER_GUIDE, OTHER, CategoryKinds
 from tracestream.parallel.slots import received_view
+from tracestream.read.source import read_span
 
 
 def observe_chunk(data: bytes, offset: int, ctx: Context, doc=None) -> ChunkFacts:

@@ -7,10 +7,7 @@ import json
 
 import numpy as np
 
-from tracestream.index.decode import (
-    INTERPRETED_KEYS,
-    MOVED_KEYS,
-)
+from tracestream.index.decode import INTERPRETED_KEYS, MOVED_KEYS
 from tracestream.index.facts import (
     DuplicateInFlow,
 )

@@ -110,9 +110,7 @@ _CANONICAL_FORMS = (
 
 
 def _three(ns: int) -> bytes:
-    sign = b"-" if ns < 0 else b""
-    q, r = divmod(abs(ns), 1000)
-    return b"%s%d.%03d" % (sign, q, r)
+    return timebase.us_text(ns).encode()
 
 
 def threes(ns: np.ndarray) -> list[bytes]:

@@ -154,18 +154,27 @@ def importer_bounds(start, end, ts_f, dur_f, int_ts, has_int_dur, int_dur):
     exactly, as Perfetto does; anything else through a double, rounded (current)
     or truncated (older versions).
     """
-    ts_x = ts_f * 1000.0
-    dur_x = dur_f * 1000.0
-    ts_round = np.where(int_ts, start, llround_column(ts_x))
-    ts_trunc = np.where(int_ts, start, np.trunc(ts_x).astype(np.int64))
-    dur_round = np.where(has_int_dur, int_dur, llround_column(dur_x))
-    dur_trunc = np.where(has_int_dur, int_dur, np.trunc(dur_x).astype(np.int64))
+    ts_round, ts_trunc = imported_ns_columns(start, int_ts, ts_f)
+    dur_round, dur_trunc = imported_ns_columns(int_dur, has_int_dur, dur_f)
     lo = np.minimum(np.minimum(start, ts_round), ts_trunc)
     hi = np.maximum(np.maximum(end, ts_round + dur_round), ts_trunc + dur_trunc)
     # a slice occupies at least the first nanosecond of each of its starts (a zero-length
     # slice sharing a start with a longer one would import nested: see lanes.occupied_end)
     last_start = np.maximum(np.maximum(start, ts_round), ts_trunc)
     return lo, np.maximum(hi, last_start + 1)
+
+
+def imported_ns_columns(exact: np.ndarray, integer: np.ndarray, doubles: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Perfetto's JSON importer on a column of µs values, in ns: (current, older versions).
+
+    An integer literal (`integer`) is converted exactly (`exact`); any other value goes
+    through its double (`doubles`) times 1000, rounded with llround by current Perfetto and
+    truncated by older versions. The scalar model of the same rule is timebase.imported_ns.
+    """
+    product = doubles * 1000.0
+    return (np.where(integer, exact, llround_column(product)),
+            np.where(integer, exact, np.trunc(product).astype(np.int64)))
 
 
 def llround_column(x: np.ndarray) -> np.ndarray:

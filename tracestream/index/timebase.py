@@ -145,3 +145,17 @@ def imported_ns(text: bytes | str) -> tuple[int, int]:
         return exact, exact
     product = float(text) * 1000.0
     return llround(product), int(product)
+
+
+def us_text(ns: int) -> str:
+    """Nanoseconds as exact microsecond text with three decimals (as Kineto writes `ts`)."""
+    sign = "-" if ns < 0 else ""
+    q, r = divmod(abs(ns), 1000)
+    return f"{sign}{q}.{r:03d}"
+
+
+def relative_ms(ns: int, origin_ns: int) -> float:
+    """Milliseconds from the trace origin, to the nanosecond (what reports and tables show;
+    `plan.guidetext.relative_ms_column` is the same for a column)."""
+    return round((ns - origin_ns) / 1e6, 6)
+

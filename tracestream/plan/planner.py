@@ -19,6 +19,7 @@ import orjson
 from tracestream._version import __version__
 from tracestream.errors import Option, SpecError, TraceError
 from tracestream.index.builder import FLOW, META, SCOPES, TraceIndex
+from tracestream.index.timebase import relative_ms, us_text
 from tracestream.jsontext import RawJSON, RawNumber, dumps
 from tracestream.model import KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.plan.anchors import (
@@ -145,13 +146,6 @@ def _meta_event(name: str, pid: Any, tid: Any, args: dict) -> bytes:
     return dumps({"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args})
 
 
-def us_text(ns: int) -> str:
-    """Nanoseconds as exact microsecond text with three decimals."""
-    sign = "-" if ns < 0 else ""
-    q, r = divmod(abs(ns), 1000)
-    return f"{sign}{q}.{r:03d}"
-
-
 class Planner:
     """Builds a Plan from an index; one instance per command run."""
 
@@ -173,7 +167,7 @@ class Planner:
     # -- shared -------------------------------------------------------------
 
     def relative_ms(self, ns: int) -> float:
-        return round((ns - self.origin_ns) / 1e6, 6)
+        return relative_ms(ns, self.origin_ns)
 
     def _refuse_reannotation(self, what: str) -> None:
         index = self.index

@@ -23,6 +23,9 @@ import orjson
 from tracestream.errors import TraceError
 from tracestream.read.buffer import Buffer, grow_window
 from tracestream.read.jsonbytes import (
+    ARRAY_ENDS,
+    CUT,
+    MALFORMED,
     RAW_LIST,
     ArrayEndsBefore,
     check_utf8,
@@ -31,10 +34,12 @@ from tracestream.read.jsonbytes import (
     first_non_object,
     last_cut,
     orjson_reason,
+    orjson_verdict,
     scan_value,
     short_message,
     string_end,
 )
+from tracestream.read.source import read_span
 
 CHUNK_BYTES = 2 << 20
 """Bytes of events per worker task. 4 MB chunks held ~50 MiB more in flight (chunks
@@ -430,9 +435,10 @@ class DocumentScanner:
         try:
             orjson.loads(doc)
         except orjson.JSONDecodeError as exc:
-            if exc.pos >= len(doc) - 1 or "unexpected end" in str(exc).lower():
+            verdict = orjson_verdict(exc, len(doc))
+            if verdict == CUT:
                 return None
-            if "unexpected content after document" in str(exc):
+            if verdict == ARRAY_ENDS:
                 return ArrayEndsBefore(exc.pos - 1)
             where = base + exc.pos - 1
             raise TraceError(
@@ -453,9 +459,7 @@ class DocumentScanner:
         try:
             orjson.loads(doc)
         except orjson.JSONDecodeError as exc:
-            text = str(exc)
-            if (exc.pos < len(doc) - 1 and "unexpected end" not in text.lower()
-                    and "unexpected content after document" not in text):
+            if orjson_verdict(exc, len(doc)) == MALFORMED:
                 return TraceError(
                     f"malformed JSON at byte {buf.base + start + exc.pos - 1}: "
                     f"{orjson_reason(exc)}"
@@ -484,11 +488,7 @@ class FilePeek:
         self.size = os.path.getsize(path)
 
     def read(self, offset: int, length: int) -> bytes:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            return os.pread(fd, length, offset)
-        finally:
-            os.close(fd)
+        return read_span(self.path, offset, length)
 
 
 def max_event_bytes() -> int:

@@ -151,6 +151,27 @@ def short_message(exc: BaseException) -> str:
     return text.splitlines()[0][:200]
 
 
+CUT = "cut"
+ARRAY_ENDS = "array ends"
+MALFORMED = "malformed"
+
+
+def orjson_verdict(exc: orjson.JSONDecodeError, length: int) -> str:
+    """What orjson's error on a document of `length` bytes (a chunk's events in brackets)
+    means: CUT (the text ends inside a value: the cut was too early, or the input is
+    truncated), ARRAY_ENDS (the event array closes before the chunk does, at
+    `exc.pos - 1`) or MALFORMED (a real syntax error at `exc.pos - 1`).
+
+    orjson says which only in its message text, so this is the one place that reads it."""
+    text = str(exc)
+    if exc.pos >= length - 1 or "unexpected end" in text.lower():
+        return CUT
+    if "unexpected content after document" in text:
+        return ARRAY_ENDS
+    return MALFORMED
+
+
 def orjson_reason(exc: orjson.JSONDecodeError) -> str:
+    """orjson's reason for a syntax error, without its line and column (ours is a byte)."""
     msg = exc.msg if hasattr(exc, "msg") else str(exc)
     return msg.split(": line ")[0]

@@ -21,7 +21,6 @@ from isal import isal_zlib
 from tracestream import _native
 from tracestream.errors import TraceError
 from tracestream.index.builder import TraceIndex
-from tracestream.index.decode import read_span
 from tracestream.index.keyscan import skip_whitespace
 from tracestream.index.records import concat_rows, take_rows
 from tracestream.parallel.memory import collector_paused, release_memory
@@ -29,7 +28,7 @@ from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
 from tracestream.parallel.slots import deliver, received, slot_buffer, write_result
 from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.read.hashing import PieceChecksum, ReadStats
-from tracestream.read.source import PLAIN_BLOCK, TraceSource
+from tracestream.read.source import PLAIN_BLOCK, TraceSource, read_span
 from tracestream.write.relocate import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
 from tracestream.write.sink import OutputFile
 

@@ -13,10 +13,10 @@ from tracestream.commands.evidence.tables import (
     short,
     three_places,
     top_counts,
-    us_text,
 )
 from tracestream.errors import TraceError
 from tracestream.index.builder import SCOPES, IndexOptions, TraceIndex, run_index
+from tracestream.index.timebase import us_text
 from tracestream.jsontext import RawNumber
 from tracestream.model import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.parallel.memory import collector_paused

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from tracestream.index.timebase import relative_ms
+
 NAME_WIDTH = 110  # longest kernel/annotation name in human-readable tables
 
 
@@ -63,14 +65,7 @@ def short(name: Any, width: int = NAME_WIDTH) -> str | None:
 
 def ms(ns: int | None, origin_ns: int) -> float | None:
     """Nanoseconds as milliseconds from the trace origin (µs precision)."""
-    return None if ns is None else round((ns - origin_ns) / 1e6, 6)
-
-
-def us_text(ns: int) -> str:
-    """Nanoseconds as exact microsecond text with three decimals."""
-    sign = "-" if ns < 0 else ""
-    q, r = divmod(abs(ns), 1000)
-    return f"{sign}{q}.{r:03d}"
+    return None if ns is None else relative_ms(ns, origin_ns)
 
 
 def pid_text(pid: Any) -> str:

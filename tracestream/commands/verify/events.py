@@ -15,8 +15,8 @@ from tracestream.index.numbers import (
     SHAPE_DECIMAL,
     SHAPE_INTEGER,
     double_values,
+    imported_ns_columns,
     kineto_column,
-    llround_column,
 )
 from tracestream.model import PROVENANCE_KEY
 
@@ -131,9 +131,9 @@ class NumberColumn:
     def _of(cls, exact: np.ndarray, shapes: np.ndarray, texts) -> NumberColumn:
         integer = shapes == SHAPE_INTEGER
         regular = integer | (shapes == SHAPE_DECIMAL)
-        product = double_values(np.where(regular, exact, 0), texts) * 1000.0
-        return cls(exact, np.where(integer, exact, llround_column(product)),
-                   np.where(integer, exact, np.trunc(product).astype(np.int64)), regular)
+        rounded, truncated = imported_ns_columns(
+            exact, integer, double_values(np.where(regular, exact, 0), texts))
+        return cls(exact, rounded, truncated, regular)
 
 
 class Timed(tuple):

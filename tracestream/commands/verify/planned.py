@@ -12,13 +12,12 @@ import numpy as np
 
 from tracestream.commands.verify.output_checks import WORKER_TRIM_EVERY, OutputChecks
 from tracestream.index.builder import TraceIndex
-from tracestream.index.decode import read_span
 from tracestream.parallel.memory import release_memory
 from tracestream.parallel.pool import outcome
 from tracestream.parallel.slots import deliver, received
 from tracestream.plan.planner import DELETE, Plan
 from tracestream.read.hashing import ReadStats
-from tracestream.read.source import TraceSource
+from tracestream.read.source import TraceSource, read_span
 from tracestream.write.rewrite import StreamCursor, chunk_edits, dropped_last, rewrite_chunk
 
 
