@@ -8,12 +8,17 @@ import re
 import shlex
 
 
+def one_line(text) -> str:
+    """`text` on one line (a message is one stderr line, whatever values are quoted in it)."""
+    return " ".join(str(text).splitlines())
+
+
 class TraceError(Exception):
     """Bad input or a refusal: the message says what and where; nothing was written."""
 
     def __init__(self, message: str = ""):
         # one line, whatever the values quoted in it contain (a pid, an id, a ts text)
-        super().__init__(" ".join(str(message).splitlines()))
+        super().__init__(one_line(message))
 
 
 def require_utf8(text, what: str) -> None:
@@ -76,7 +81,7 @@ class SpecError(TraceError):
 
     def render(self, name_of=None) -> str:
         text = "".join(p.text(name_of) if isinstance(p, Option) else str(p) for p in self.parts)
-        return " ".join(text.splitlines())
+        return one_line(text)
 
 
 def malformed_report(why: str) -> TraceError:

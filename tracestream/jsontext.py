@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
+
+
+def template_parts(template: bytes) -> tuple[bytes, ...]:
+    """The literal pieces of a `%b`/`%d` byte template, around its fields (the C extension
+    writes rows from them, the numpy code joins them with the values)."""
+    return tuple(re.split(rb"%[bd]", template))
 
 
 class RawNumber(str):

@@ -35,6 +35,8 @@ _ACTIVITY_CATEGORIES = {
 FLOW_PHASES = frozenset(("s", "t", "f"))
 GUIDE_CATEGORY = "layer_guide"
 PROVENANCE_KEY = "_compact_gpu_track"
+PROVENANCE_MARK = PROVENANCE_KEY.encode()
+"""The provenance key as bytes: an event without them is not relocated."""
 
 
 def category_kind(cat: Any) -> int:
@@ -165,3 +167,8 @@ def describe_validation_error(exc: msgspec.ValidationError) -> str:
         .replace("object | null", "an object")
     )
     return f"field `{path}` must be {expected}, not {got}"
+
+
+RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
+"""An array of events as their exact texts (each event's bytes, undecoded)."""
+

@@ -11,7 +11,7 @@ import sys
 import click
 
 from tracestream._version import __version__
-from tracestream.errors import SpecError, TraceError, flag_of, require_utf8
+from tracestream.errors import SpecError, TraceError, flag_of, one_line, require_utf8
 
 
 class Group(click.Group):
@@ -45,7 +45,7 @@ class Group(click.Group):
         except Exception as exc:  # a bug: one line for unattended jobs, details on request
             if os.environ.get("TRACESTREAM_DEBUG"):
                 raise
-            text = " ".join(str(exc).splitlines())
+            text = one_line(exc)
             click.echo(
                 f"tracestream: internal error: {type(exc).__name__}: {text} (nothing was written;"
                 " rerun with TRACESTREAM_DEBUG=1 for the traceback and please report it)",
@@ -77,7 +77,7 @@ class Group(click.Group):
 def _usage_error(exc: click.exceptions.UsageError):
     """A mistyped command line is one line too, naming where the help is (click prints
     Usage, Try and Error on three)."""
-    text = " ".join(exc.format_message().splitlines())
+    text = one_line(exc.format_message())
     where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
     click.echo(f"tracestream: error: {text}{where}", err=True)
     sys.exit(exc.exit_code)

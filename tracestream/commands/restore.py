@@ -20,7 +20,6 @@ the report, so a restore that would not give the source back is refused.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import deque
 from dataclasses import dataclass
 
@@ -28,11 +27,13 @@ import msgspec
 
 from tracestream.errors import TraceError, malformed_report
 from tracestream.index.keyscan import separators
+from tracestream.model import PROVENANCE_MARK, RAW_EVENTS
 from tracestream.parallel.memory import release_memory
 from tracestream.plan.report import find_report, load_report
 from tracestream.read.compression import compression_for
 from tracestream.read.document import CHUNK_BYTES, SETTLE, DocumentScanner, Layout
 from tracestream.read.hashing import ReadStats
+from tracestream.read.jsonbytes import SEPARATOR
 from tracestream.read.source import TraceSource
 from tracestream.write.relocate import undo_relocation, undo_relocations
 from tracestream.write.rewrite import StreamCursor
@@ -43,9 +44,6 @@ from tracestream.write.sink import (
     refuse_writing_input,
 )
 
-_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
-_SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
-_MARK = b"_compact_gpu_track"
 _ADDED_MEMBER = b',\n  "tracestream": '
 _BLOCK = 1 << 20
 _TRIM_EVERY = 32  # chunks: fewer trims, fewer pages faulted in again (see verify's
@@ -134,7 +132,7 @@ def separated_events(data: bytes) -> int:
 def _decoded(data: bytes, base: int) -> list:
     """The events of a speculative chunk, as the scanner would have decoded them."""
     try:
-        return _EVENTS.decode(b"".join((b"[", data, b"]")))
+        return RAW_EVENTS.decode(b"".join((b"[", data, b"]")))
     except msgspec.DecodeError:
         raise TraceError(f"events from byte {base} on cannot be read where quick restore "
                          "cut them") from None
@@ -278,7 +276,7 @@ class _State:
         cursor.skip(chunk.length)
         if self._relocations_only(first, count):
             # nothing to undo in this chunk but relocations: at once where they can be
-            undone = ((data, 0) if _MARK not in data
+            undone = ((data, 0) if PROVENANCE_MARK not in data
                       else undo_relocations(data) if self.quick else None)
             if undone is not None:
                 self.restored += count
@@ -291,7 +289,7 @@ class _State:
         pieces: list[bytes] = []
         pos = 0  # chunk bytes before this are in `pieces`
         start = 0
-        find, separator = data.find, _SEPARATOR.match
+        find, separator = data.find, SEPARATOR.match
         for i, raw in enumerate(raws):
             end = start + len(raw)
             if first + i == undo.appended_from:
@@ -305,7 +303,7 @@ class _State:
                 pieces.append(data[pos:start])
                 pos = start
                 self._retired(pieces)
-            if find(_MARK, start, end) >= 0:
+            if find(PROVENANCE_MARK, start, end) >= 0:
                 undone = undo_relocation(bytes(raw))
                 if undone is not None:
                     original, index = undone

@@ -13,7 +13,7 @@ import orjson
 from tracestream import _native
 from tracestream.index.facts import BadCut, ChunkError, Context
 from tracestream.index.keyscan import separators
-from tracestream.model import FLOW_PHASES, PROVENANCE_KEY, describe_validation_error
+from tracestream.model import FLOW_PHASES, PROVENANCE_KEY, RAW_EVENTS, describe_validation_error
 from tracestream.read.jsonbytes import ARRAY_ENDS, CUT, orjson_reason, orjson_verdict
 
 
@@ -50,7 +50,6 @@ _READ_EVENTS = msgspec.json.Decoder(list[ReadEvent])
 the decode where nothing binds flows."""
 _EVENT = msgspec.json.Decoder(Event)
 """One event of a scanned chunk, decoded where Python code reads it (see decode_chunk)."""
-_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 INTERPRETED_KEYS = (b'"ts"', b'"dur"', b'"pid"', b'"tid"', b'"name"', b'"cat"', b'"ph"')
 MOVED_KEYS = INTERPRETED_KEYS[:4]
 PHASE_OTHER, PHASE_COMPLETE, PHASE_METADATA, PHASE_FLOW = range(4)
@@ -146,7 +145,7 @@ def event_spans(data: bytes, count: int | None) -> tuple[np.ndarray, np.ndarray]
     starts_l = []
     ends_l = []
     pos = 0
-    for raw in _RAW_LIST.decode(b"".join((b"[", data, b"]"))):
+    for raw in RAW_EVENTS.decode(b"".join((b"[", data, b"]"))):
         pos = data.find(b"{", pos)
         starts_l.append(pos)
         pos += len(raw)

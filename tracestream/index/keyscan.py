@@ -13,11 +13,10 @@ exactly what a Kineto event has.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from tracestream import _native
+from tracestream.read.jsonbytes import SKIP_WS
 
 _QUOTE = 0x22
 _COMMA = 0x2C
@@ -253,7 +252,6 @@ def _args_braces(keys: EventKeys) -> np.ndarray:
 
 _WHITESPACE = np.zeros(256, bool)
 _WHITESPACE[list(b" \t\r\n")] = True
-_SKIP_WS = re.compile(rb"[ \t\r\n]*")
 _WS_STEPS = 32  # whitespace runs longer than this are finished with a regex
 
 
@@ -293,5 +291,5 @@ def skip_whitespace(data: bytes, view: np.ndarray, pos: np.ndarray) -> np.ndarra
         pos[active] += 1
         active = active[pos[active] < len(view)]
     for k in active.tolist():
-        pos[k] = _SKIP_WS.match(data, int(pos[k])).end()
+        pos[k] = SKIP_WS.match(data, int(pos[k])).end()
     return pos

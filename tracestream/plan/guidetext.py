@@ -11,7 +11,6 @@ by those very functions, with placeholders for the values.
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 import orjson
 
 from tracestream import _native
-from tracestream.jsontext import RawNumber, dumps, pretty_item
+from tracestream.jsontext import RawNumber, dumps, pretty_item, template_parts
 from tracestream.plan.guides import BOUNDARY_KINDS, GuideBlock, GuideTable
 from tracestream.plan.specs import GUIDE_NOTICE, LayerSpec
 
@@ -51,8 +50,8 @@ _ROW = pretty_item({field: RawNumber("%d" if field in _INTEGERS else "%b")
 
 _KINDS = [orjson.dumps(kind) for kind in BOUNDARY_KINDS]
 _ROW_PAD = b"  " * ROWS_DEPTH
-_EVENT_PARTS = tuple(re.split(rb"%[bd]", _EVENT))
-_ROW_PARTS = tuple(re.split(rb"%[bd]", _ROW))
+_EVENT_PARTS = template_parts(_EVENT)
+_ROW_PARTS = template_parts(_ROW)
 _ROW_PARTS_PADDED = (_ROW_PAD + _ROW_PARTS[0], *_ROW_PARTS[1:])
 """The templates around their values, for the C extension's json_rows (a row indented
 as it sits in the report)."""

@@ -21,12 +21,12 @@ import msgspec
 import orjson
 
 from tracestream.errors import TraceError
+from tracestream.model import RAW_EVENTS
 from tracestream.read.buffer import Buffer, grow_window
 from tracestream.read.jsonbytes import (
     ARRAY_ENDS,
     CUT,
     MALFORMED,
-    RAW_LIST,
     ArrayEndsBefore,
     check_utf8,
     describe_event,
@@ -429,7 +429,7 @@ class DocumentScanner:
         check_utf8(data, base, "event data")
         doc = b"".join((b"[", data, b"]"))  # one copy (a + b + c copies twice)
         try:
-            return RAW_LIST.decode(doc)
+            return RAW_EVENTS.decode(doc)
         except (msgspec.DecodeError, RecursionError) as exc:
             first_error = exc
         try:

@@ -6,16 +6,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import msgspec
 import orjson
 
 from tracestream.errors import TraceError
 
-RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")
 _STRUCTURAL = re.compile(rb'["\[\]{}]')
 _SCALAR_END = re.compile(rb"[,}\] \t\r\n]")
 SKIP_WS = re.compile(rb"[ \t\r\n]*")
+SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
+"""The comma between two array elements, with the whitespace around it."""
 _EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
 

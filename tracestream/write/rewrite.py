@@ -23,6 +23,7 @@ from tracestream.errors import TraceError
 from tracestream.index.builder import TraceIndex
 from tracestream.index.keyscan import skip_whitespace
 from tracestream.index.records import concat_rows, take_rows
+from tracestream.jsontext import template_parts
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
 from tracestream.parallel.slots import deliver, received, slot_buffer, write_result
@@ -154,8 +155,8 @@ _PID_TO_TID = b', "tid": '
 _MEMBER_PID_TID = _MEMBER_WITH_ARGS.replace(b"%b, " + b'"tid": %b', b"%b") + b", "
 """The usual member when the event's bytes from its pid value to its tid value are
 `0, "tid": 7`: one %b for that piece, the same bytes as _MEMBER_WITH_ARGS gives."""
-_MEMBER_PARTS = tuple(re.split(rb"%[bd]", _MEMBER_WITH_ARGS))
-_NO_ARGS_MEMBER_PARTS = tuple(re.split(rb"%[bd]", _MEMBER_WITHOUT_ARGS))
+_MEMBER_PARTS = template_parts(_MEMBER_WITH_ARGS)
+_NO_ARGS_MEMBER_PARTS = template_parts(_MEMBER_WITHOUT_ARGS)
 """The two members around their pid, tid and ordinal, for the C extension's splice."""
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 

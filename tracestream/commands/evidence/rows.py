@@ -3,7 +3,6 @@ JSON text a block at a time (millions of matches never become dicts)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 
@@ -14,7 +13,7 @@ from tracestream import _native
 from tracestream.commands.evidence.readings import NO_GAP
 from tracestream.commands.evidence.tables import cell_text
 from tracestream.index.matches import AS_TEXT, INTEGER, THREE_DECIMALS, MatchView
-from tracestream.jsontext import RawNumber, dumps
+from tracestream.jsontext import RawNumber, dumps, template_parts
 
 
 class StreamedRows(Sequence):
@@ -213,7 +212,7 @@ class MatchRows(StreamedRows):
 
 _ROW = (b'{"index": %d, "ts_us": %b, "dur_us": %b, "rel_ms": %b, "gap_us": %b, "stream": %b, '
         b'"tid": %b, "cluster": %d, "event": %d}')
-_ROW_PARTS = tuple(re.split(rb"%[db]", _ROW))
+_ROW_PARTS = template_parts(_ROW)
 
 
 def _coded(native, codes: np.ndarray, value_of) -> tuple:
@@ -315,7 +314,7 @@ class ClusterRows(StreamedRows):
 
 _CLUSTER_ROW = (b'{"start_index": %d, "count": %d, "start_us": %b, "end_us": %b, '
                 b'"start_ms": %b, "span_ms": %b}')
-_CLUSTER_ROW_PARTS = tuple(re.split(rb"%[db]", _CLUSTER_ROW))
+_CLUSTER_ROW_PARTS = template_parts(_CLUSTER_ROW)
 
 
 class FlaggedRows(StreamedRows):

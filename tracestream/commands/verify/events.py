@@ -18,7 +18,7 @@ from tracestream.index.numbers import (
     imported_ns_columns,
     kineto_column,
 )
-from tracestream.model import PROVENANCE_KEY
+from tracestream.model import PROVENANCE_KEY, RAW_EVENTS
 
 
 # gc=False: values decoded from JSON hold no cycles, and untracked structs are quicker to
@@ -85,7 +85,7 @@ def raw_events(content: bytes, document: bytes | None) -> list:
     """The chunk's events as exact texts (msgspec.Raw)."""
     if document is None:
         document = b"".join((b"[", content, b"]"))
-    return _RAW_EVENTS.decode(document)
+    return RAW_EVENTS.decode(document)
 
 
 def values_of(events, indices: list[int], key: str) -> list:
@@ -95,10 +95,8 @@ def values_of(events, indices: list[int], key: str) -> list:
     return [getattr(events[i], key) for i in indices]
 
 
-_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 FIELD_PHASE, FIELD_ARGS, FIELD_PID, FIELD_TID, FIELD_CAT = (attrgetter(name)
                                    for name in ("ph", "args", "pid", "tid", "cat"))
-FLOW_PHASES = frozenset(("s", "t", "f"))
 
 
 @dataclass

@@ -37,7 +37,6 @@ from tracestream.commands.verify.columns import (
 )
 from tracestream.commands.verify.events import (
     CHECK_EVENTS,
-    FLOW_PHASES,
     Timed,
     decoded_name,
     event_name,
@@ -52,9 +51,11 @@ from tracestream.index.facts import binds_next
 from tracestream.index.records import RecordStore, concat_rows, same_rows, take_rows
 from tracestream.model import (
     ACTIVITY_KINDS,
+    FLOW_PHASES,
     GUIDE_CATEGORY,
     KERNEL,
     LAYER_GUIDE,
+    PROVENANCE_MARK,
     TIMING,
     CategoryKinds,
     decode_head,
@@ -192,7 +193,7 @@ class OutputChecks:
 
     def observe(self, ordinal: int, raw: bytes) -> None:
         head = decode_head(raw)
-        prov = provenance_of(raw) if b"_compact_gpu_track" in raw else None
+        prov = provenance_of(raw) if PROVENANCE_MARK in raw else None
         if prov is not None:
             self.relocated_events += 1
         if head.ph in ("s", "t", "f") and prov is not None:

@@ -50,7 +50,6 @@ def _facts_of(content: bytes, first: int, synthetic: dict[tuple, str]) -> tuple 
     return checks.facts()
 
 
-SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 _TRAILING_SEPARATOR = re.compile(rb"(?:[ \t\r\n]*,[ \t\r\n]*)?\Z")
 
 

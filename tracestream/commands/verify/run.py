@@ -13,7 +13,7 @@ from tracestream.commands.report_shape import report_specs
 from tracestream.commands.restore import Undo
 from tracestream.commands.verify.guides import GuideOrder
 from tracestream.commands.verify.output_checks import TRIM_EVERY, OutputChecks
-from tracestream.commands.verify.planned import SEPARATOR, PlannedStream, Sequential
+from tracestream.commands.verify.planned import PlannedStream, Sequential
 from tracestream.commands.verify.restored import (
     digest_problems,
     restoration_problems,
@@ -39,6 +39,7 @@ from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.plan.report import find_report, load_report
 from tracestream.read.document import SETTLE, DocumentScanner, Layout, iter_events
 from tracestream.read.hashing import ReadStats
+from tracestream.read.jsonbytes import SEPARATOR
 from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
 from tracestream.write.relocate import provenance_match, relocate, unrelocate

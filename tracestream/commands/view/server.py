@@ -86,7 +86,7 @@ from tracestream.commands.view.page import (
     token_matches,
     ui_origin,
 )
-from tracestream.errors import TraceError
+from tracestream.errors import TraceError, one_line
 from tracestream.read.compression import detect_compression, zstd_blocks
 
 __all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "address_lines", "describe_trace"]
@@ -359,7 +359,7 @@ class _LoopbackServer(ThreadingHTTPServer):
         traceback in the middle of the terminal."""
         exc = sys.exc_info()[1]
         if not isinstance(exc, (ConnectionError, TimeoutError)):
-            text = " ".join(str(exc).splitlines())
+            text = one_line(exc)
             self.report(f"internal error while serving a request: {type(exc).__name__}: {text}")
 
 
