@@ -7,6 +7,7 @@ process left behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import resource
@@ -307,14 +308,23 @@ def test_signal_just_after_the_output_appears(medium, tmp_path, signum):
         TALLY["faults injected (signal just after the commit)"] += 1
 
 
+@pytest.fixture
+def program_scope(as_program):
+    """The CLI's scope (`sink.process_ends_after_commit`) around the test when `as_program`."""
+    from tracestream.write import sink
+
+    with sink.process_ends_after_commit() if as_program else contextlib.nullcontext():
+        yield
+
+
 @pytest.mark.parametrize("as_program", [True, False])
-def test_committed_outputs_are_not_undone_by_a_late_signal(tmp_path, monkeypatch, as_program):
+def test_committed_outputs_are_not_undone_by_a_late_signal(tmp_path, monkeypatch, as_program,
+                                                            program_scope):
     """As a program (the CLI), Ctrl-C/SIGTERM are ignored once all files are committed, so a
     late signal cannot turn a complete run into exit 143 (or kill it while Python exits);
     called in-process (a notebook, click's runner), the caller's handlers come back."""
     from tracestream.write import sink
 
-    monkeypatch.setattr(sink, "IGNORE_SIGNALS_AFTER_COMMIT", as_program)
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         files = [OutputFile(str(tmp_path / name)) for name in ("a.json", "b.json")]
@@ -335,13 +345,13 @@ class _LateSignal(Exception):
 
 
 @pytest.mark.parametrize("as_program", [True, False])
-def test_a_signal_after_the_commit_decision_keeps_the_files(tmp_path, monkeypatch, as_program):
+def test_a_signal_after_the_commit_decision_keeps_the_files(tmp_path, monkeypatch, as_program,
+                                                             program_scope):
     """A SIGTERM that lands after the commit was judged complete, while the handlers are
     being put back, leaves both files: the CLI ignores it, a library caller gets it (here
     a handler that raises). It used to undo the commit and exit as an interrupt (130)."""
     from tracestream.write import sink
 
-    monkeypatch.setattr(sink, "IGNORE_SIGNALS_AFTER_COMMIT", as_program)
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def late(signum, frame):

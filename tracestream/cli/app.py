@@ -63,15 +63,15 @@ class Group(click.Group):
         _install_signal_handlers()
         # as a program (arguments from sys.argv, not an in-process call such as click's
         # test runner), a signal after the outputs are committed is ignored until exit
-        from tracestream.write import sink
-
         as_program = (args[0] if args else kwargs.get("args")) is None
-        sink.IGNORE_SIGNALS_AFTER_COMMIT = as_program
-        if as_program:
-            from tracestream.cli.guard import reopen_closed_streams
+        if not as_program:
+            return super().main(*args, **kwargs)
+        from tracestream.cli.guard import reopen_closed_streams
+        from tracestream.write.sink import process_ends_after_commit
 
-            reopen_closed_streams()
-        return super().main(*args, **kwargs)
+        reopen_closed_streams()
+        with process_ends_after_commit():
+            return super().main(*args, **kwargs)
 
 
 def _usage_error(exc: click.exceptions.UsageError):

@@ -10,6 +10,7 @@ nothing behind. stdout is streamed directly (it cannot be made atomic).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import os
 import queue
@@ -418,10 +419,21 @@ def remove_committed(path: Path) -> None:
         pass
 
 
-IGNORE_SIGNALS_AFTER_COMMIT = False
-"""Set by the CLI when it is the whole process: once its files are committed, a late
-Ctrl-C/SIGTERM must neither kill it (exit 143 with complete outputs) nor make it say
-that nothing was written; the process exits 0 right after."""
+_ENDS_AFTER_COMMIT = contextvars.ContextVar("tracestream_ends_after_commit", default=False)
+
+
+@contextlib.contextmanager
+def process_ends_after_commit():
+    """For a program that is the whole process and ends once its outputs are committed (the
+    CLI): inside this block a commit leaves Ctrl-C/SIGTERM ignored, so a late signal neither
+    kills it (exit 143 with complete outputs) nor makes it say that nothing was written; the
+    process exits 0 right after. Outside it (a notebook, any library caller) the caller's
+    handlers come back after a commit and a late signal is delivered to them."""
+    token = _ENDS_AFTER_COMMIT.set(True)
+    try:
+        yield
+    finally:
+        _ENDS_AFTER_COMMIT.reset(token)
 
 
 class _HeldSignals:
@@ -457,7 +469,7 @@ def _signals_held():
         yield held
     finally:
         for signum, handler in previous.items():
-            if held.committed and IGNORE_SIGNALS_AFTER_COMMIT:
+            if held.committed and _ENDS_AFTER_COMMIT.get():
                 handler = signal.SIG_IGN
             signal.signal(signum, handler)
 
@@ -489,7 +501,7 @@ def commit_together(files: Sequence[OutputFile]) -> None:
         else:
             held.committed = True
     late = held.received[len(interrupted):]
-    if interrupted or (late and not IGNORE_SIGNALS_AFTER_COMMIT):
+    if interrupted or (late and not _ENDS_AFTER_COMMIT.get()):
         _deliver((interrupted or late)[0])
 
 
