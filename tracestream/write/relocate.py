@@ -170,7 +170,7 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
     `positions` (pid span, tid span, args brace, args empty), when the index pass
     found them, saves searching the event again.
     """
-    found = positions or _kineto_positions(raw) or _fast_positions(raw) or _exact_positions(raw)
+    found = positions or locate_members(raw)
     if found == "args":
         raise TraceError(f"event {ordinal}: `args` is not an object; cannot add provenance")
     if found is None:
@@ -190,6 +190,20 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
                                                                        ordinal))]
     if new_pid is not None:
         edits.append((p0, p1, new_pid))
+    return _apply_edits(raw, edits)
+
+
+def locate_members(raw: bytes, *, kineto_first: bool = True):
+    """Where an event's pid and tid values and its `args` lie: (pid span, tid span, args
+    brace or -1, args empty), "args" when `args` is not an object, None when they cannot be
+    found. Kineto's key order is tried first (one regular expression), then an event whose
+    keys each appear once, then a full tokenizing read."""
+    return ((_kineto_positions(raw) if kineto_first else None) or _fast_positions(raw)
+            or _exact_positions(raw))
+
+
+def _apply_edits(raw: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
+    """`raw` with each (start, end, replacement) applied; the edits do not overlap."""
     edits.sort()
     out = []
     pos = 0
@@ -344,19 +358,11 @@ def undo_relocation(raw: bytes) -> tuple[bytes, int] | None:
         return b"".join((raw[:p0], pid_text, raw[p1:t0], tid_text, raw[t1:cut_start],
                          raw[cut_end:])), index
     stripped = raw[:cut_start] + raw[cut_end:]
-    found = _fast_positions(stripped) or _exact_positions(stripped)
+    found = locate_members(stripped, kineto_first=False)
     if not isinstance(found, tuple):
         raise TraceError(f"event {index}: cannot locate its pid/tid to restore it")
     (p0, p1), (t0, t1), _, _ = found
     edits = [(t0, t1, tid_text)]
     if stripped[p0:p1] != pid_text:
         edits.append((p0, p1, pid_text))
-    edits.sort()
-    out = []
-    pos = 0
-    for start, end, piece in edits:
-        out.append(stripped[pos:start])
-        out.append(piece)
-        pos = end
-    out.append(stripped[pos:])
-    return b"".join(out), index
+    return _apply_edits(stripped, edits), index
