@@ -196,11 +196,8 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
         return spliced, ()
     out = []
     append = out.append
-    extend = out.extend
     pos = 0
     dropped = []
-    with_args = _MEMBER_WITH_ARGS
-    without_args = _MEMBER_WITHOUT_ARGS
     codes = actions.tolist()
     new_tids = [targets[c][0] if c != DELETE else b"" for c in codes]
     new_pids = [targets[c][1] if c != DELETE else None for c in codes]
@@ -214,23 +211,15 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
             pos = _after_separator(data, end)
             dropped.append(data[end:pos])
             continue
+        positions = None
         if p0 >= 0 and t0 > p1 and (brace > t1 or (brace == -1 and data[end - 1] == 0x7D)):
-            # Kineto's order (pid, tid, ..., args): splice in place
-            if new_pid is None:
-                extend((data[pos:t0], new_tid))
-            else:
-                extend((data[pos:p0], new_pid, data[p1:t0], new_tid))
-            if brace > t1:
-                member = with_args % (data[p0:p1], data[t0:t1], ordinal)
-                extend((data[t1:brace],
-                        member if brace - _ARGS_LENGTH in empty_args else member + b", "))
-                pos = brace
-            else:  # no args: add one holding the provenance
-                extend((data[t1 : end - 1], without_args % (data[p0:p1], data[t0:t1], ordinal)))
-                pos = end - 1
-            continue
+            # Kineto's order (pid, tid, ..., args), found by the index pass: relocate needs
+            # not search the event again (`brace` is just inside args, relocate's at its `{`)
+            positions = ((p0 - start, p1 - start), (t0 - start, t1 - start),
+                         brace - 1 - start if brace > t1 else -1,
+                         brace - _ARGS_LENGTH in empty_args)
         append(data[pos:start])
-        append(relocate(data[start:end], new_tid, ordinal, new_pid))
+        append(relocate(data[start:end], new_tid, ordinal, new_pid, positions))
         pos = end
     append(data[pos:])
     return b"".join(out), tuple(dropped)
