@@ -8,7 +8,6 @@ import pytest
 from tracestream.commands.view import page as view_page
 from tracestream.errors import TraceError, require_utf8
 from tracestream.plan.planner import INT64_MAX, INT64_MIN, clamp_sort_index
-from tracestream.read import document
 from tracestream.read.compression import detect_compression, is_zstd_skippable
 from tracestream.write.sink import check_compress_level
 
@@ -54,22 +53,39 @@ def test_require_utf8_names_the_option():
 
 
 @pytest.mark.parametrize("setting, expected", [
-    (None, 64 << 20), ("", 64 << 20), ("1", 1 << 20), ("0.5", 1 << 19), ("1e-9", 1),
+    (None, None), ("", None), ("1", 1 << 20), ("0.5", 1 << 19), ("1e-9", 1),
     ("1e308", 1 << 60),
 ])
-def test_max_event_bytes(monkeypatch, setting, expected):
-    if setting is None:
-        monkeypatch.delenv("TRACESTREAM_MAX_EVENT_MB", raising=False)
-    else:
-        monkeypatch.setenv("TRACESTREAM_MAX_EVENT_MB", setting)
-    assert document.max_event_bytes() == expected
+def test_the_cli_reads_the_event_limit_from_the_environment(setting, expected):
+    """TRACESTREAM_MAX_EVENT_MB, read by the CLI (the library reads no environment): unset or
+    empty leaves the library's default of 64 MiB."""
+    from tracestream.cli.options import max_event_bytes_from
+
+    environ = {} if setting is None else {"TRACESTREAM_MAX_EVENT_MB": setting}
+    assert max_event_bytes_from(environ) == expected
 
 
 @pytest.mark.parametrize("setting", ["not a number", "0", "-1", "inf", "nan", "-inf", "1e400"])
-def test_max_event_bytes_refuses_what_is_not_a_positive_number(monkeypatch, setting):
-    monkeypatch.setenv("TRACESTREAM_MAX_EVENT_MB", setting)
+def test_an_event_limit_that_is_not_a_positive_number_is_refused(setting):
+    from tracestream.cli.options import max_event_bytes_from
+
     with pytest.raises(TraceError, match="TRACESTREAM_MAX_EVENT_MB=.* takes a positive number"):
-        document.max_event_bytes()
+        max_event_bytes_from({"TRACESTREAM_MAX_EVENT_MB": setting})
+
+
+def test_the_library_takes_the_event_limit_as_an_argument(tmp_path, monkeypatch):
+    """An event longer than a chunk and `max_event_bytes` is refused by the library call that
+    was given that limit, whatever the environment says (the CLI reads it, not the library)."""
+    from tracestream.commands.evidence.inspect import inspect_trace
+
+    monkeypatch.setenv("TRACESTREAM_MAX_EVENT_MB", "0.001")
+    path = tmp_path / "t.json"
+    name = "k" * (3 << 20)  # longer than a 2 MB chunk and the limit below
+    path.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "' + name
+                    + '", "pid": 0, "tid": 1, "ts": 1, "dur": 1}]}')
+    assert inspect_trace(path, workers=0)["events"] == 1  # the default: 64 MiB
+    with pytest.raises(TraceError, match="longer than 1 MiB, the limit for one event"):
+        inspect_trace(path, workers=0, max_event_bytes=1 << 20)
 
 
 @pytest.mark.parametrize("target, ok", [

@@ -34,6 +34,11 @@ def test_the_read_only_commands_do_not_import_the_writing_stages():
     ("add_layer_guides", "tracestream.engine"), ("compact", "tracestream.engine"),
     ("Report", "tracestream.engine"), ("LayerSpec", "tracestream.plan.specs"),
     ("CompactSpec", "tracestream.plan.specs"), ("TraceError", "tracestream.errors"),
+    ("verify", "tracestream.commands.verify"), ("Verdict", "tracestream.commands.verify"),
+    ("restore", "tracestream.commands.restore"),
+    ("inspect_trace", "tracestream.commands.evidence.inspect"),
+    ("find_anchors", "tracestream.commands.evidence.anchors"),
+    ("run_batch", "tracestream.commands.batch"),
 ])
 def test_the_public_names_are_there_as_before(name, module):
     """`from tracestream import add_layer_guides` (and the rest of __all__) still works: the

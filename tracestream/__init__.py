@@ -9,6 +9,12 @@ _LAZY = {
     "compact": "tracestream.engine",
     "LayerSpec": "tracestream.plan.specs",
     "CompactSpec": "tracestream.plan.specs",
+    "verify": "tracestream.commands.verify",
+    "Verdict": "tracestream.commands.verify",
+    "restore": "tracestream.commands.restore",
+    "inspect_trace": "tracestream.commands.evidence.inspect",
+    "find_anchors": "tracestream.commands.evidence.anchors",
+    "run_batch": "tracestream.commands.batch",
 }
 """The public names whose modules load on first use: `import tracestream` (which every
 command runs, for its version) would otherwise import every stage of the engine, ~10 ms
@@ -19,9 +25,15 @@ __all__ = [
     "LayerSpec",
     "Report",
     "TraceError",
+    "Verdict",
     "__version__",
     "add_layer_guides",
     "compact",
+    "find_anchors",
+    "inspect_trace",
+    "restore",
+    "run_batch",
+    "verify",
 ]
 
 

@@ -214,7 +214,8 @@ def write_report(rep: OutputFile, plan: Plan, source: TraceSource,
 
 
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
-         compress=None, compress_level=None, progress=None, stdin=None, workers=None) -> Report:
+         compress=None, compress_level=None, progress=None, stdin=None, workers=None,
+         max_event_bytes=None) -> Report:
     started = time.monotonic()
     if layer_spec is not None:
         layer_spec.validate()
@@ -230,7 +231,8 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
     compression = compression_for(output, compress)
     check_compress_level(compression, compress_level)
     # workers fork before the reader and writer threads start
-    with pool_for(trace, workers) as pool, TraceSource(trace, stdin=stdin) as source:
+    with pool_for(trace, workers) as pool, \
+            TraceSource(trace, stdin=stdin, max_event_bytes=max_event_bytes) as source:
         index, plan = build_plan(
             source, layer_spec, compact_spec,
             output_name=name_in_report(output, report_path),
@@ -256,23 +258,30 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
 def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
                      compact: CompactSpec | None = None, compress: str | None = None,
                      compress_level: int | None = None, progress=None,
-                     stdin=None, workers: int | None = None) -> Report:
+                     stdin=None, workers: int | None = None,
+                     max_event_bytes: int | None = None) -> Report:
     """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`).
 
+    `progress`: an object whose `wrap(blocks, label)` sees each pass's blocks (None: none).
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    `max_event_bytes`: the longest single event read (None: 64 MiB).
     """
     return _run(trace, output, report, "layers", "layers", layer_spec=spec,
                 compact_spec=compact, compress=compress, compress_level=compress_level,
-                progress=progress, stdin=stdin, workers=workers)
+                progress=progress, stdin=stdin, workers=workers,
+                max_event_bytes=max_event_bytes)
 
 
 def compact(trace, output, spec: CompactSpec | None = None, *, report: str | None = None,
             compress: str | None = None, compress_level: int | None = None,
-            progress=None, stdin=None, workers: int | None = None) -> Report:
-    """Write `output`: the trace with GPU activity packed into at most N display lanes."""
+            progress=None, stdin=None, workers: int | None = None,
+            max_event_bytes: int | None = None) -> Report:
+    """Write `output`: the trace with GPU activity packed into at most N display lanes
+    (the other options as `add_layer_guides` takes them)."""
     return _run(trace, output, report, "compact", "compact",
                 compact_spec=spec or CompactSpec(), compress=compress,
-                compress_level=compress_level, progress=progress, stdin=stdin, workers=workers)
+                compress_level=compress_level, progress=progress, stdin=stdin, workers=workers,
+                max_event_bytes=max_event_bytes)
 
 
 def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> dict:

@@ -6,6 +6,7 @@ from tracestream.cli.options import (
     PassesType,
     compress_option,
     emit_summary,
+    event_limit,
     json_summary_option,
     level_option,
     output_option,
@@ -88,7 +89,7 @@ def register(main) -> None:
         result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                                   compress=compress, compress_level=compress_level,
                                   progress=Progress.for_terminal(quiet),
-                                  workers=workers)
+                                  workers=workers, max_event_bytes=event_limit())
         emit_summary(result, json_summary, quiet)
 
 
@@ -114,5 +115,6 @@ def register(main) -> None:
         spec = CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
         result = compact_trace(trace, output, spec, report=report, compress=compress,
                                compress_level=compress_level,
-                               progress=Progress.for_terminal(quiet), workers=workers)
+                               progress=Progress.for_terminal(quiet), workers=workers,
+                               max_event_bytes=event_limit())
         emit_summary(result, json_summary, quiet)

@@ -11,6 +11,7 @@ import sys
 import click
 
 from tracestream._version import __version__
+from tracestream.cli.options import MAX_EVENT_KEY, max_event_bytes_from
 from tracestream.errors import SpecError, TraceError, flag_of, one_line, require_utf8
 
 
@@ -20,7 +21,8 @@ class Group(click.Group):
     def invoke(self, ctx):
         try:
             _check_utf8_arguments(ctx._protected_args + ctx.args)
-            _check_environment()
+            # a bad TRACESTREAM_MAX_EVENT_MB is refused before any command reads a byte
+            ctx.meta[MAX_EVENT_KEY] = max_event_bytes_from(os.environ)
             return super().invoke(ctx)
         except click.exceptions.UsageError as exc:
             _usage_error(exc)
@@ -89,13 +91,6 @@ def _check_utf8_arguments(args: list[str]) -> None:
     for i, arg in enumerate(args):
         before = str(args[i - 1]) if i else ""
         require_utf8(arg, before if before.startswith("-") else f"argument {i + 1}")
-
-
-def _check_environment() -> None:
-    """A bad TRACESTREAM_MAX_EVENT_MB is refused before any command reads a byte."""
-    from tracestream.read.document import max_event_bytes
-
-    max_event_bytes()
 
 
 class GuardedCommand(click.Command):

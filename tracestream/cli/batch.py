@@ -15,6 +15,8 @@ import sys
 
 import click
 
+from tracestream.cli.options import event_limit
+
 
 def _default_jobs() -> int:
     return os.cpu_count() or 1
@@ -138,7 +140,7 @@ def register(main) -> None:
         tasks = compact_tasks(traces, output_dir,
                               CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid)),
                               compress=compress, compress_level=compress_level, verify=verify,
-                              skip_existing=skip_existing)
+                              skip_existing=skip_existing, max_event_bytes=event_limit())
         _run("compact", tasks, engine, jobs, scheduler)
 
     @batch.command("layers")
@@ -161,5 +163,5 @@ def register(main) -> None:
 
         tasks = layers_tasks(manifest, output_dir, layer_options, compress=compress,
                              compress_level=compress_level, verify=verify,
-                             skip_existing=skip_existing)
+                             skip_existing=skip_existing, max_event_bytes=event_limit())
         _run("layers", tasks, engine, jobs, scheduler)

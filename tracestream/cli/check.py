@@ -6,6 +6,7 @@ import click
 
 from tracestream.cli.options import (
     compress_option,
+    event_limit,
     level_option,
     orjson_dumps,
     report_option,
@@ -30,7 +31,8 @@ def register(main) -> None:
         from tracestream.commands.verify import verify as verify_trace
 
         refuse_stdout_on_inputs([trace, output], "output")
-        verdict = verify_trace(trace, output, report, workers=workers)
+        verdict = verify_trace(trace, output, report, workers=workers,
+                               max_event_bytes=event_limit())
         if as_json:
             click.echo(orjson_dumps(verdict.to_json()))
         else:
@@ -52,7 +54,7 @@ def register(main) -> None:
         from tracestream.commands.restore import restore as restore_trace
 
         result = restore_trace(trace, output, report, compress=compress,
-                               compress_level=compress_level)
+                               compress_level=compress_level, max_event_bytes=event_limit())
         click.echo(
             f"restored {result['events']:,} events to {output} ({result['relocated']:,} moved "
             f"back, {result['retired']} metadata events re-inserted, {result['dropped']} added "

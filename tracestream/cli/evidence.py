@@ -14,7 +14,7 @@ _json_option = click.option("--json", "as_json", is_flag=True,
 
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
-    from tracestream.cli.options import workers_option
+    from tracestream.cli.options import event_limit, workers_option
 
     @main.command("inspect")
     @click.option("--trace", "trace", required=True, metavar="PATH",
@@ -36,7 +36,7 @@ def register(main) -> None:
 
         with collector_paused():
             report = inspect_trace(trace, top=top, progress=Progress.for_terminal(as_json),
-                                   workers=workers)
+                                   workers=workers, max_event_bytes=event_limit())
             click.echo(dumps(report).decode() if as_json else format_inspect(report))
 
     @main.command("anchors")
@@ -72,6 +72,7 @@ def register(main) -> None:
                 trace, anchor_regex, pid=pid_value(pid), device=pid_value(device),
                 cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
                 progress=Progress.for_terminal(as_json), workers=workers,
+                max_event_bytes=event_limit(),
             )
             if as_json:
                 for piece in anchors_json(report):

@@ -1,8 +1,36 @@
 """Options and helpers shared by the commands: one definition of each flag and its help."""
 
+import math
+
 import click
 
 from tracestream.errors import TraceError
+
+MAX_EVENT_KEY = "tracestream.max_event_bytes"
+"""Where the group keeps the event-size limit for its commands (click's context meta)."""
+
+
+def max_event_bytes_from(environ) -> int | None:
+    """The longest single event the commands read, in bytes, from TRACESTREAM_MAX_EVENT_MB
+    (None: unset, the library's default). The library itself reads no environment."""
+    text = environ.get("TRACESTREAM_MAX_EVENT_MB")
+    if not text:
+        return None
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = math.nan
+    if not math.isfinite(mb) or mb <= 0:
+        from tracestream.read.document import MAX_EVENT_MB
+
+        raise TraceError(f"TRACESTREAM_MAX_EVENT_MB={text[:40]!r} is not a limit: it takes a "
+                         f"positive number of MiB (default {MAX_EVENT_MB})")
+    return max(1, int(min(mb, 1 << 40) * (1 << 20)))  # 1 EiB: no limit, and no overflow
+
+
+def event_limit() -> int | None:
+    """The running command's event-size limit (see `max_event_bytes_from`)."""
+    return click.get_current_context().meta.get(MAX_EVENT_KEY)
 
 
 def pid_value(value: str | None):

@@ -160,16 +160,18 @@ class _Replay:
 
 
 def restore(trace, output, report: str | None = None, *, compress: str | None = None,
-            compress_level: int | None = None) -> dict:
-    """Write the source trace, byte for byte, from an annotated trace and its report."""
+            compress_level: int | None = None, max_event_bytes: int | None = None) -> dict:
+    """Write the source trace, byte for byte, from an annotated trace and its report.
+
+    `max_event_bytes`: the longest single event read (None: read.document's default)."""
     trace, output = str(trace), str(output)
     refuse_writing_input(input_identity(trace), output, "output", trace)
     check_compress_level(compression_for(output, compress), compress_level)
     report_path = find_report(trace, report)
     undo = Undo.from_report(*load_report(report_path), name=trace)
-    with TraceSource(trace, hashes_data=False) as annotated, OutputFile(
-        output, compression=compression_for(output, compress), level=compress_level
-    ) as out:
+    with TraceSource(trace, hashes_data=False, max_event_bytes=max_event_bytes) as annotated, \
+            OutputFile(output, compression=compression_for(output, compress),
+                       level=compress_level) as out:
         writer = HashingWriter(out)
         counts = splice_back(annotated, undo, writer)
         digest = writer.hexdigest()
@@ -200,7 +202,8 @@ def splice_back(annotated: TraceSource, undo: Undo, writer, *,
     stats = ReadStats()
     replay = _Replay(annotated.read(stats))
     scanner = DocumentScanner(replay.read(), chunk_bytes=chunk_bytes,
-                              speculative=quick and speculative)
+                              speculative=quick and speculative,
+                              max_event_bytes=annotated.max_event_bytes)
     cursor = StreamCursor(replay)
     state = _State(undo, cursor, writer, quick)
     for number, chunk in enumerate(scanner.chunks()):

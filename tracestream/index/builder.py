@@ -488,6 +488,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
                 blocks = progress.wrap(blocks, "index")
         # a file the workers read themselves: the scanner reads only the bytes near each cut
         scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes,
+                                  max_event_bytes=source.max_event_bytes,
                                   peek=FilePeek(by_path) if by_path is not None else None)
         inflight: deque = deque()
         window = SLOTS_PER_WORKER * pool.workers  # (a compressed chunk in flight has a slot)

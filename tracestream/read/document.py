@@ -11,7 +11,6 @@ index.
 
 from __future__ import annotations
 
-import math
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -45,9 +44,10 @@ CHUNK_BYTES = 2 << 20
 """Bytes of events per worker task. 4 MB chunks held ~50 MiB more in flight (chunks
 sent through pipes, results, windows) at the same speed (measured on 1 GB)."""
 MAX_EVENT_MB = 64
-"""Default longest single event (MiB; TRACESTREAM_MAX_EVENT_MB overrides it). Reading one
-event holds it about four times (the read window, the validated copy, its decode), so
-the cap bounds memory; Kineto's longest events are a few KB."""
+"""Default longest single event (MiB; a caller may give another limit, the CLI takes it from
+TRACESTREAM_MAX_EVENT_MB). Reading one event holds it about four times (the read window, the
+validated copy, its decode), so the cap bounds memory; Kineto's longest events are a few KB."""
+MAX_EVENT_BYTES = MAX_EVENT_MB << 20
 
 
 @dataclass
@@ -123,8 +123,10 @@ class DocumentScanner:
 
     def __init__(self, blocks: Iterable[bytes], *, chunk_bytes: int = CHUNK_BYTES,
                  speculative: bool = False, peek: FilePeek | None = None,
-                 events_key: str = "traceEvents", events_required: bool = True):
+                 events_key: str = "traceEvents", events_required: bool = True,
+                 max_event_bytes: int | None = None):
         self._buf = Buffer(blocks)
+        self._max_event = MAX_EVENT_BYTES if max_event_bytes is None else max_event_bytes
         # a report is read the same way: its `layers` rows are the "events"
         self._events_key = events_key
         self._events_required = events_required
@@ -393,12 +395,12 @@ class DocumentScanner:
         """Cut, validate and return the chunk starting at data[start]."""
         buf = self._buf
         target = self._chunk_bytes
-        ceiling = target + max_event_bytes()  # one longest event after a chunk's worth
+        ceiling = target + self._max_event  # one longest event after a chunk's worth
         array_ends = False
         while True:
             if target > ceiling:
                 if target >= 2 * ceiling:  # the ceiling itself was tried: no cut parsed
-                    raise _event_too_long(buf.base + start)
+                    raise _event_too_long(buf.base + start, self._max_event)
                 target = ceiling
             buf.ensure(start, target + 64)
             cut = last_cut(buf.data, start, min(len(buf.data), start + target))
@@ -491,23 +493,8 @@ class FilePeek:
         return read_span(self.path, offset, length)
 
 
-def max_event_bytes() -> int:
-    """The longest single event read, in bytes (MAX_EVENT_MB, or TRACESTREAM_MAX_EVENT_MB)."""
-    text = os.environ.get("TRACESTREAM_MAX_EVENT_MB")
-    if not text:
-        return MAX_EVENT_MB << 20
-    try:
-        mb = float(text)
-    except ValueError:
-        mb = math.nan
-    if not math.isfinite(mb) or mb <= 0:
-        raise TraceError(f"TRACESTREAM_MAX_EVENT_MB={text[:40]!r} is not a limit: it takes a "
-                         f"positive number of MiB (default {MAX_EVENT_MB})")
-    return max(1, int(min(mb, 1 << 40) * (1 << 20)))  # 1 EiB: no limit, and no overflow
-
-
-def _event_too_long(offset: int) -> TraceError:
-    limit = max_event_bytes() / (1 << 20)
+def _event_too_long(offset: int, limit_bytes: int) -> TraceError:
+    limit = limit_bytes / (1 << 20)
     return TraceError(
         f"an event starting at byte {offset} (or one right after it) is longer than "
         f"{limit:g} MiB, the limit for one event (TRACESTREAM_MAX_EVENT_MB raises it; "

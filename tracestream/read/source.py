@@ -79,8 +79,10 @@ class TraceSource:
     """A trace input that can be read (decompressed) from the start any number of times."""
 
     def __init__(self, spec: str | os.PathLike, *, stdin=None, read_once: bool = False,
-                 hashes_data: bool = True):
+                 hashes_data: bool = True, max_event_bytes: int | None = None):
         self.spec = str(spec)
+        # the longest single event its reads accept (None: read.document's default)
+        self.max_event_bytes = max_event_bytes
         self.read_once = read_once  # a read-only command's source: one read, no sha256
         # False: the first read of a compressed input hashes nothing (~0.5 CPU-s per GB of
         # JSON text) where nothing asks for `data_sha256`

@@ -136,7 +136,8 @@ def _execute(task: dict, result: dict) -> None:
         compact_spec = CompactSpec(**task["compact"]) if task.get("compact") else None
         # one process per trace: the batch itself runs --jobs traces at once
         common = dict(report=report, compress=task["compress"],
-                      compress_level=task["compress_level"], workers=0)
+                      compress_level=task["compress_level"], workers=0,
+                      max_event_bytes=task.get("max_event_bytes"))
         if task["kind"] == "layers":
             done = engine.add_layer_guides(trace, output, LayerSpec(**task["layers"]),
                                         compact=compact_spec, **common)
@@ -149,7 +150,8 @@ def _execute(task: dict, result: dict) -> None:
         from tracestream.commands.verify import verify
 
         try:
-            verdict = verify(trace, output, report, workers=0)
+            verdict = verify(trace, output, report, workers=0,
+                             max_event_bytes=task.get("max_event_bytes"))
         except BaseException:
             _remove(output, report)
             raise

@@ -186,7 +186,7 @@ def manifest_key(field: str) -> str:
 
 def _task(kind: str, trace: str, output: str, *, layers: LayerSpec | None,
           compact: CompactSpec | None, compress: str | None, compress_level: int | None,
-          verify: bool, skip_existing: bool) -> dict:
+          verify: bool, skip_existing: bool, max_event_bytes: int | None = None) -> dict:
     if trace == "-":
         raise TraceError("batch reads trace files; stdin (-) is for the single-trace commands")
     compression = compression_for(output, compress)  # the output's name carries the input's
@@ -201,6 +201,7 @@ def _task(kind: str, trace: str, output: str, *, layers: LayerSpec | None,
         "compress_level": compress_level,
         "verify": verify,
         "skip_existing": skip_existing,
+        "max_event_bytes": max_event_bytes,
     }
 
 
@@ -222,22 +223,26 @@ def _refuse_duplicates(tasks: list[dict]) -> None:
 
 def compact_tasks(traces: Sequence[str], output_dir: str, spec: CompactSpec | None = None, *,
                   compress: str | None = None, compress_level: int | None = None,
-                  verify: bool = False, skip_existing: bool = False) -> list[dict]:
-    """One `compact` task per trace, the same options for each."""
+                  verify: bool = False, skip_existing: bool = False,
+                  max_event_bytes: int | None = None) -> list[dict]:
+    """One `compact` task per trace, the same options for each (`max_event_bytes`: the
+    longest single event read, None: 64 MiB)."""
     spec = spec or CompactSpec()
     spec.validate()
     if not traces:
         raise TraceError("no traces given")
     tasks = [_task("compact", t, output_path(t, output_dir, "compact", compress), layers=None,
                    compact=spec, compress=compress, compress_level=compress_level,
-                   verify=verify, skip_existing=skip_existing) for t in traces]
+                   verify=verify, skip_existing=skip_existing,
+                   max_event_bytes=max_event_bytes) for t in traces]
     _refuse_duplicates(tasks)
     return tasks
 
 
 def layers_tasks(manifest: str, output_dir: str, defaults: dict | None = None, *,
                  compress: str | None = None, compress_level: int | None = None,
-                 verify: bool = False, skip_existing: bool = False) -> list[dict]:
+                 verify: bool = False, skip_existing: bool = False,
+                 max_event_bytes: int | None = None) -> list[dict]:
     """One `layers` task per manifest line; `defaults` are command-line options.
 
     A relative `output` on a line is relative to `output_dir`.
@@ -256,6 +261,6 @@ def layers_tasks(manifest: str, output_dir: str, defaults: dict | None = None, *
             output = output_path(entry.trace, output_dir, "layers", compress)
         tasks.append(_task("layers", entry.trace, output, layers=spec, compact=compact_spec,
                            compress=compress, compress_level=compress_level, verify=verify,
-                           skip_existing=skip_existing))
+                           skip_existing=skip_existing, max_event_bytes=max_event_bytes))
     _refuse_duplicates(tasks)
     return tasks

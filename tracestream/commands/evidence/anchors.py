@@ -88,10 +88,11 @@ def _cross_check(index: TraceIndex, regex: str, anchors: MatchView, first: np.nd
 
 def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
                  cross_check: str | None = None, factor: float = GAP_FACTOR,
-                 stdin=None, progress=None, workers: int | None = None) -> dict:
+                 stdin=None, progress=None, workers: int | None = None,
+                 max_event_bytes: int | None = None) -> dict:
     """Every match of the anchor on one GPU in time order, its clusters, and a verdict.
 
-    `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    `progress`, `workers` and `max_event_bytes` as `inspect_trace` takes them.
     The report's match, cluster and flagged-window rows are `StreamedRows`: made
     from the packed matches a batch at a time as they are written.
     """
@@ -103,8 +104,8 @@ def find_anchors(trace, anchor_regex: str, *, pid=None, device=None,
     options = IndexOptions(patterns=patterns, records=False, sweep=False, stats=False,
                            track_facts=False)
     with collector_paused():
-        return _anchors_report(index_trace(trace, options, stdin, progress, workers), anchor_regex,
-                               pid, device, cross_check, factor)
+        index = index_trace(trace, options, stdin, progress, workers, max_event_bytes)
+        return _anchors_report(index, anchor_regex, pid, device, cross_check, factor)
 
 
 def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,

@@ -26,11 +26,12 @@ from tracestream.read.source import TraceSource
 
 
 def index_trace(trace, options: IndexOptions, stdin=None, progress=None,
-           workers: int | None = None) -> TraceIndex:
+                workers: int | None = None, max_event_bytes: int | None = None) -> TraceIndex:
     """The read-only commands' index pass (chunks observed in worker processes, as in
     `layers`, when the input is large enough or `workers` says so)."""
     with pool_for(str(trace), workers) as pool, \
-            TraceSource(str(trace), stdin=stdin, read_once=True) as source:
+            TraceSource(str(trace), stdin=stdin, read_once=True,
+                        max_event_bytes=max_event_bytes) as source:
         return run_index(source, options, progress=progress, pool=pool)
 
 
@@ -166,16 +167,18 @@ def _warnings(index: TraceIndex) -> list[dict]:
 
 
 def inspect_trace(trace, *, top: int = 30, stdin=None, progress=None,
-                  workers: int | None = None) -> dict:
+                  workers: int | None = None, max_event_bytes: int | None = None) -> dict:
     """One streamed pass: processes, GPUs (counts, streams, peak overlap), names, flows.
 
+    `progress`: an object whose `wrap(blocks, label)` sees the blocks read (None: none).
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
+    `max_event_bytes`: the longest single event read (None: 64 MiB).
     """
     if top < 0:
         raise TraceError(f"--top must be >= 0, got {top}")
     options = IndexOptions(count_names=True, records=False, sweep=True)
     with collector_paused():
-        index = index_trace(trace, options, stdin, progress, workers)
+        index = index_trace(trace, options, stdin, progress, workers, max_event_bytes)
         try:
             return inspect_index(index, top=top)
         finally:

@@ -34,7 +34,8 @@ def digest_problems(restored: str, source: TraceSource, undo: Undo) -> list[str]
     return []
 
 
-def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
+def restored_sha256(path: str, undo: Undo, max_event_bytes: int | None = None
+                    ) -> tuple[str, str]:
     """`restored_from` the output file at `path` (in a worker process), the quick way: a
     digest that is not the source's sends verify to the exact one.
 
@@ -42,15 +43,16 @@ def restored_sha256(path: str, undo: Undo) -> tuple[str, str]:
     `speculative`); where that does not give the report's source digest back (an output
     whose events hold `}, {` in a string, or one that differs), its events are cut
     exactly, as before, and that digest is the answer."""
-    with TraceSource(path, hashes_data=False) as annotated:
+    with TraceSource(path, hashes_data=False, max_event_bytes=max_event_bytes) as annotated:
         problem, digest = restored_from(annotated, undo, quick=True, speculative=True)
     if not problem and digest == undo.sha256:
         return problem, digest
-    with TraceSource(path, hashes_data=False) as annotated:
+    with TraceSource(path, hashes_data=False, max_event_bytes=max_event_bytes) as annotated:
         return restored_from(annotated, undo, quick=True)
 
 
-def restored_matches(path: str, undo: Undo, source_path: str) -> tuple[str, str, int, int]:
+def restored_matches(path: str, undo: Undo, source_path: str,
+                     max_event_bytes: int | None = None) -> tuple[str, str, int, int]:
     """`restored_sha256`'s check against the plain source file at `source_path` (in a
     worker): the restored bytes compared with the file's as they are made, the quick way
     first, then exactly. ("", the file's sha256, size, CRC-32) when they are its bytes
@@ -60,7 +62,7 @@ def restored_matches(path: str, undo: Undo, source_path: str) -> tuple[str, str,
         comparison = None
         try:
             comparison = FileComparison(source_path)
-            with TraceSource(path, hashes_data=False) as annotated:
+            with TraceSource(path, hashes_data=False, max_event_bytes=max_event_bytes) as annotated:
                 splice_back(annotated, undo, comparison, quick=True, speculative=speculative)
             if comparison.ended():
                 return "", comparison.hexdigest(), comparison.size, comparison.crc32

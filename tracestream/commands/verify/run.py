@@ -47,21 +47,24 @@ from tracestream.write.rewrite import edits
 
 
 def _events(source: TraceSource, stats: ReadStats) -> tuple[DocumentScanner, Iterator]:
-    scanner = DocumentScanner(source.read(stats))
+    scanner = DocumentScanner(source.read(stats), max_event_bytes=source.max_event_bytes)
     return scanner, iter_events(scanner.chunks())
 
 
 def verify(trace, output, report: str | None = None, *, tmpdir: str | None = None,
-           workers: int | None = None) -> Verdict:
-    """Check `output` against its source `trace`; TraceError if either cannot be read."""
+           workers: int | None = None, max_event_bytes: int | None = None) -> Verdict:
+    """Check `output` against its source `trace`; TraceError if either cannot be read.
+
+    `max_event_bytes`: the longest single event read (None: read.document's default)."""
     trace, output = str(trace), str(output)
     report_path = find_report(output, report)
     data, retired = load_report(report_path)
     verdict = Verdict()
     layer_spec, compact_spec = report_specs(data)
     # workers fork before the reader threads start
-    with pool_for(trace, workers) as pool, TraceSource(trace) as source, \
-            TraceSource(output, hashes_data=False) as annotated:
+    with pool_for(trace, workers) as pool, \
+            TraceSource(trace, max_event_bytes=max_event_bytes) as source, \
+            TraceSource(output, hashes_data=False, max_event_bytes=max_event_bytes) as annotated:
         restoring = _Restoring(data, retired, annotated, source, pool)
         try:
             index, plan = build_plan(
@@ -124,9 +127,11 @@ class _Restoring:
     def start(self) -> None:
         if self.hashes_source:
             self.task = self._pool.submit(restored_matches, self._annotated.path, self.undo,
-                                          self._source.plain_path)
+                                          self._source.plain_path,
+                                          self._annotated.max_event_bytes)
         elif self.undo is not None and self._annotated.path is not None:
-            self.task = self._pool.submit(restored_sha256, self._annotated.path, self.undo)
+            self.task = self._pool.submit(restored_sha256, self._annotated.path, self.undo,
+                                          self._annotated.max_event_bytes)
 
     def outcome(self) -> tuple[str, str] | None:
         """(why restore's splice failed, "") or ("", the sha256 of the bytes it restores;
@@ -164,7 +169,8 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     try:
         # cut where events seem to end, not decoded: each chunk is compared with the
         # planned bytes, which the workers decode (see `PlannedStream`)
-        out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True)
+        out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True,
+                                   max_event_bytes=annotated.max_event_bytes)
         if not _as_planned(out_scan, planned) or not checks.sources_complete:
             return False
         # restore's splice ran in a worker meanwhile (it reads the output file itself)
