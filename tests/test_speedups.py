@@ -71,20 +71,6 @@ def test_separators_are_those_numpy_finds(data):
     assert np.frombuffer(opens, np.int64).tolist() == expected[1].tolist()
 
 
-@needs_c
-@given(st.integers(0, 200), st.lists(st.integers(0, 199), max_size=2), st.integers(0x80, 0xFF))
-def test_bracketed_is_the_joined_chunk_and_whether_it_is_ascii(size, highs, high):
-    """One pass copies the chunk between brackets and finds any byte above 0x7F, wherever
-    it lies (in the 64-byte blocks or the tail after them)."""
-    data = bytearray(b"x" * size)
-    for at in highs:
-        if at < size:
-            data[at] = high
-    data = bytes(data)
-    assert C.bracketed(data) == _numpy(decode.bracketed, data) == (
-        b"[" + data + b"]", data.isascii())
-
-
 keyish = _over(b'"tdpanc: {x', 120)
 literals = st.lists(st.sampled_from([b'"t', b'"ts"', b'"tid": ', b'"d"', b'"pid"', b'"args": {',
                                      b'"a"', b'"n"', b'"c', b'"x"', b'""', b'"{x', b'" ',
@@ -92,16 +78,12 @@ literals = st.lists(st.sampled_from([b'"t', b'"ts"', b'"tid": ', b'"d"', b'"pid"
                     min_size=1, max_size=12, unique=True)
 
 
-@needs_c
 @given(keyish, literals)
 def test_literal_positions_are_every_occurrence(data, wanted):
-    """Every start, overlapping ones too, with up to four or eight second letters compared
-    16 bytes at a time and more one by one."""
-    found = C.literal_positions(data, tuple(wanted))
-    for literal, positions in zip(wanted, found):
+    """Every start, overlapping ones too, as numpy finds them (`EventKeys`' reference)."""
+    for literal in wanted:
         expected = [m.start() for m in re.finditer(b"(?=" + re.escape(literal) + b")", data)]
-        assert np.frombuffer(positions, np.int64).tolist() == expected, literal
-        assert _numpy(keyscan.KeyScan(data).positions, literal).tolist() == expected
+        assert keyscan.KeyScan(data).positions(literal).tolist() == expected, literal
 
 
 @needs_c
@@ -122,11 +104,12 @@ def test_event_keys_are_those_numpy_counts(data, wanted, cuts):
 
 
 @needs_c
-def test_literal_positions_refuse_what_they_cannot_find():
+def test_event_keys_refuse_literals_they_cannot_find():
+    none = np.zeros(0, np.int64)
     with pytest.raises(ValueError, match="start with"):
-        C.literal_positions(b'"ts"', (b"ts",))
+        C.event_keys(b'"ts"', none, none, (b"ts",))
     with pytest.raises(ValueError, match="at most"):
-        C.literal_positions(b"", tuple(b'"%d' % k for k in range(33)))
+        C.event_keys(b"", none, none, tuple(b'"%d' % k for k in range(33)))
 
 
 @needs_c

@@ -107,47 +107,6 @@ separators(PyObject *module, PyObject *arg)
     return Py_BuildValue("(NN)", c, o);
 }
 
-PyDoc_STRVAR(bracketed_doc,
-"bracketed(data) -> (document, ascii)\n\n"
-"b\"[\" + data + b\"]\" (the chunk as the JSON array the decoder reads) and whether\n"
-"data is all ASCII, in one pass over data (observe.bracketed).");
-
-static PyObject *
-bracketed(PyObject *module, PyObject *arg)
-{
-    Py_buffer buf;
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0)
-        return NULL;
-    PyObject *doc = PyBytes_FromStringAndSize(NULL, buf.len + 2);
-    if (doc == NULL) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    const unsigned char *in = buf.buf;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(doc);
-    Py_ssize_t n = buf.len, i = 0;
-    unsigned char high = 0;
-    out[0] = '[';
-#ifdef __SSE2__
-    /* copied 64 bytes at a time, their high bits gathered on the way */
-    __m128i seen = _mm_setzero_si128();
-    for (; i + 64 <= n; i += 64)
-        for (int k = 0; k < 64; k += 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(in + i + k));
-            _mm_storeu_si128((__m128i *)(out + 1 + i + k), v);
-            seen = _mm_or_si128(seen, v);
-        }
-    high = _mm_movemask_epi8(seen) != 0;
-#endif
-    for (; i < n; i++) {
-        out[1 + i] = in[i];
-        high |= in[i] & 0x80;
-    }
-    out[n + 1] = ']';
-    PyBuffer_Release(&buf);
-    return Py_BuildValue("(NO)", doc, high ? Py_False : Py_True);
-}
-
 /* An int64 column given as a buffer, of `count` items (any number when count < 0). */
 static int
 column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
@@ -261,51 +220,6 @@ scan_literals(const unsigned char *data, Py_ssize_t size, Py_ssize_t from, Py_ss
         if (data[i] == '"' && match_at(data, size, lits, i, found, context))
             return -1;
     return 0;
-}
-
-typedef struct {
-    Positions found[MAX_LITERALS];
-} Found;
-
-static int
-append_position(void *context, Py_ssize_t k, Py_ssize_t p)
-{
-    return push(&((Found *)context)->found[k], p);
-}
-
-PyDoc_STRVAR(literal_positions_doc,
-"literal_positions(data, literals) -> list of positions\n\n"
-"For each literal (bytes of two or more that start with `\"`): the ascending\n"
-"offsets of all its occurrences in data, as an int64 bytearray\n"
-"(keyscan.KeyScan.positions).");
-
-static PyObject *
-literal_positions(PyObject *module, PyObject *args)
-{
-    Py_buffer buf;
-    PyObject *tuple;
-    Literals lits;
-    Found found;
-    if (!PyArg_ParseTuple(args, "y*O!:literal_positions", &buf, &PyTuple_Type, &tuple))
-        return NULL;
-    memset(&found, 0, sizeof found);
-    int failed = literals_from(tuple, &lits) < 0
-                 || scan_literals(buf.buf, buf.len, 0, buf.len, &lits, append_position,
-                                  &found) < 0;
-    PyBuffer_Release(&buf);
-    PyObject *out = failed ? NULL : PyList_New(lits.count);
-    for (Py_ssize_t k = 0; k < MAX_LITERALS; k++) {
-        if (out == NULL || k >= lits.count) {
-            PyMem_Free(found.found[k].items);
-            continue;
-        }
-        PyObject *positions = as_bytearray(&found.found[k]);
-        if (positions == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, k, positions);
-    }
-    return out;
 }
 
 typedef struct {
@@ -3185,8 +3099,6 @@ undo_relocations(PyObject *module, PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"separators", separators, METH_O, separators_doc},
-    {"bracketed", bracketed, METH_O, bracketed_doc},
-    {"literal_positions", literal_positions, METH_VARARGS, literal_positions_doc},
     {"splice", splice, METH_VARARGS, splice_doc},
     {"integer_ends", integer_ends, METH_VARARGS, integer_ends_doc},
     {"event_keys", event_keys, METH_VARARGS, event_keys_doc},

@@ -114,10 +114,8 @@ def _check_utf8(data: bytes, offset: int) -> None:
 
 def bracketed(data: bytes) -> tuple[bytes, bool]:
     """(b"[" + data + b"]", whether data is all ASCII): the chunk as the array the decoder
-    reads, made in one copy; the C extension checks the bytes in the same pass (a 2 MB
-    chunk is read once, not twice)."""
-    if _native.native is not None:
-        return _native.native.bracketed(data)
+    reads. Only a chunk the C scan declines comes here (the scan checks the bytes in its
+    own pass), so it has no C twin."""
     return b"".join((b"[", data, b"]")), data.isascii()
 
 

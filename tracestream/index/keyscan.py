@@ -46,24 +46,17 @@ class KeyScan:
             raise ValueError("KeyScan finds literals of two or more bytes that start with `\"`")
         found = self._literals.get(literal)
         if found is None:
-            if _native.native is not None:
-                self.find_literals((literal,))
-                return self._literals[literal]
             found = self._literals[literal] = self.followed_by(self._starting(literal[1]),
                                                                literal)
         return found
 
     def find_literals(self, literals: tuple[bytes, ...]) -> None:
-        """Get ready to give the positions of each of `literals`: the C extension finds
-        them all in one pass; numpy finds their first two bytes in one."""
+        """Get ready to give the positions of each of `literals`: their first two bytes are
+        found in one pass. (With the C extension, `EventKeys` finds keys in C and this
+        numpy path is not taken.)"""
         todo = tuple(literal for literal in dict.fromkeys(literals)
                      if literal not in self._literals)
-        if _native.native is None:
-            self.find_prefixes(bytes(literal[1] for literal in todo))
-        elif todo:
-            found = _native.native.literal_positions(self.data, todo)
-            for literal, positions in zip(todo, found):
-                self._literals[literal] = np.frombuffer(positions, np.int64)
+        self.find_prefixes(bytes(literal[1] for literal in todo))
 
     def _starting(self, byte: int) -> np.ndarray:
         """Positions of `"` followed by `byte` (kept: keys share their first letters)."""
