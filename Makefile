@@ -9,7 +9,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # pip's own notices (e.g. about this machine's index configuration) are not ours to show.
 PIP := $(BIN)/pip --quiet --disable-pip-version-check
 
-.PHONY: install demo test bench fuzz lint clean
+.PHONY: install demo test bench fuzz lint docs clean
 
 install: $(STAMP)
 
@@ -44,6 +44,11 @@ fuzz: $(DEV_STAMP)
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check tracestream tests benchmarks samples
 	$(BIN)/lint-imports --no-cache
+
+# docs/cli.md's command reference, generated from every command's --help (cog); `make test`
+# fails while it is out of date (tests/test_docs_cli.py).
+docs: $(DEV_STAMP)
+	$(BIN)/cog -r docs/cli.md
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .ruff_cache
