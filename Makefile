@@ -9,7 +9,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # pip's own notices (e.g. about this machine's index configuration) are not ours to show.
 PIP := $(BIN)/pip --quiet --disable-pip-version-check
 
-.PHONY: install demo test bench fuzz lint clean
+.PHONY: install demo test test-native bench fuzz lint docs clean
 
 install: $(STAMP)
 
@@ -32,6 +32,13 @@ test: $(DEV_STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# The C extension built with AddressSanitizer and UndefinedBehaviorSanitizer into build/sanitize
+# (the .venv's own build stays), and the tests that exercise it run against that build; any
+# sanitizer report fails the run. Needs gcc and its libasan and libubsan (Debian's gcc package
+# brings them). `scripts/sanitized_native.py` says how the sanitized build is imported.
+test-native: $(DEV_STAMP)
+	$(BIN)/python scripts/sanitized_native.py
+
 bench: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q benchmarks --benchmark-only -p no:cacheprovider
 	$(BIN)/python -m benchmarks.scale --size 1GB --size 10GB
@@ -45,5 +52,10 @@ lint: $(DEV_STAMP)
 	$(BIN)/ruff check tracestream tests benchmarks samples
 	$(BIN)/lint-imports --no-cache
 
+# docs/cli.md's command reference, generated from every command's --help (cog); `make test`
+# fails while it is out of date (tests/test_docs_cli.py).
+docs: $(DEV_STAMP)
+	$(BIN)/cog -r docs/cli.md
+
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache .ruff_cache
+	rm -rf $(VENV) demo-out build/sanitize .pytest_cache .ruff_cache
