@@ -83,6 +83,9 @@ def _one_by_one(data: bytes, rows: np.ndarray, actions: list[int]) -> bytes:
     ["args", "nested spaced keys", "args"],
     ["args", "tid on its own line", "args"],
     ["key between pid and tid"] * 2,
+    # one event out of Kineto's order sends the whole chunk event by event: the others,
+    # empty args and no args among them, go by the positions the index found
+    ["empty args", "args first", "spaced empty args", "no args"],
 ])
 @pytest.mark.parametrize("actions", [[1, 2, 1, 2], [3, 1, 3, 3]])
 def test_chunk_rewrite_equals_relocating_each_event(shapes, actions):
@@ -106,3 +109,16 @@ def test_chunk_rewrite_drops_a_retired_event_with_its_separator():
     # the separator before it stays; the caller leaves out the one after the chunk
     assert dropped == (b"",) and dropped_last(dropped)
     assert got.endswith(b"},\n  ") and b'"name": "k2"' not in got
+
+
+@pytest.mark.parametrize("shapes", [["empty args", "no args", "spaced empty args", "args"]])
+def test_a_chunk_with_a_retired_event_relocates_the_others_as_one_by_one(shapes):
+    """A retired event sends the chunk event by event; each relocated one, empty args or
+    none, is what relocating it alone gives."""
+    data, rows = _chunk(shapes)
+    got, dropped = rewrite_chunk(data, 5000, rows, np.array([1, 3, DELETE, 2], np.uint16),
+                                 TARGETS)
+    kept = [0, 1, 3]
+    want = _one_by_one(data, rows[kept], [1, 3, 2])
+    retired = data[int(rows["offset"][2]) - 5000:int(rows["offset"][3]) - 5000]
+    assert got == want.replace(retired, b"", 1) and len(dropped) == 1

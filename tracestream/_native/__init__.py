@@ -7,9 +7,9 @@ cannot be sure msgspec reads alike, and msgspec decodes those chunks; verify rea
 planned output chunks with it too, the provenance read as verify's own struct), finds key
 positions, reads the events' fields (ts/dur columns, phase and category codes, track
 and group keys) and splices relocated events, each in one pass. The numpy and Python
-code in keyscan, observe and rewrite, with msgspec's decode, returns the same and stays
-the reference; it runs when the extension is missing or when the environment sets
-TRACESTREAM_PURE=1 (for comparing the two).
+code in the index, write and commands packages, with msgspec's decode, returns the same
+and stays the reference; it runs when the extension is missing or when the environment
+sets TRACESTREAM_PURE=1 (for comparing the two).
 """
 
 from __future__ import annotations

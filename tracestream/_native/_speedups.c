@@ -1,10 +1,10 @@
 /* The per-chunk work of both passes that numpy and per-event Python did, in C: byte
    scans of a chunk, reading the decoded events' fields, and the rewrite's splice.
 
-   Each function returns exactly what the code it stands in for in keyscan.py,
-   observe.py or rewrite.py returns (the tests compare the two). That code stays
-   the reference, and the package works without this module: setup.py builds it
-   as an optional extension, and tracestream/speedups.py says which one runs.
+   Each function returns exactly what the code it stands in for in the index, write
+   and commands packages returns (the tests compare the two). That code stays the
+   reference, and the package works without this module: setup.py builds it as an
+   optional extension, and tracestream/_native/__init__.py says which one runs.
 
    Positions come back as bytearrays of native int64, for np.frombuffer. */
 
@@ -1038,7 +1038,7 @@ static PySequenceMethods scanned_as_sequence = {
 
 static PyTypeObject ScannedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracestream._speedups.Scan",
+    .tp_name = "tracestream._native._speedups.Scan",
     .tp_doc = PyDoc_STR("A chunk's events as scan_events read them (see there)."),
     .tp_basicsize = sizeof(Scanned),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -3123,8 +3123,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "tracestream._speedups",
-    "The per-chunk work of both passes, in C (see tracestream/speedups.py).", -1,
+    PyModuleDef_HEAD_INIT, "tracestream._native._speedups",
+    "The per-chunk work of both passes, in C (see tracestream/_native/__init__.py).", -1,
     methods,
 };
 

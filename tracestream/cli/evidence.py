@@ -1,4 +1,4 @@
-"""Click commands for `inspect` and `anchors` (registered on the main group by cli.main).
+"""Click commands for `inspect` and `anchors` (registered on the main group by tracestream.cli).
 
 Thin wrappers: parse options, call `tracestream.commands.evidence`, print. Library
 refusals (TraceError) become one stderr line and exit 2 in the main group.

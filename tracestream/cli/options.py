@@ -35,7 +35,7 @@ def event_limit() -> int | None:
 
 def pid_value(value: str | None):
     """--pid/--device as given: an integer when it looks like one, else the string
-    (`'"0"'`: the string "0"; see guides.id_from_text)."""
+    (`'"0"'`: the string "0"; see plan.selection.id_from_text)."""
     from tracestream.plan.selection import id_from_text
 
     return id_from_text(value)

@@ -5,7 +5,7 @@ still in the annotated trace, in order. `splice_back` copies the annotated
 trace's bytes and undoes each edit where it lies:
 
 * a relocated event (its provenance is the first member of its own `args`, see
-  `edit.provenance_match`) gets its pid/tid texts back and loses the member;
+  `relocate.provenance_match`) gets its pid/tid texts back and loses the member;
 * a retired metadata event goes back, with the separator it took with it, before
   the event that followed it (the report keeps both; the source's last events
   go back where the added events begin);
@@ -191,7 +191,7 @@ def splice_back(annotated: TraceSource, undo: Undo, writer, *,
     restored, moved back, re-inserted and dropped. TraceError where the annotated trace
     does not match the report. (`chunk_bytes`: how much the scanner cuts at once.)
 
-    `quick`: undo the relocations of a chunk at once where `edit.undo_relocations` can,
+    `quick`: undo the relocations of a chunk at once where `relocate.undo_relocations` can,
     for a caller that compares the result's sha256 with the source's (and does not
     trust it otherwise).
 

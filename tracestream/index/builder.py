@@ -1,7 +1,7 @@
 """The index pass: stream the events once and keep only what decisions need.
 
 Chunks of events are observed (validated and reduced to packed facts) by
-`observe.observe_chunk`, in worker processes when a pool is given; this module
+`extract.observe_chunk`, in worker processes when a pool is given; this module
 merges the facts in file order into a `TraceIndex`: per GPU slice and flow a
 few packed numbers (spillable to disk), per thread metadata event its bytes,
 and O(1) state for everything else (the trace origin, tracks in use,
@@ -89,7 +89,7 @@ A trace of one GPU has one group, so the spill's sort meets no ties out of order
 _FLOW_ID_DTYPE = np.dtype([("cand", "<i8"), ("id", "<i8")])
 _FLOW_TIE = 1 << 62
 _NO_ID = NO_ID
-_TRIM_EVERY = 8  # chunks between giving freed memory back (see workers.release_memory)
+_TRIM_EVERY = 8  # chunks between giving freed memory back (see parallel.memory.release_memory)
 
 
 @dataclass

@@ -63,7 +63,7 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
     where msgspec decodes it).
     `decoder`: `_EVENTS`, or `_READ_EVENTS` where no flow is bound (see `decoder_for`).
     With the C extension the events are its scan (a sequence of msgspec's Event, see
-    `speedups`), unless it declines the chunk.
+    `_native`), unless it declines the chunk.
     """
     native = _native.native
     if native is not None:

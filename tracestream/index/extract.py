@@ -37,7 +37,7 @@ from tracestream.index.decode import (
 )
 from tracestream.index.extract_duplicates import DuplicateChecks
 from tracestream.index.extract_flows import FlowsAndMetadata
-from tracestream.index.extract_matches import MatchFinding, _hashable, _json_type, _name_counts
+from tracestream.index.extract_matches import MatchFinding, hashable, json_type, name_counts_of
 from tracestream.index.facts import (
     CANDIDATE_DTYPE,
     FLOW,
@@ -89,7 +89,7 @@ def observe_file_chunk(path: str, offset: int, length: int, ctx: Context) -> Chu
 
 def observe_received_chunk(slot: int, length: int, offset: int, ctx: Context) -> ChunkFacts:
     """`observe_chunk` of a chunk the parent put in a shared slot between `[` and `]` (see
-    workers.ChunkSlots, index._submit): decoded where it lies, copied out once for the
+    parallel.slots.ChunkSlots, builder._submit): decoded where it lies, copied out once for the
     byte work."""
     doc = received_view(slot, length + 2)
     return observe_chunk(bytes(doc[1:-1]), offset, ctx, doc)
@@ -268,7 +268,7 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
             guides=guide_events,
             provenance=self._provenance() if self.ctx.track_facts else None,
             kernel_names=kernel_names,
-            cpu_annotations=_name_counts(annotations),
+            cpu_annotations=name_counts_of(annotations),
             flow_categories=flow_categories,
             phase_counts=phase_counts,
             odd_values=len(self.odd),
@@ -426,9 +426,9 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
             try:
                 set(devices)
             except TypeError:  # an object or array as args.device
-                k = next(k for k, d in enumerate(devices) if not _hashable(d))
+                k = next(k for k, d in enumerate(devices) if not hashable(d))
                 raise self.fail(slices[k], "`args.device` of a GPU event must be a number or "
-                                           f"a string, not {_json_type(devices[k])}") from None
+                                           f"a string, not {json_type(devices[k])}") from None
             if not every_slice and keep is None:
                 keep = self._matching(slices, sev, kind_list)
                 slices = [slices[k] for k in keep]

@@ -30,7 +30,7 @@ class MatchFinding:
         names = [self.events[slices[k]].name for k in kernels]
         kernel_groups = [groups[k] for k in kernels]
         distinct = dict.fromkeys(kernel_groups)
-        return {group: _name_counts(names if len(distinct) == 1 else [  # mostly one group
+        return {group: name_counts_of(names if len(distinct) == 1 else [  # mostly one group
                     name for name, g in zip(names, kernel_groups) if g == group])
                 for group in distinct}
 
@@ -58,9 +58,9 @@ class MatchFinding:
         try:
             unique = set(names)
         except TypeError:  # an object or array as a kernel name
-            k = kernels[next(j for j, name in enumerate(names) if not _hashable(name))]
+            k = kernels[next(j for j, name in enumerate(names) if not hashable(name))]
             raise self.fail(slices[k], "a kernel `name` must be a string (--anchor-regex "
-                                       f"matches names), not {_json_type(sev[k].name)}") from None
+                                       f"matches names), not {json_type(sev[k].name)}") from None
         return self._pattern_hits(unique)
 
     def _pattern_hits(self, unique) -> dict:
@@ -145,9 +145,9 @@ class MatchFinding:
             stream_codes = [stream_ids.setdefault((type(x), x), len(stream_ids))
                             for x in streams]
         except TypeError:  # an object or array as args.stream
-            j = next(j for j, x in enumerate(streams) if not _hashable(x))
+            j = next(j for j, x in enumerate(streams) if not hashable(x))
             raise self.fail(events[j], "`args.stream` of a matched kernel must be a number or "
-                                       f"a string, not {_json_type(streams[j])}") from None
+                                       f"a string, not {json_type(streams[j])}") from None
         name_ids: dict = {}
         name_codes = [name_ids.setdefault((type(e.name), e.name), len(name_ids))
                       for e in matched]
@@ -191,19 +191,19 @@ class MatchFinding:
         return out
 
 
-def _name_counts(names: list) -> Counter:
+def name_counts_of(names: list) -> Counter:
     """How often each name occurs; an object or array as a name is counted by its JSON text."""
     try:
         return Counter(names)
     except TypeError:
-        return Counter(name if _hashable(name) else orjson.dumps(name).decode()
+        return Counter(name if hashable(name) else orjson.dumps(name).decode()
                        for name in names)
 
 
-def _hashable(value) -> bool:
+def hashable(value) -> bool:
     """False for the JSON objects and arrays msgspec decodes into dicts and lists."""
     return not isinstance(value, (dict, list))
 
 
-def _json_type(value) -> str:
+def json_type(value) -> str:
     return "an object" if isinstance(value, dict) else "an array"

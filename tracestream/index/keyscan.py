@@ -194,7 +194,7 @@ def splice_positions(keys: EventKeys) -> np.ndarray:
     pass only copies bytes. Where "pid", "tid" and "args" occur once in an event of
     a chunk without backslashes, they are its top-level keys (every `"` delimits a
     string); each must then be spelled as Kineto does (`"pid": 0, "tid": 7,`,
-    `"args": {`). Anything else is marked for the careful way (edit.relocate).
+    `"args": {`). Anything else is marked for the careful way (write.relocate.relocate).
     """
     starts = keys.starts
     out = np.empty(len(starts), SPLICE_FIELDS)

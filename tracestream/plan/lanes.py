@@ -31,11 +31,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracestream.index.facts import FLOW, NEXT_FLOW
 from tracestream.index.records import take_rows
+from tracestream.model import GPU_SCOPE
 
-FLOW_KIND = 8  # same code as index.FLOW; kept here so this module stays standalone
-NEXT_FLOW_KIND = 10  # same as observe.NEXT_FLOW: an `f` without "bp": "e"
-SCOPE_KIND = 5  # events.GPU_SCOPE: scopes get lanes but never bind flows
+FLOW_KIND = FLOW  # the sweep kind of flow events
+NEXT_FLOW_KIND = NEXT_FLOW  # an `f` without "bp": "e"
+SCOPE_KIND = GPU_SCOPE  # scopes get lanes but never bind flows
 LANE_CAP = 62  # lanes beyond this share a code; more than 10 lanes is refused anyway
 
 _EMPTY = np.zeros(0, np.int64)

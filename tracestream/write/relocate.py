@@ -25,11 +25,11 @@ from tracestream.model import PROVENANCE_KEY
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]', re.S)
 _SCALAR_VALUE = re.compile(rb'[ \t\r\n]*:[ \t\r\n]*(-?[0-9]+|"[^"]*")')
 _OBJECT_VALUE = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\{[ \t\r\n]*(\}?)")
-_MEMBER_WITH_ARGS = (
+MEMBER_WITH_ARGS = (
     b'"' + PROVENANCE_KEY.encode()
     + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": true}'
 )
-_MEMBER_WITHOUT_ARGS = (
+MEMBER_WITHOUT_ARGS = (
     b', "args": {"' + PROVENANCE_KEY.encode()
     + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": false}}'
 )
@@ -177,7 +177,7 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
         raise TraceError(f"event {ordinal}: cannot locate its pid/tid to relocate it")
     (p0, p1), (t0, t1), brace, empty = found
     if brace >= 0:
-        member = _MEMBER_WITH_ARGS % (raw[p0:p1], raw[t0:t1], ordinal)
+        member = MEMBER_WITH_ARGS % (raw[p0:p1], raw[t0:t1], ordinal)
         if not empty:
             member += b", "
         if brace > t1:  # Kineto's order: pid, tid, ..., args
@@ -186,7 +186,7 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
         edits = [(t0, t1, new_tid), (brace + 1, brace + 1, member)]
     else:
         edits = [(t0, t1, new_tid),
-                 (len(raw) - 1, len(raw) - 1, _MEMBER_WITHOUT_ARGS % (raw[p0:p1], raw[t0:t1],
+                 (len(raw) - 1, len(raw) - 1, MEMBER_WITHOUT_ARGS % (raw[p0:p1], raw[t0:t1],
                                                                        ordinal))]
     if new_pid is not None:
         edits.append((p0, p1, new_pid))

@@ -30,7 +30,7 @@ from tracestream.parallel.slots import deliver, received, slot_buffer, write_res
 from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.read.hashing import PieceChecksum, ReadStats
 from tracestream.read.source import PLAIN_BLOCK, TraceSource, read_span
-from tracestream.write.relocate import _MEMBER_WITH_ARGS, _MEMBER_WITHOUT_ARGS, relocate
+from tracestream.write.relocate import MEMBER_WITH_ARGS, MEMBER_WITHOUT_ARGS, relocate
 from tracestream.write.sink import OutputFile
 
 _TRIM_EVERY = 8
@@ -152,11 +152,11 @@ class FileCursor:
 
 _ARGS_LENGTH = len(b'"args": {')
 _PID_TO_TID = b', "tid": '
-_MEMBER_PID_TID = _MEMBER_WITH_ARGS.replace(b"%b, " + b'"tid": %b', b"%b") + b", "
+_MEMBER_PID_TID = MEMBER_WITH_ARGS.replace(b"%b, " + b'"tid": %b', b"%b") + b", "
 """The usual member when the event's bytes from its pid value to its tid value are
-`0, "tid": 7`: one %b for that piece, the same bytes as _MEMBER_WITH_ARGS gives."""
-_MEMBER_PARTS = template_parts(_MEMBER_WITH_ARGS)
-_NO_ARGS_MEMBER_PARTS = template_parts(_MEMBER_WITHOUT_ARGS)
+`0, "tid": 7`: one %b for that piece, the same bytes as MEMBER_WITH_ARGS gives."""
+_MEMBER_PARTS = template_parts(MEMBER_WITH_ARGS)
+_NO_ARGS_MEMBER_PARTS = template_parts(MEMBER_WITHOUT_ARGS)
 """The two members around their pid, tid and ordinal, for the C extension's splice."""
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 
@@ -276,10 +276,10 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
         pieces = map(piece, map(slice, p0l, t1l))
         members = list(map(_MEMBER_PID_TID.__mod__, zip(pieces, ordinal_l)))
     else:
-        members = list(map((_MEMBER_WITH_ARGS + b", ").__mod__, zip(
+        members = list(map((MEMBER_WITH_ARGS + b", ").__mod__, zip(
             map(piece, map(slice, p0l, p1l)), map(piece, map(slice, t0l, t1l)), ordinal_l)))
     for k in _other_members(data, view, braces, with_args):
-        kind = _MEMBER_WITH_ARGS if with_args[k] else _MEMBER_WITHOUT_ARGS
+        kind = MEMBER_WITH_ARGS if with_args[k] else MEMBER_WITHOUT_ARGS
         members[k] = kind % (data[p0l[k] : p1l[k]], data[t0l[k] : t1l[k]], ordinal_l[k])
     out = [b""] * (4 * len(codes) + 1)
     out[0:-1:4] = map(piece, map(slice, previous_l, t0l))  # the pid stays...
@@ -324,7 +324,7 @@ def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.n
                        targets: dict, slot: int | None = None
                        ) -> tuple[bytes | int, tuple[bytes, ...]]:
     """`rewrite_chunk` in a worker; the result goes to a shared slot when it was given one
-    (see workers.deliver), spliced straight into it where it can be."""
+    (see parallel.slots.deliver), spliced straight into it where it can be."""
     data, dropped = rewrite_chunk(data, offset, rows, actions, targets, slot_buffer(slot))
     return (data if isinstance(data, int) else deliver(data, slot)), dropped
 

@@ -104,7 +104,7 @@ class NumberColumn:
     """ts or dur texts as Perfetto imports them, a column at a time: the exact value in ns
     (floor and ceil agree on these shapes), llround(double(text) * 1000) and its truncated
     variant (integer literals are exact), and which texts are in Kineto's shapes (integer
-    or one to three decimals, see observe.kineto_shapes); the others are left to timebase."""
+    or one to three decimals, see index.numbers.kineto_shapes); the others are left to timebase."""
 
     exact: np.ndarray
     rounded: np.ndarray

@@ -62,7 +62,7 @@ from tracestream.model import (
 )
 from tracestream.write.relocate import provenance_of
 
-# Chunks between heap trims (workers.release_memory). Each trim hands freed pages back
+# Chunks between heap trims (parallel.memory.release_memory). Each trim hands freed pages back
 # and the next chunk's buffers fault them in again (page faults were most of verify's
 # system time); these counts keep a 1 GB run's tree PSS under its 250 MiB target.
 TRIM_EVERY = 32  # output chunks between the main process's trims: each trim made it fault its
@@ -196,7 +196,7 @@ class OutputChecks:
         prov = provenance_of(raw) if PROVENANCE_MARK in raw else None
         if prov is not None:
             self.relocated_events += 1
-        if head.ph in ("s", "t", "f") and prov is not None:
+        if head.ph in FLOW_PHASES and prov is not None:
             self.relocated_flows += 1
             ts = timebase.parse_decimal(bytes(TIMING.decode(raw).ts)).floor_ns()
             orig = (msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))

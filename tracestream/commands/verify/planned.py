@@ -253,7 +253,7 @@ def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
                   targets: dict, slot: int | None, first: int, synthetic: dict[tuple, str]
                   ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
     """A source chunk as the plan makes it, spliced without the C extension (in a worker:
-    handed back in `slot` if it has one, see workers.deliver), the separators its dropped
+    handed back in `slot` if it has one, see parallel.slots.deliver), the separators its dropped
     events took, and the output-only checks' facts of its events (the first numbered
     `first` in the output; see `observed_chunk`)."""
     spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)

@@ -4,8 +4,8 @@ Why a server at all: ui.perfetto.dev cannot be handed a local file or a
 ``localhost`` URL. Its Content-Security-Policy forbids foreign fetches, and
 browsers block cross-origin reads (Perfetto docs, "Deep linking to the Perfetto
 UI", section "Why can't I just pass a URL?"). The supported way in is
-``postMessage`` from a page that holds the trace. So this module serves that
-page, plus the trace itself, on 127.0.0.1 only.
+``postMessage`` from a page that holds the trace. So this server serves that
+page (`page.py`), plus the trace itself, on 127.0.0.1 only.
 
 The handshake (perfetto.dev/docs/visualization/deep-linking-to-perfetto-ui,
 /embedding-the-ui and /embedding-api-reference; the UI side is
@@ -54,7 +54,8 @@ UI). A client that never finishes its request headers is dropped after
 HEADER_TIMEOUT seconds. A zstd file that is corrupt from the start is a 502 with the
 reason; one that breaks mid-way ends a chunked response without its last chunk, so
 the browser's fetch fails instead of receiving a short trace. Either way the
-terminal gets one line, never a traceback.
+server reports one line (to its `report` callable, else the `tracestream.view` logger;
+the CLI prints it), never a traceback.
 
 Limits: the browser holds the whole trace in one ArrayBuffer, and the Perfetto
 UI's in-browser engine has its own memory ceiling (a few GB). For bigger traces
