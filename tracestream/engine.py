@@ -31,7 +31,13 @@ from tracestream.parallel.memory import release_memory
 from tracestream.plan.guidetext import GuideRows
 from tracestream.plan.planner import Plan, Planner
 from tracestream.plan.report import LayerRows
-from tracestream.plan.specs import ANCHOR_POINT_ONLY, TERMINAL_KERNEL_END, CompactSpec, LayerSpec
+from tracestream.plan.specs import (
+    ANCHOR_POINT_ONLY,
+    TERMINAL_KERNEL_END,
+    CompactSpec,
+    LayerSpec,
+    validate_specs,
+)
 from tracestream.read.compression import compression_for
 from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
@@ -217,13 +223,7 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
          compress=None, compress_level=None, progress=None, stdin=None, workers=None,
          max_event_bytes=None) -> Report:
     started = time.monotonic()
-    if layer_spec is not None:
-        layer_spec.validate()
-        compile_pattern(layer_spec.anchor_regex, "anchor_regex")
-        if layer_spec.end_anchor_regex is not None:
-            compile_pattern(layer_spec.end_anchor_regex, "end_anchor_regex")
-    if compact_spec is not None:
-        compact_spec.validate()
+    validate_specs(layer_spec, compact_spec)
     trace, output = str(trace), str(output)
     for what, path in (("--trace", trace), ("--output", output), ("--report", report)):
         require_utf8(path, what)  # the report records their names

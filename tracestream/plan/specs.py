@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from tracestream.errors import Option, SpecError, require_utf8
+from tracestream.errors import Option, SpecError, compile_pattern, require_utf8
 from tracestream.plan.cadence import GAP_FACTOR, gap_factor_problem
 
 GUIDE_NOTICE = (
@@ -148,4 +148,16 @@ class CompactSpec:
         if not 1 <= self.max_lanes <= MAX_LANES_LIMIT:
             raise SpecError(Option("max_lanes"), f" must be between 1 and 10, got {self.max_lanes}")
         require_utf8(self.pid, "pid")
+
+
+def validate_specs(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> None:
+    """Refuse, before any input is read, what no trace can satisfy: the specs' values and
+    patterns that do not compile (SpecError naming the spec fields)."""
+    if layer_spec is not None:
+        layer_spec.validate()
+        compile_pattern(layer_spec.anchor_regex, "anchor_regex")
+        if layer_spec.end_anchor_regex is not None:
+            compile_pattern(layer_spec.end_anchor_regex, "end_anchor_regex")
+    if compact_spec is not None:
+        compact_spec.validate()
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
-from tracestream.engine import compile_pattern, default_report_path
+from tracestream.engine import default_report_path
 from tracestream.errors import SpecError, TraceError
 from tracestream.plan.selection import id_from_text
-from tracestream.plan.specs import ALL_PASSES, CompactSpec, LayerSpec
+from tracestream.plan.specs import ALL_PASSES, CompactSpec, LayerSpec, validate_specs
 from tracestream.read.compression import SUFFIX_OF, SUFFIXES, compression_for
 
 KINDS = ("compact", "layers")
@@ -166,12 +166,7 @@ def merge_layer_options(defaults: dict, line: dict,
     spec = LayerSpec(**{k: v for k, v in merged.items() if k in _LAYER_FIELDS})
     compact_spec = CompactSpec(max_lanes=lanes, pid=spec.pid) if lanes is not None else None
     try:
-        spec.validate()
-        compile_pattern(spec.anchor_regex, "anchor_regex")
-        if spec.end_anchor_regex is not None:
-            compile_pattern(spec.end_anchor_regex, "end_anchor_regex")
-        if compact_spec is not None:
-            compact_spec.validate()
+        validate_specs(spec, compact_spec)
     except SpecError as exc:  # named as the manifest's keys
         raise TraceError(f"{where}: {exc.render(manifest_key)}") from None
     except TraceError as exc:
