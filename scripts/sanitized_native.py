@@ -96,7 +96,7 @@ PROBE = """\
 import json
 import tracestream._native as n
 from tracestream._native import _speedups
-print(json.dumps({"file": _speedups.__file__, "in_use": n.native is n.built}))
+print(json.dumps({"file": _speedups.__file__, "in_use": n.chosen is n.built}))
 """
 
 

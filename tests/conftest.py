@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,16 +38,18 @@ REAL_WITH_GPU = [
 
 
 @pytest.fixture(params=["C", "numpy"])
-def backend(request, monkeypatch) -> str:
+def backend(request) -> Iterator[str]:
     """Run a test with the C extension, then with the numpy code it mirrors (the
     workers are forked, so they run the same)."""
-    if request.param == "C":
-        if _native.built is None:  # test_speedups.test_the_extension_is_built fails
-            pytest.skip("tracestream._native._speedups is not built")
-        monkeypatch.setattr(_native, "native", _native.built)
-    else:
-        monkeypatch.setattr(_native, "native", None)
-    return request.param
+    if request.param == "C" and _native.built is None:
+        # test_speedups.test_the_extension_is_built fails
+        pytest.skip("tracestream._native._speedups is not built")
+    previous = _native.chosen
+    _native.use(_native.built if request.param == "C" else _native.reference)
+    try:
+        yield request.param
+    finally:
+        _native.use(previous)
 
 
 def real_trace(name: str) -> Path:

@@ -1,4 +1,5 @@
-"""KeyScan finds quoted keys and integer values at byte level, as str.find would."""
+"""Keys, integer values and separators found at byte level in a chunk, as str.find and
+regular expressions would find them, by the C extension and by its numpy twin."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import re
 import numpy as np
 import pytest
 
-from tracestream.index import keyscan
+from tracestream._native.reference import keys as numpy_keys
 from tracestream.index.keyscan import (
     CAREFUL,
     NO_ARGS,
     ODD_ARGS,
     SPLICE_KEYS,
     EventKeys,
-    KeyScan,
-    per_event,
+    continues,
+    integer_ends,
     separators,
     splice_positions,
 )
@@ -27,74 +28,67 @@ CHUNK = (b'{"ph": "X", "pid": 0, "tid": 7, "args": {"pid": "x"}},\n'
          b'{"pid":1,"tid": 2}, {"tid": 99')
 
 
-def _find_all(literal: bytes) -> list[int]:
-    return [m.start() for m in re.finditer(re.escape(literal), CHUNK)]
+def _find_all(literal: bytes, data: bytes = CHUNK) -> list[int]:
+    return [m.start() for m in re.finditer(b"(?=" + re.escape(literal) + b")", data)]
+
+
+def positions(data: bytes, *literals: bytes) -> list[list[int]]:
+    """Where each literal starts in `data`, as EventKeys finds them in one pass: with an
+    event per byte, the events that count it."""
+    starts = np.arange(len(data), dtype=np.int64)
+    keys = EventKeys(data, starts, starts + 1, literals)
+    return [np.flatnonzero(keys(literal)[1]).tolist() for literal in literals]
 
 
 def test_positions_are_every_occurrence():
-    scan = KeyScan(CHUNK)
-    for literal in (b'"pid": ', b'"tid": ', b'"args"', b'"pid"', b'"x"', b'"tid": 99'):
-        assert scan.positions(literal).tolist() == _find_all(literal)
+    literals = (b'"pid": ', b'"tid": ', b'"args"', b'"pid"', b'"x"', b'"tid": 99')
+    assert positions(CHUNK, *literals) == [_find_all(literal) for literal in literals]
 
 
-def test_followed_by_keeps_the_longer_spelling():
-    scan = KeyScan(CHUNK)
-    pid = scan.positions(b'"pid"')
-    assert scan.followed_by(pid, b'"pid": ').tolist() == _find_all(b'"pid": ')
+def test_continues_keeps_the_longer_spelling():
+    pid = np.array(_find_all(b'"pid"'), np.int64)
+    assert pid[continues(CHUNK, pid, b'"pid": ')].tolist() == _find_all(b'"pid": ')
 
 
 def test_integer_ends_accepts_only_integers_followed_by_a_comma():
-    scan = KeyScan(CHUNK)
-    begin = scan.positions(b'"tid": ') + len(b'"tid": ')
-    ends = scan.integer_ends(begin).tolist()
+    begin = np.array(_find_all(b'"tid": '), np.int64) + len(b'"tid": ')
+    ends = integer_ends(CHUNK, begin).tolist()
     # 7, and 123456789012 end at their comma; `"tid": 2}` and the cut `99` have none
     assert [CHUNK[b:e] for b, e in zip(begin.tolist(), ends) if e >= 0] == [b"7", b"123456789012"]
     assert ends[2:] == [-1, -1]
-    minus = scan.positions(b'"pid": ') + len(b'"pid": ')
-    assert [CHUNK[b:e] for b, e in zip(minus.tolist(), scan.integer_ends(minus).tolist())
+    minus = np.array(_find_all(b'"pid": '), np.int64) + len(b'"pid": ')
+    assert [CHUNK[b:e] for b, e in zip(minus.tolist(), integer_ends(CHUNK, minus).tolist())
             if e >= 0] == [b"0", b"-12"]
-
-
-def test_per_event_counts_occurrences_inside_each_span():
-    positions = np.array([3, 10, 12, 40])
-    first, count = per_event(positions, np.array([0, 11, 20]), np.array([11, 20, 50]))
-    assert count.tolist() == [2, 1, 1] and first.tolist() == [0, 2, 3]
 
 
 def test_positions_at_either_alignment_and_in_tiny_chunks():
     for data in (b"", b'"', b'"t', b'x"t', b'"t"t', b'x"tx"t"'):
-        expected = [m.start() for m in re.finditer(b'"t', data)]
-        assert KeyScan(data).positions(b'"t').tolist() == expected, data
+        assert positions(data, b'"t') == [_find_all(b'"t', data)], data
 
 
 @pytest.mark.parametrize("block", [1, 2, 3, 5, 64])
 def test_prefixes_across_block_edges(monkeypatch, block):
-    """The chunk is compared a block at a time: a `"` that ends one block and the
+    """numpy compares the chunk a block at a time: a `"` that ends one block and the
     letter that starts the next are still a prefix, found once."""
-    monkeypatch.setattr(keyscan, "_BLOCK", block)
+    monkeypatch.setattr(numpy_keys, "_BLOCK", block)
     data = b'"t"tx""d"' + CHUNK + b'"a'
-    scan = KeyScan(data)
-    scan.find_prefixes(b"tda")
-    for literal in (b'"t', b'"d', b'"a', b'"pid"', b'"tid": '):
-        assert scan.positions(literal).tolist() == [
-            m.start() for m in re.finditer(re.escape(literal), data)], literal
+    literals = (b'"t', b'"d', b'"a', b'"pid"', b'"tid": ')
+    assert positions(data, *literals) == [_find_all(literal, data) for literal in literals]
 
 
 def test_prefixes_found_together_are_those_found_one_by_one():
     data = CHUNK + b' "d"a"p "t' + CHUNK[1:]
-    together = KeyScan(data)
-    together.find_prefixes(b"ptda")
-    for literal in (b'"p', b'"t', b'"d', b'"a', b'"pid"', b'"args"', b'"x'):
-        assert together.positions(literal).tolist() == KeyScan(data).positions(literal).tolist()
-        assert together.positions(literal).tolist() == [
-            m.start() for m in re.finditer(re.escape(literal), data)]
+    literals = (b'"p', b'"t', b'"d', b'"a', b'"pid"', b'"args"', b'"x')
+    together = positions(data, *literals)
+    assert together == [positions(data, literal)[0] for literal in literals]
+    assert together == [_find_all(literal, data) for literal in literals]
 
 
 def test_event_keys_count_each_key_per_event():
     second = CHUNK.index(b'{"pid": -12')
     starts = np.array([0, second])
     ends = np.array([CHUNK.index(b"},") + 1, CHUNK.index(b"},", second) + 1])
-    keys = EventKeys(KeyScan(CHUNK), starts, ends, (b'"pid"', b'"tid"'))
+    keys = EventKeys(CHUNK, starts, ends, (b'"pid"', b'"tid"'))
     first, count = keys(b'"pid"')
     assert count.tolist() == [2, 1]  # the first event's args hold another "pid"
     assert first.tolist() == [CHUNK.index(b'"pid"'), second + 1]
@@ -127,7 +121,7 @@ def test_splice_positions_trust_only_kineto_spelled_keys_that_occur_once():
     ]
     data = b", ".join(events)
     starts = np.array([data.index(e) for e in events])
-    got = splice_positions(EventKeys(KeyScan(data), starts, starts + [len(e) for e in events],
+    got = splice_positions(EventKeys(data, starts, starts + [len(e) for e in events],
                                      SPLICE_KEYS))
     first = events[0]
     assert first[got["pid_start"][0]:got["pid_end"][0]] == b"0"
@@ -145,7 +139,7 @@ def test_splice_positions_trust_only_kineto_spelled_keys_that_occur_once():
 
 def test_splice_positions_trust_nothing_in_a_chunk_with_backslashes():
     data = b'{"ph": "X", "name": "a\\"b", "pid": 0, "tid": 7, "args": {}}'
-    keys = EventKeys(KeyScan(data), np.array([0]), np.array([len(data)]), SPLICE_KEYS)
+    keys = EventKeys(data, np.array([0]), np.array([len(data)]), SPLICE_KEYS)
     got = splice_positions(keys)
     assert got["pid_start"][0] == got["tid_start"][0] == CAREFUL
     assert got["args_brace"][0] == ODD_ARGS

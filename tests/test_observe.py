@@ -11,11 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tracestream._native.reference.columns import (
+    SHAPE_DECIMAL,
+    SHAPE_INTEGER,
+    SHAPE_OTHER,
+    kineto_shapes,
+)
 from tracestream.index import decode, extract, timebase
 from tracestream.index.decode import Event
 from tracestream.index.extract import _Observer, observe_chunk
 from tracestream.index.facts import FLOW, META, ChunkError, Context
-from tracestream.index.numbers import SHAPE_DECIMAL, SHAPE_INTEGER, SHAPE_OTHER, kineto_shapes
 from tracestream.model import KERNEL, MEMCPY, OTHER
 
 pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy

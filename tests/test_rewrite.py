@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tracestream.index.builder import SPAN_DTYPE
-from tracestream.index.keyscan import SPLICE_KEYS, EventKeys, KeyScan, splice_positions
+from tracestream.index.keyscan import SPLICE_KEYS, EventKeys, splice_positions
 from tracestream.plan.planner import DELETE
 from tracestream.write.relocate import relocate
 from tracestream.write.rewrite import dropped_last, rewrite_chunk
@@ -55,7 +55,7 @@ def _chunk(shapes: list[str]) -> tuple[bytes, np.ndarray]:
             k += 1
         pos += len(event)
     starts = rows["offset"] - 5000
-    where = splice_positions(EventKeys(KeyScan(data), starts, starts + rows["length"],
+    where = splice_positions(EventKeys(data, starts, starts + rows["length"],
                                        SPLICE_KEYS))
     for name in where.dtype.names:
         rows[name] = where[name]

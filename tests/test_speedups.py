@@ -28,7 +28,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tracestream import _native
-from tracestream.index import decode, extract, keyscan, numbers
+from tracestream.index import decode, extract, keyscan
 from tracestream.index import facts as chunk_facts
 from tracestream.write import relocate
 
@@ -46,11 +46,13 @@ needs_c = pytest.mark.skipif(C is None, reason="tracestream._native._speedups is
 
 
 def _numpy(function, *args):
-    saved, _native.native = _native.native, None
+    """`function(*args)` with the numpy twins (`_native.reference`) chosen."""
+    saved = _native.chosen
+    _native.use(_native.reference)
     try:
         return function(*args)
     finally:
-        _native.native = saved
+        _native.use(saved)
 
 
 def _over(alphabet: bytes, max_size: int, min_size: int = 0):
@@ -79,11 +81,16 @@ literals = st.lists(st.sampled_from([b'"t', b'"ts"', b'"tid": ', b'"d"', b'"pid"
 
 
 @given(keyish, literals)
-def test_literal_positions_are_every_occurrence(data, wanted):
-    """Every start, overlapping ones too, as numpy finds them (`EventKeys`' reference)."""
-    for literal in wanted:
-        expected = [m.start() for m in re.finditer(b"(?=" + re.escape(literal) + b")", data)]
-        assert keyscan.KeyScan(data).positions(literal).tolist() == expected, literal
+def test_event_keys_count_every_occurrence(data, wanted):
+    """Every start, overlapping ones too, in numpy and in C: with an event per byte, the
+    events that count a literal are where it starts."""
+    starts = np.arange(len(data), dtype=np.int64)
+    for functions in (_native.reference, C) if C is not None else (_native.reference,):
+        _, count = functions.event_keys(data, starts, starts + 1, tuple(wanted))
+        count = np.frombuffer(count, np.int32).reshape(len(wanted), -1)
+        for k, literal in enumerate(wanted):
+            expected = [m.start() for m in re.finditer(b"(?=" + re.escape(literal) + b")", data)]
+            assert np.flatnonzero(count[k]).tolist() == expected, (functions, literal)
 
 
 @needs_c
@@ -96,7 +103,7 @@ def test_event_keys_are_those_numpy_counts(data, wanted, cuts):
     first, count = C.event_keys(data, starts, ends, tuple(wanted))
     first = np.frombuffer(first, np.int64).reshape(len(wanted), -1)
     count = np.frombuffer(count, np.int32).reshape(len(wanted), -1)
-    expected = _numpy(keyscan.EventKeys, keyscan.KeyScan(data), starts, ends, tuple(wanted))
+    expected = _numpy(keyscan.EventKeys, data, starts, ends, tuple(wanted))
     for k, literal in enumerate(wanted):
         want_first, want_count = _numpy(expected, literal)
         assert first[k].tolist() == want_first.tolist(), literal
@@ -117,7 +124,7 @@ def test_event_keys_refuse_literals_they_cannot_find():
 def test_integer_ends_are_those_numpy_finds(data, begin):
     begin = np.array(begin, np.int64)
     ends = np.frombuffer(C.integer_ends(data, begin), np.int64)
-    assert ends.tolist() == _numpy(keyscan.KeyScan(data).integer_ends, begin).tolist()
+    assert ends.tolist() == _numpy(keyscan.integer_ends, data, begin).tolist()
 
 
 # ts/dur texts of every shape: Kineto's, their near misses, and what is read one by one
@@ -138,7 +145,7 @@ def test_decimal_column_reads_each_value_as_numpy_does(texts, signed):
     (absent, integer, three decimals, other), however the shapes mix in a chunk."""
     events = [decode.Event(ts=msgspec.Raw(t)) for t in texts]
     ns, shapes = C.decimal_column(events, "ts", signed)
-    ns_np, shapes_np = numbers.kineto_column([e.ts for e in events], signed=signed)
+    ns_np, shapes_np = _native.reference.decimal_column(events, "ts", signed)
     assert np.frombuffer(shapes, np.int8).tolist() == shapes_np.tolist()
     assert np.frombuffer(ns, np.int64).tolist() == ns_np.tolist()
 
@@ -150,7 +157,7 @@ def test_continues_is_what_numpy_finds(data, at, wanted):
     at = np.array(at, np.int64)
     for literal in wanted:
         ok = np.frombuffer(C.continues(data, at, literal), bool)
-        assert ok.tolist() == _numpy(keyscan.KeyScan(data).continues, at, literal).tolist()
+        assert ok.tolist() == _numpy(keyscan.continues, data, at, literal).tolist()
 
 
 @needs_c
@@ -459,6 +466,23 @@ def test_json_rows_write_numbers_as_the_python_rows_do(values, decimals):
 
 
 @needs_c
+@given(st.lists(st.tuples(_INT64, st.integers(0, 2)), max_size=30), st.integers(1, 9))
+def test_json_rows_of_the_numpy_twin_are_the_c_ones(rows, decimals):
+    """The twin writes the same rows from the same columns (integers, fixed decimals at any
+    scale, texts, texts by code), and leaves a SHORTEST column to its caller."""
+    values = np.array([v for v, _ in rows], np.int64)
+    codes = np.array([c for _, c in rows], np.int64)
+    texts = [b"%d" % (v % 7) for v in values.tolist()]
+    parts = (b"{", b", ", b" | ", b"; ", b"}")
+    columns = ((C.INTEGERS, values), (C.FIXED, values, decimals), (C.TEXTS, texts),
+               (C.CODED, codes, [b'"a"', b"null", b"[1]"]))
+    assert _native.reference.json_rows(len(rows), parts, columns, b",\n") == C.json_rows(
+        len(rows), parts, columns, b",\n")
+    shortest = ((C.SHORTEST, values, decimals),)
+    assert _native.reference.json_rows(len(rows), (b"", b""), shortest, b",") is None
+
+
+@needs_c
 def test_json_rows_take_texts_by_code_and_refuse_odd_columns():
     codes = np.array([2, 0, 2], np.int64)
     assert C.json_rows(3, (b"<", b">"), ((C.CODED, codes, [b"a", b"b", b"c"]),), b" ") == \
@@ -519,7 +543,7 @@ def test_the_quick_undo_is_the_regular_expressions_one(events, separator):
         for last in range(first + 1, len(output) + 1):
             chunk = separator.join(output[first:last])
             undone = C.undo_relocations(chunk)
-            assert undone == _numpy(relocate.undo_relocations, chunk)
+            assert undone == _native.reference.undo_relocations(chunk)
             if undone is not None:
                 assert undone[0] == separator.join(source[first:last])
                 assert undone[1] == sum(moved for _, moved in events[first:last])
@@ -539,7 +563,7 @@ def test_the_quick_undo_is_the_regular_expressions_one(events, separator):
     b'"source_event_index": 2, "had_args": true}}}',  # an escaped quote in a value
 ])
 def test_the_quick_undo_refuses_as_the_reference(chunk):
-    assert C.undo_relocations(chunk) == _numpy(relocate.undo_relocations, chunk)
+    assert C.undo_relocations(chunk) == _native.reference.undo_relocations(chunk)
 
 
 @needs_c
@@ -575,7 +599,7 @@ def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
         assert getattr(with_c, name).tolist() == getattr(with_numpy, name).tolist(), name
 
 
-@pytest.mark.skipif(_native.native is None, reason="the C extension is not built")
+@needs_c
 def test_the_c_extension_reads_inherited_fields_from_their_slots():
     """decode.Event extends ReadEvent, so its fields live in a base's slots: the C
     extension must find them there, not fall back to a getattr per event (that made the
@@ -590,7 +614,7 @@ def test_the_c_extension_reads_inherited_fields_from_their_slots():
     events = msgspec.json.Decoder(list[Counting]).decode(
         b'[{"ph": "X", "ts": 1.5, "dur": 2, "pid": 1, "tid": 2, "cat": "kernel", "name": "k"}]')
     reads.clear()
-    ns, shapes = _native.native.decimal_column(events, "ts", False)
+    ns, shapes = C.decimal_column(events, "ts", False)
     assert np.frombuffer(ns, np.int64).tolist() == [1500] and reads == []
 
 

@@ -1,4 +1,5 @@
-"""Writing JSON text where some numbers must keep their exact source digits."""
+"""Writing JSON text where some numbers must keep their exact source digits (and the one
+definition of JSON whitespace, which readers skip)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import re
 from typing import Any
 
 import orjson
+
+SKIP_WS = re.compile(rb"[ \t\r\n]*")
+"""JSON whitespace (matches at any position, maybe empty)."""
 
 
 def template_parts(template: bytes) -> tuple[bytes, ...]:

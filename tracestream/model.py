@@ -37,6 +37,23 @@ GUIDE_CATEGORY = "layer_guide"
 PROVENANCE_KEY = "_compact_gpu_track"
 PROVENANCE_MARK = PROVENANCE_KEY.encode()
 """The provenance key as bytes: an event without them is not relocated."""
+MEMBER_WITH_ARGS = (
+    b'"' + PROVENANCE_MARK
+    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": true}'
+)
+"""The provenance member a relocated event's args begin with (its original pid and tid
+texts, its index in the source)."""
+MEMBER_WITHOUT_ARGS = (
+    b', "args": {"' + PROVENANCE_MARK
+    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": false}}'
+)
+"""The args member appended to a relocated event that had none."""
+
+def binds_next(ph: Any, bp: Any) -> bool:
+    """Perfetto binds an `f` without `"bp": "e"` to the next slice that begins at or after it
+    on its track; `s`, `t` and `f` with `"bp": "e"` to the slice enclosing it."""
+    return ph == "f" and bp != "e"
+
 
 
 def category_kind(cat: Any) -> int:

@@ -1,32 +1,71 @@
-"""Which code does the per-chunk byte work: the C extension, or the numpy it mirrors.
+"""The one place that chooses which code does the per-chunk byte work: the C extension, or
+the numpy and Python it mirrors (`reference`). Callers call `_native.<function>` and never
+ask which one runs.
 
-`tracestream._native._speedups` (built from _speedups.c by setup.py where a C compiler is
-available) scans a chunk's events (validating the JSON and keeping where each field
-the index reads lies, instead of msgspec's decode into structs; it declines what it
-cannot be sure msgspec reads alike, and msgspec decodes those chunks; verify reads its
-planned output chunks with it too, the provenance read as verify's own struct), finds key
-positions, reads the events' fields (ts/dur columns, phase and category codes, track
-and group keys) and splices relocated events, each in one pass. The numpy and Python
-code in the index, write and commands packages, with msgspec's decode, returns the same
-and stays the reference; it runs when the extension is missing or when the environment
-sets TRACESTREAM_PURE=1 (for comparing the two).
+`tracestream._native._speedups` (built from the C files here by setup.py where a C compiler
+is available) scans a chunk's events (validating the JSON and keeping where each field the
+index reads lies, instead of msgspec's decode into structs; it declines what it cannot be
+sure msgspec reads alike, and msgspec decodes those chunks), finds key positions, reads the
+events' fields (ts/dur columns, phase and category codes, track and group keys), splices
+relocated events and writes rows of JSON text, each in one pass. `reference` returns the
+same; it runs when the extension is missing or when the environment sets
+TRACESTREAM_PURE=1 (for comparing the two), and the tests hold the two to each other.
 """
 
 from __future__ import annotations
 
 import os
+from types import ModuleType
+
+from tracestream._native import reference
+from tracestream._native.reference.columns import (  # the codes both give
+    PH_FLOW as PH_FLOW,  # check_columns' phases
+)
+from tracestream._native.reference.columns import (
+    PH_OTHER as PH_OTHER,
+)
+from tracestream._native.reference.columns import (
+    PH_X as PH_X,
+)
+from tracestream._native.reference.columns import (
+    SHAPE_ABSENT as SHAPE_ABSENT,  # decimal_column's shapes
+)
+from tracestream._native.reference.columns import (
+    SHAPE_DECIMAL as SHAPE_DECIMAL,
+)
+from tracestream._native.reference.columns import (
+    SHAPE_INTEGER as SHAPE_INTEGER,
+)
+from tracestream._native.reference.columns import (
+    SHAPE_OTHER as SHAPE_OTHER,
+)
 
 try:
     from tracestream._native import _speedups as built
 except ImportError:  # installed without a C compiler: numpy does the work
     built = None
 
-native = None if os.environ.get("TRACESTREAM_PURE") else built
-"""The extension the passes use (None: numpy); tests set it to compare the two."""
+FUNCTIONS = tuple(name for name in reference.__all__ if not name.isupper())
+"""What both provide: bound here, as module attributes, to the chosen one's."""
+COLUMN_KINDS = ("TEXTS", "INTEGERS", "FIXED", "SHORTEST", "CODED")
+"""json_rows' column kinds: the same numbers in both."""
+TEXTS, INTEGERS, FIXED, SHORTEST, CODED = (getattr(reference, kind) for kind in COLUMN_KINDS)
+chosen: ModuleType = reference
+
+
+def use(functions: ModuleType) -> None:
+    """Make `functions` (`built` or `reference`) the one every caller runs (tests compare the
+    two by switching)."""
+    global chosen
+    chosen = functions
+    globals().update((name, getattr(functions, name)) for name in FUNCTIONS)
 
 
 def describe() -> str:
     """Which one runs, for reports and benchmark results."""
-    if native is not None:
+    if chosen is built:
         return "C extension"
     return "numpy (TRACESTREAM_PURE is set)" if built is not None else "numpy (no C extension)"
+
+
+use(reference if built is None or os.environ.get("TRACESTREAM_PURE") else built)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from tracestream import _native
 from tracestream.errors import TraceError, malformed_report
 from tracestream.index.keyscan import separators
 from tracestream.model import PROVENANCE_MARK, RAW_EVENTS
@@ -35,7 +36,7 @@ from tracestream.read.document import CHUNK_BYTES, SETTLE, DocumentScanner, Layo
 from tracestream.read.hashing import ReadStats
 from tracestream.read.jsonbytes import SEPARATOR
 from tracestream.read.source import TraceSource
-from tracestream.write.relocate import undo_relocation, undo_relocations
+from tracestream.write.relocate import undo_relocation
 from tracestream.write.rewrite import StreamCursor
 from tracestream.write.sink import (
     OutputFile,
@@ -191,7 +192,7 @@ def splice_back(annotated: TraceSource, undo: Undo, writer, *,
     restored, moved back, re-inserted and dropped. TraceError where the annotated trace
     does not match the report. (`chunk_bytes`: how much the scanner cuts at once.)
 
-    `quick`: undo the relocations of a chunk at once where `relocate.undo_relocations` can,
+    `quick`: undo the relocations of a chunk at once where `_native.undo_relocations` can,
     for a caller that compares the result's sha256 with the source's (and does not
     trust it otherwise).
 
@@ -280,7 +281,7 @@ class _State:
         if self._relocations_only(first, count):
             # nothing to undo in this chunk but relocations: at once where they can be
             undone = ((data, 0) if PROVENANCE_MARK not in data
-                      else undo_relocations(data) if self.quick else None)
+                      else _native.undo_relocations(data) if self.quick else None)
             if undone is not None:
                 self.restored += count
                 self.relocated += undone[1]

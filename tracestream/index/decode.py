@@ -62,17 +62,15 @@ def decode_chunk(data: bytes, offset: int, doc=None, decoder=_EVENTS) -> list[Ev
     `doc`: the chunk between `[` and `]` where the caller has it so (else it is made
     where msgspec decodes it).
     `decoder`: `_EVENTS`, or `_READ_EVENTS` where no flow is bound (see `decoder_for`).
-    With the C extension the events are its scan (a sequence of msgspec's Event, see
-    `_native`), unless it declines the chunk.
+    The events are `_native.scan_events`' scan (a sequence of msgspec's Event) unless it
+    declines the chunk (its numpy twin declines every chunk).
     """
-    native = _native.native
-    if native is not None:
-        scanned = native.scan_events(data if doc is None else doc, msgspec.json.decode,
-                                     _EVENT.decode, msgspec.UNSET, doc is not None)
-        if scanned is not None:
-            if not scanned.ascii:
-                _check_utf8(data, offset)
-            return scanned
+    scanned = _native.scan_events(data if doc is None else doc, msgspec.json.decode,
+                                  _EVENT.decode, msgspec.UNSET, doc is not None)
+    if scanned is not None:
+        if not scanned.ascii:
+            _check_utf8(data, offset)
+        return scanned
     if doc is None:
         doc, ascii_only = bracketed(data)
     else:

@@ -55,17 +55,12 @@ from tracestream.index.keyscan import (
     SPLICE_FIELDS,
     SPLICE_KEYS,
     EventKeys,
-    KeyScan,
     splice_positions,
 )
 from tracestream.index.numbers import (
-    SHAPE_DECIMAL,
-    SHAPE_INTEGER,
-    SHAPE_OTHER,
     double_column,
     end_out_of_range,
     importer_bounds,
-    kineto_column,
     time_value,
 )
 from tracestream.model import CPU_ANNOTATION, GPU_SCOPE, KERNEL, LAYER_GUIDE, OTHER, CategoryKinds
@@ -122,7 +117,6 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
         self.ctx = ctx
         self.events = events
         self._spans: tuple[np.ndarray, np.ndarray] | None = None
-        self._scan: KeyScan | None = None  # shared by the duplicate check and the splices
         self._backslashes: np.ndarray | None = None  # where the chunk has one (if it has)
         self.tracks: dict[tuple, int] = {}
         self.groups: dict[tuple, int] = {}
@@ -143,12 +137,6 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
             return None
         starts, ends = (np.frombuffer(b, np.int64) for b in self.events.spans())
         return (starts, ends) if starts[0] == 0 and ends[-1] == len(self.data) else None
-
-    @property
-    def scan(self) -> KeyScan:
-        if self._scan is None:
-            self._scan = KeyScan(self.data)
-        return self._scan
 
     def span(self, i: int) -> tuple[int, int]:
         starts, ends = self.spans
@@ -233,7 +221,7 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
         event_keys = None
         if self.ctx.moves_gpu:  # compaction: the candidates' keys are counted once, for both
             starts, ends = self.spans
-            event_keys = EventKeys(self.scan, starts[cand_index], ends[cand_index],
+            event_keys = EventKeys(self.data, starts[cand_index], ends[cand_index],
                                    MOVED_KEYS + SPLICE_KEYS)
             if slices:
                 self._check_gpu_duplicates(slices, cand_of, event_keys)
@@ -277,26 +265,18 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
 
     def _first_on_track(self, others: list[int]) -> dict[tuple, int]:
         """{(pid, tid): the first of `others` on that track}, keyed in order of each track's
-        last event, latest first (the order `track` numbers them in); by the C extension
-        where it is built."""
-        native = _native.native
-        if native is None:
-            keys = [(self.events[i].pid, self.events[i].tid) for i in others]
-            return dict(zip(reversed(keys), reversed(others)))  # first event per track wins
-        codes, keys = native.track_keys(self.events, others)
+        last event, latest first (the order `track` numbers them in)."""
+        codes, keys = _native.track_keys(self.events, others)
         codes = np.frombuffer(codes, np.int32)
         first = np.unique(codes, return_index=True)[1]  # per code (0, 1, ...): first position
         last = len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]
         return {keys[code]: others[first[code]] for code in np.argsort(-last).tolist()}
 
     def _classified(self, kinds: CategoryKinds) -> tuple | None:
-        """(phase codes, category kinds, has a pid and a tid, phase counts) of the events,
-        from the C extension; None without it, or where it declines (an unhashable
-        category, many phases)."""
-        if _native.native is None:
-            return None
+        """(phase codes, category kinds, has a pid and a tid, phase counts) of the events;
+        None where `_native.classify` declines them (an unhashable category, many phases)."""
         try:
-            phases, kind_codes, owners, counts = _native.native.classify(
+            phases, kind_codes, owners, counts = _native.classify(
                 self.events, PHASE_CODES, PHASE_OTHER, kinds)
         except TypeError:
             return None
@@ -309,23 +289,19 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
 
         Absent values are 0 (their events are never read). Each value is parsed by
         its own shape: integers and numbers with one to three decimals (Kineto's
-        shapes, and floats such as `68.0`) a shape group at a time (by the C
-        extension where it is built, else in numpy), anything else
-        one by one (and marked in `self.inexact` when it has digits below 1 ns).
+        shapes, and floats such as `68.0`) a shape group at a time
+        (`_native.decimal_column`), anything else one by one (and marked in
+        `self.inexact` when it has digits below 1 ns).
         So `"ts": 0` on metadata among epoch values with three decimals costs its
         own event, not its chunk. Non-numbers and values out of range are refused
         where `strict` (the value is read); elsewhere they count as absent and are
         noted in `self.odd`.
         """
-        if _native.native is not None:
-            ns, shapes = _native.native.decimal_column(self.events, key, key != "dur")
-            ns, shapes = np.frombuffer(ns, np.int64), np.frombuffer(shapes, np.int8)
-        else:
-            ns, shapes = kineto_column(list(map(attrgetter(key), self.events)),
-                                       signed=key != "dur")
-        integer = shapes == SHAPE_INTEGER
-        has = (shapes == SHAPE_INTEGER) | (shapes == SHAPE_DECIMAL)
-        odd = np.flatnonzero(shapes == SHAPE_OTHER)
+        ns, shapes = _native.decimal_column(self.events, key, key != "dur")
+        ns, shapes = np.frombuffer(ns, np.int64), np.frombuffer(shapes, np.int8)
+        integer = shapes == _native.SHAPE_INTEGER
+        has = (shapes == _native.SHAPE_INTEGER) | (shapes == _native.SHAPE_DECIMAL)
+        odd = np.flatnonzero(shapes == _native.SHAPE_OTHER)
         if len(odd):
             self._parse_one_by_one(odd.tolist(), key, strict, ns, integer, has)
         return ns, integer, has

@@ -82,7 +82,7 @@ class DuplicateChecks:
             return
         starts, ends = self.spans
         at = np.array(events, np.int64)  # converted once, not by each index below
-        keys = EventKeys(self.scan, starts[at], ends[at], INTERPRETED_KEYS)
+        keys = EventKeys(self.data, starts[at], ends[at], INTERPRETED_KEYS)
         counts = [keys(key)[1] for key in INTERPRETED_KEYS]
         for k in np.flatnonzero(self._spelled_twice(at, counts)).tolist():
             dup = duplicate_key(self.raw(events[k]))

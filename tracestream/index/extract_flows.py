@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -12,12 +11,12 @@ import numpy as np
 import orjson
 
 from tracestream import _native
+from tracestream._native.reference.events import category_counts
 from tracestream.index.facts import (
     FLOW_DTYPE,
     NO_ID,
     GuideEvent,
     MetaEvent,
-    binds_next,
 )
 
 
@@ -29,7 +28,7 @@ class FlowsAndMetadata:
             return np.zeros(0, FLOW_DTYPE), {}, Counter()
         if cand_of is None:  # no rewrite: only `inspect` reports the categories (and the
             # read-only decode has no `id` or `bp` to bind by)
-            categories = (_category_counts(map(self.events.__getitem__, flows))
+            categories = (category_counts([self.events[i].cat for i in flows])
                           if self.ctx.count_names else Counter())
             return np.zeros(0, FLOW_DTYPE), {}, categories
         columns = self._flow_columns(flows)
@@ -48,24 +47,10 @@ class FlowsAndMetadata:
 
     def _flow_columns(self, flows: list[int]) -> FlowColumns:
         """The flows' (pid, tid) keys, whether each binds to the next slice, their ids
-        packed and their category counts (see FlowColumns); by the C extension where it
-        is built."""
-        native = _native.native
-        if native is not None:
-            codes, keys, binds, packed, categories = native.flow_columns(self.events, flows,
-                                                                         NO_ID)
-            return FlowColumns(keys, np.frombuffer(codes, np.int32), np.frombuffer(binds, bool),
-                               np.frombuffer(packed, np.int64), Counter(categories))
-        fev = [self.events[i] for i in flows]
-        pairs = [(e.pid, e.tid) for e in fev]
-        code = {key: k for k, key in enumerate(dict.fromkeys(pairs))}
-        fids = [e.id for e in fev]
-        return FlowColumns(
-            list(code), np.array([code[pair] for pair in pairs], np.int32),
-            np.array([binds_next(e.ph, e.bp) for e in fev], bool),
-            np.array([fid if type(fid) is int and -(2**62) < fid < 2**62 else NO_ID
-                      for fid in fids], np.int64),
-            _category_counts(fev))
+        packed and their category counts (see FlowColumns)."""
+        codes, keys, binds, packed, categories = _native.flow_columns(self.events, flows, NO_ID)
+        return FlowColumns(keys, np.frombuffer(codes, np.int32), np.frombuffer(binds, bool),
+                           np.frombuffer(packed, np.int64), Counter(categories))
 
     def _metadata(self, metas: list[int]) -> tuple[list, list, list]:
         thread_meta = []
@@ -103,10 +88,7 @@ class FlowsAndMetadata:
     def _provenance(self) -> int | None:
         """The first event whose args hold the provenance key (whatever its value)."""
         unset = msgspec.UNSET
-        if _native.native is not None:
-            return _native.native.first_set(self.events, "args", "provenance", unset)
-        return next((i for i, e in enumerate(self.events)
-                     if e.args is not None and e.args.provenance is not unset), None)
+        return _native.first_set(self.events, "args", "provenance", unset)
 
 
 @dataclass
@@ -118,24 +100,3 @@ class FlowColumns:
     binds_next: np.ndarray  # bool: an `f` without "bp": "e" (see binds_next)
     ids: np.ndarray  # int64, NO_ID where the id is no integer within +-2**62
     categories: Counter  # how often each category (its str when no string) occurs
-
-
-_CATEGORY = attrgetter("cat")
-
-
-def _category_counts(events) -> Counter:
-    """How often each flow category occurs (its str when it is no string), as the C
-    extension's flow_columns counts them.
-
-    Counted as they are in one C-level pass where every category is a string (almost
-    always); otherwise one by one, as their str (`1` and `"1"` are one category, `1`
-    and `true` two, though they are equal as keys).
-    """
-    events = list(events)
-    try:
-        counts = Counter(map(_CATEGORY, events))
-    except TypeError:  # an object or array as a category
-        counts = None
-    if counts is not None and all(type(cat) is str for cat in counts):
-        return counts
-    return Counter(e.cat if isinstance(e.cat, str) else str(e.cat) for e in events)

@@ -21,12 +21,11 @@ class MatchFinding:
 
     def _kernel_names(self, slices, kernels, groups) -> dict[int, Counter]:
         """How often each kernel name occurs, per (chunk-local) group."""
-        if _native.native is not None:
-            try:
-                counted = _native.native.name_counts(self.events, slices, kernels, groups)
-                return {group: Counter(counts) for group, counts in counted.items()}
-            except TypeError:  # an object or array as a name: counted by its JSON text below
-                pass
+        try:
+            counted = _native.name_counts(self.events, slices, kernels, groups)
+            return {group: Counter(counts) for group, counts in counted.items()}
+        except TypeError:  # an object or array as a name: counted by its JSON text below
+            pass
         names = [self.events[slices[k]].name for k in kernels]
         kernel_groups = [groups[k] for k in kernels]
         distinct = dict.fromkeys(kernel_groups)
@@ -35,13 +34,10 @@ class MatchFinding:
                 for group in distinct}
 
     def _slice_ids(self, slices: list[int], kinds: np.ndarray) -> tuple[list, list] | None:
-        """The slices' track and group ids, as `_intern` gives them, from the C extension
-        (`kinds`: their category kinds; None without it, or where a device cannot be a key:
-        the caller refuses it)."""
-        if _native.native is None:
-            return None
+        """The slices' track and group ids, as `_intern` gives them (`kinds`: their category
+        kinds; None where a device cannot be a key: the caller refuses it)."""
         try:
-            track_codes, track_keys, group_codes, group_keys = _native.native.slice_keys(
+            track_codes, track_keys, group_codes, group_keys = _native.slice_keys(
                 self.events, slices, kinds == GPU_SCOPE, SCOPES)
         except TypeError:
             return None
@@ -73,21 +69,20 @@ class MatchFinding:
         return hits
 
     def _anchor_kernels(self, slices, kind_a) -> list[int] | None:
-        """`_matching` from the C extension, once every slice's device is known to be a key;
-        None without it, or where a device or name is odd (the Python path refuses it)."""
-        native = _native.native
-        if native is None or not self.ctx.patterns:
+        """`_matching`, once every slice's device is known to be a key; None where a device
+        or name is odd (the caller's path one by one refuses it)."""
+        if not self.ctx.patterns:
             return None
         events = self.events
-        if native.first_unhashable_device(events, slices, kind_a == GPU_SCOPE) is not None:
+        if _native.first_unhashable_device(events, slices, kind_a == GPU_SCOPE) is not None:
             return None
         kernels = np.flatnonzero(kind_a == KERNEL).tolist()
         try:
-            counted = native.name_counts(events, slices, kernels, [0] * len(slices))
+            counted = _native.name_counts(events, slices, kernels, [0] * len(slices))
         except TypeError:
             return None
         self._kernel_hits = self._pattern_hits(counted.get(0, {}))
-        return native.named(events, slices, kernels, self._kernel_hits)
+        return _native.named(events, slices, kernels, self._kernel_hits)
 
     def _matching(self, slices, sev, kind_list) -> list[int]:
         """Positions (among the slices) of the kernels whose name matches a pattern."""
@@ -103,56 +98,38 @@ class MatchFinding:
         and the patterns each distinct name matches (see `_hits`)."""
         if self._kernel_hits is not None:  # `_anchor_kernels` kept the matched kernels only
             return kernels, self._kernel_hits
-        native = _native.native
-        if native is not None:
-            try:
-                counted = native.name_counts(self.events, slices, kernels, [0] * len(slices))
-            except TypeError:  # an object or array as a name: refused below
-                pass
-            else:
-                hits = self._pattern_hits(counted.get(0, {}))
-                return native.named(self.events, slices, kernels, hits), hits
+        try:
+            counted = _native.name_counts(self.events, slices, kernels, [0] * len(slices))
+        except TypeError:  # an object or array as a name: refused below
+            pass
+        else:
+            hits = self._pattern_hits(counted.get(0, {}))
+            return _native.named(self.events, slices, kernels, hits), hits
         sev = [self.events[slices[k]] for k in kernels]
         names = [e.name for e in sev]
         hits = self._hits([slices[k] for k in kernels], sev, range(len(kernels)), names)
         return [k for k, name in zip(kernels, names) if name in hits], hits
 
     def _values(self, events: list[int], key: str) -> list:
-        """The `key` field of each of the events (by the C extension where it is built: it
-        reads a scan's values where they lie, see decode_chunk)."""
-        if _native.native is not None:
-            return _native.native.event_values(self.events, events, key)
-        return [getattr(self.events[i], key) for i in events]
+        """The `key` field of each of the events (a scan's read where they lie, see
+        decode_chunk)."""
+        return _native.event_values(self.events, events, key)
 
     def _match_keys(self, events: list[int]) -> tuple:
         """(stream codes, streams, name codes, names) of the matched events: each one's
         args.stream and name as a code into the distinct (type, value) keys, in order of
         first appearance; an object or array as a stream is refused."""
-        native = _native.native
-        if native is not None:
-            try:
-                stream_codes, stream_keys, name_codes, name_keys = native.match_keys(
-                    self.events, events)
-            except TypeError:  # an object or array as a stream: refused below
-                pass
-            else:
-                return (np.frombuffer(stream_codes, np.int32), [x for _, x in stream_keys],
-                        np.frombuffer(name_codes, np.int32), [x for _, x in name_keys])
-        matched = [self.events[i] for i in events]
-        stream_ids: dict = {}
-        streams = [a.stream if a is not None else None for a in (e.args for e in matched)]
         try:
-            stream_codes = [stream_ids.setdefault((type(x), x), len(stream_ids))
-                            for x in streams]
+            stream_codes, stream_keys, name_codes, name_keys = _native.match_keys(
+                self.events, events)
         except TypeError:  # an object or array as args.stream
+            args = (self.events[i].args for i in events)
+            streams = [a.stream if a is not None else None for a in args]
             j = next(j for j, x in enumerate(streams) if not hashable(x))
             raise self.fail(events[j], "`args.stream` of a matched kernel must be a number or "
                                        f"a string, not {json_type(streams[j])}") from None
-        name_ids: dict = {}
-        name_codes = [name_ids.setdefault((type(e.name), e.name), len(name_ids))
-                      for e in matched]
-        return (stream_codes, [stream for _, stream in stream_ids], name_codes,
-                [name for _, name in name_ids])
+        return (np.frombuffer(stream_codes, np.int32), [x for _, x in stream_keys],
+                np.frombuffer(name_codes, np.int32), [x for _, x in name_keys])
 
     def _matches(self, slices, kernels, start, dur, tracks, groups) -> dict[str, tuple]:
         """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""

@@ -143,7 +143,3 @@ class ChunkError(Exception):
         return type(self), (self.message, self.offset, self.local)
 
 
-def binds_next(ph: Any, bp: Any) -> bool:
-    """Perfetto binds an `f` without `"bp": "e"` to the next slice that begins at or after it
-    on its track; `s`, `t` and `f` with `"bp": "e"` to the slice enclosing it."""
-    return ph == "f" and bp != "e"

@@ -125,39 +125,27 @@ class GuideEvents:
 
     def block_text(self, block: GuideBlock, labels: _Labels) -> bytes:
         """One block's events, joined by ",\\n"."""
-        pid, tid, phase, evidence, notice = self._fixed
-        native = _native.native
-        if native is not None:  # the same bytes, written by the C extension
-            return native.json_rows(len(block.kind), _EVENT_PARTS,
-                                    self._event_columns(native, block, labels), b",\n")
-        columns = zip(block.layer_id.tolist(), block.guide_start_us.tolist(),
-                      block.guide_end_us.tolist(), block.pass_index.tolist(),
-                      block.anchor_index.tolist(), labels.names(block), labels.tids(block),
-                      block.start_text, block.end_text, block.kind.tolist())
-        return b",\n".join([
-            _EVENT % (layer, pid, tid, start, end - start, p, layer, index, name, anchor_tid,
-                      start_text, end_text, _KINDS[kind], phase, evidence, notice)
-            for (layer, start, end, p, index, name, anchor_tid, start_text, end_text,
-                 kind) in columns])
+        return _native.json_rows(len(block.kind), _EVENT_PARTS, self._event_columns(block, labels),
+                                 b",\n")
 
     def blocks(self) -> Iterator[list[bytes]]:
         """Each block's events, one bytes each (a raw newline is never inside a JSON
         string, so the events split at theirs; the joined text is freed once split)."""
         return map(_split_events, self.texts())
 
-    def _event_columns(self, native, block: GuideBlock, labels: _Labels) -> tuple:
-        """The columns of _EVENT's values, as the C extension's json_rows takes them."""
+    def _event_columns(self, block: GuideBlock, labels: _Labels) -> tuple:
+        """The columns of _EVENT's values, as `_native.json_rows` takes them."""
         same = np.zeros(len(block.kind), np.int64)  # the code of a value every guide shares
-        pid, tid, phase, evidence, notice = ((native.CODED, same, [text]) for text in self._fixed)
-        layer = (native.INTEGERS, _int64(block.layer_id))
+        pid, tid, phase, evidence, notice = ((_native.CODED, same, [text]) for text in self._fixed)
+        layer = (_native.INTEGERS, _int64(block.layer_id))
         start, end = _int64(block.guide_start_us), _int64(block.guide_end_us)
-        return (layer, pid, tid, (native.INTEGERS, start), (native.INTEGERS, end - start),
-                (native.INTEGERS, _int64(block.pass_index)), layer,
-                (native.INTEGERS, _int64(block.anchor_index)),
-                (native.CODED, *labels.coded_names(block)),
-                (native.CODED, *labels.coded_tids(block)),
-                (native.TEXTS, block.start_text), (native.TEXTS, block.end_text),
-                (native.CODED, _int64(block.kind), _KINDS), phase, evidence, notice)
+        return (layer, pid, tid, (_native.INTEGERS, start), (_native.INTEGERS, end - start),
+                (_native.INTEGERS, _int64(block.pass_index)), layer,
+                (_native.INTEGERS, _int64(block.anchor_index)),
+                (_native.CODED, *labels.coded_names(block)),
+                (_native.CODED, *labels.coded_tids(block)),
+                (_native.TEXTS, block.start_text), (_native.TEXTS, block.end_text),
+                (_native.CODED, _int64(block.kind), _KINDS), phase, evidence, notice)
 
 
 _split_events = operator.methodcaller("split", b",\n")
@@ -191,17 +179,7 @@ class GuideRows:
     def block_text(self, block: GuideBlock, labels: _Labels) -> bytes:
         """One block's rows, indented for ROWS_DEPTH and joined by ",\\n"; keeps the first
         row of the first block and the last row of the last (the blocks come in order)."""
-        native = _native.native
-        if native is not None:  # the same bytes, written by the C extension
-            text = self._native_rows(native, block, labels)
-        else:
-            columns = zip(
-                block.pass_index.tolist(), block.layer_id.tolist(), block.anchor_index.tolist(),
-                labels.names(block), labels.tids(block), block.start_text, block.end_text,
-                block.guide_start_us.tolist(), block.guide_end_us.tolist(),
-                self._relative_ms(block.start_floor_ns), self._relative_ms(block.end_floor_ns),
-                [_KINDS[k] for k in block.kind.tolist()])
-            text = b",\n".join([_ROW_PAD + _ROW % values for values in columns])
+        text = self._joined_rows(block, labels)
         if self.first is None:
             self.first = self._row_at(block, labels, 0)
         if self._ends_the_table(block):
@@ -214,27 +192,29 @@ class GuideRows:
         return (int(block.pass_index[-1]) == spec.passes - 1
                 and int(block.layer_id[-1]) == spec.first_layer + spec.num_layers - 1)
 
-    def _native_rows(self, native, block: GuideBlock, labels: _Labels) -> bytes:
-        """The block's rows joined, from the C extension's json_rows. Where it cannot write
-        a relative ms itself (it declines one, or the times lie too far from the origin:
-        see relative_ms_column), it takes them as the texts Python writes."""
+    def _joined_rows(self, block: GuideBlock, labels: _Labels) -> bytes:
+        """The block's rows joined, by `_native.json_rows`. Where it cannot write a relative
+        ms itself (it declines one, or the times lie too far from the origin: see
+        relative_ms_column), it takes them as the texts Python writes."""
         starts, ends = _offsets(block.start_floor_ns, self.origin_ns), _offsets(
             block.end_floor_ns, self.origin_ns)
         columns = [
-            (native.INTEGERS, _int64(block.pass_index)), (native.INTEGERS, _int64(block.layer_id)),
-            (native.INTEGERS, _int64(block.anchor_index)),
-            (native.CODED, *labels.coded_names(block)), (native.CODED, *labels.coded_tids(block)),
-            (native.TEXTS, block.start_text),
-            (native.TEXTS, block.end_text), (native.INTEGERS, _int64(block.guide_start_us)),
-            (native.INTEGERS, _int64(block.guide_end_us)), (native.SHORTEST, starts, 6),
-            (native.SHORTEST, ends, 6), (native.CODED, _int64(block.kind), _KINDS)]
+            (_native.INTEGERS, _int64(block.pass_index)),
+            (_native.INTEGERS, _int64(block.layer_id)),
+            (_native.INTEGERS, _int64(block.anchor_index)),
+            (_native.CODED, *labels.coded_names(block)),
+            (_native.CODED, *labels.coded_tids(block)),
+            (_native.TEXTS, block.start_text),
+            (_native.TEXTS, block.end_text), (_native.INTEGERS, _int64(block.guide_start_us)),
+            (_native.INTEGERS, _int64(block.guide_end_us)), (_native.SHORTEST, starts, 6),
+            (_native.SHORTEST, ends, 6), (_native.CODED, _int64(block.kind), _KINDS)]
         text = None
         if starts is not None and ends is not None:
-            text = native.json_rows(len(block.kind), _ROW_PARTS_PADDED, tuple(columns), b",\n")
+            text = _native.json_rows(len(block.kind), _ROW_PARTS_PADDED, tuple(columns), b",\n")
         if text is None:
-            columns[9] = (native.TEXTS, self._relative_ms(block.start_floor_ns))
-            columns[10] = (native.TEXTS, self._relative_ms(block.end_floor_ns))
-            text = native.json_rows(len(block.kind), _ROW_PARTS_PADDED, tuple(columns), b",\n")
+            columns[9] = (_native.TEXTS, self._relative_ms(block.start_floor_ns))
+            columns[10] = (_native.TEXTS, self._relative_ms(block.end_floor_ns))
+            text = _native.json_rows(len(block.kind), _ROW_PARTS_PADDED, tuple(columns), b",\n")
         return text
 
     def _row_at(self, block: GuideBlock, labels: _Labels, k: int) -> dict:

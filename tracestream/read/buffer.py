@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from tracestream.errors import TraceError
-from tracestream.read.jsonbytes import SKIP_WS
+from tracestream.jsontext import SKIP_WS
 
 
 class Buffer:

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import orjson
 
 from tracestream.errors import TraceError
+from tracestream.jsontext import SKIP_WS
 
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*(\{)|(\]))")
 _STRUCTURAL = re.compile(rb'["\[\]{}]')
 _SCALAR_END = re.compile(rb"[,}\] \t\r\n]")
-SKIP_WS = re.compile(rb"[ \t\r\n]*")
 SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 """The comma between two array elements, with the whitespace around it."""
 _EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")

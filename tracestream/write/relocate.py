@@ -18,21 +18,12 @@ import re
 
 import msgspec
 
-from tracestream import _native
 from tracestream.errors import TraceError
-from tracestream.model import PROVENANCE_KEY
+from tracestream.model import MEMBER_WITH_ARGS, MEMBER_WITHOUT_ARGS, PROVENANCE_KEY
 
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]', re.S)
 _SCALAR_VALUE = re.compile(rb'[ \t\r\n]*:[ \t\r\n]*(-?[0-9]+|"[^"]*")')
 _OBJECT_VALUE = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\{[ \t\r\n]*(\}?)")
-MEMBER_WITH_ARGS = (
-    b'"' + PROVENANCE_KEY.encode()
-    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": true}'
-)
-MEMBER_WITHOUT_ARGS = (
-    b', "args": {"' + PROVENANCE_KEY.encode()
-    + b'": {"pid": %b, "tid": %b, "source_event_index": %d, "had_args": false}}'
-)
 _JSON_SCALAR = rb'(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null)'
 _PROVENANCE_MEMBER = re.compile(
     rb'"' + PROVENANCE_KEY.encode() + rb'": \{"pid": (?P<pid>' + _JSON_SCALAR + rb'), '
@@ -213,88 +204,6 @@ def _apply_edits(raw: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
         pos = end
     out.append(raw[pos:])
     return b"".join(out)
-
-
-def _reversed_pattern(member_end: bytes, opener: bytes, *, keep_opener: bool) -> re.Pattern:
-    """A relocated event's provenance member, with its pid and tid, in the bytes of a chunk
-    reversed: `member_end` is the member's reversed end (from its `had_args` on),
-    `opener` the reversed bytes before it (the opening of `args`), kept or not.
-
-    Reversed, the pattern starts with a literal only the member holds (found quickly)
-    and reads back from it to the event's tid and pid. Groups: 1 original tid, 2
-    original pid, 3 the bytes between the tid value and the member, 4 the lane tid, 5
-    the bytes between the pid and tid values, 6 the lane pid, 7 `"pid"` and its colon.
-    """
-    value = rb'([0-9]+-?|"[^"\\]*")'
-    w = rb"[ \t\r\n]*"
-    # Kineto's simple members between the tid and the args, reversed: value, key, comma
-    between = (w + rb'(?:(?:[0-9.eE+-]+|"[^"\\]*")' + w + rb":" + w
-               + rb'"(?:st|rud|tac|eman|pb|s|di)"' + w + rb"," + w + rb")*")
-    return re.compile(
-        re.escape(member_end) + rb'[0-9]+ :"xedni_tneve_ecruos" ,' + value + rb' :"dit" ,'
-        + value + rb' :"dip"\{ :"' + re.escape(PROVENANCE_KEY.encode()[::-1]) + rb'"'
-        + (rb"(" + opener + between + rb")" if keep_opener else opener + rb"(" + between + rb")")
-        + value + rb"(" + w + rb":" + w + rb'"dit"' + w + rb"," + w + rb")" + value
-        + rb"(" + w + rb":" + w + rb'"dip")')
-
-
-_ARGS_OPENER = rb'\{[ \t\r\n]*:[ \t\r\n]*"sgra"[ \t\r\n]*,'
-_MOVED_BACK = tuple((member_end, _reversed_pattern(member_end, opener, keep_opener=keep))
-                    for member_end, opener, keep in (
-    # the event had args: the member and the `, ` after it, or the member alone (empty args)
-    (b' ,}eurt :"sgra_dah" ,', _ARGS_OPENER, True),
-    (b'}eurt :"sgra_dah" ,', _ARGS_OPENER, True),
-    # it had none: `, "args": {member}` goes
-    (b'}}eslaf :"sgra_dah" ,', rb'\{ :"sgra" ,', False),
-))
-"""(the reversed end of a provenance member, the pattern that undoes its event)"""
-_GROUPS = 7
-
-
-def _moved_back(pattern: re.Pattern, data: bytes) -> tuple[bytes, int]:
-    """`pattern.subn(rb"\\3\\1\\5\\2\\7", data)` (the original tid and pid in place of the
-    lane's, the member gone), assembled from `split` by slicing, without a call per match."""
-    parts = pattern.split(data)
-    count = len(parts) // (_GROUPS + 1)
-    if not count:
-        return data, 0
-    out = [b""] * (6 * count + 1)
-    out[0::6] = parts[0 :: _GROUPS + 1]
-    for slot, group in enumerate((3, 1, 5, 2, 7), 1):
-        out[slot::6] = parts[group :: _GROUPS + 1]
-    return b"".join(out), count
-
-
-def undo_relocations(data: bytes) -> tuple[bytes, int] | None:
-    """The relocated events in `data` undone, and how many; None if any provenance is left.
-
-    Quick, not exact: the pid and tid are not proven top-level members, nor is the
-    source index checked. Trusted only through the sha256 its caller compares with the
-    source's: a mismatch sends restore's caller to the exact splice (an undo this got
-    wrong cannot give the source's bytes back).
-
-    The C extension does it in one forward pass from each provenance member back to
-    the event's lane tid and pid (`_native.native.undo_relocations`, ~10x quicker);
-    regular expressions over the chunk's reversed bytes are the reference, used without
-    the extension (the tests compare the two).
-    """
-    if _native.native is not None:
-        return _native.native.undo_relocations(data)
-    key = PROVENANCE_KEY.encode()
-    if key not in data:
-        return data, 0
-    back = data[::-1]
-    count = 0
-    for member_end, pattern in _MOVED_BACK:
-        if key[::-1] not in back:
-            break
-        if member_end not in back:  # a pass over the chunk saved (a quick search)
-            continue
-        back, undone = _moved_back(pattern, back)
-        count += undone
-    if key[::-1] in back:
-        return None
-    return back[::-1], count
 
 
 def provenance_match(raw: bytes) -> re.Match | None:

@@ -21,16 +21,16 @@ from isal import isal_zlib
 from tracestream import _native
 from tracestream.errors import TraceError
 from tracestream.index.builder import TraceIndex
-from tracestream.index.keyscan import skip_whitespace
 from tracestream.index.records import concat_rows, take_rows
 from tracestream.jsontext import template_parts
+from tracestream.model import MEMBER_WITH_ARGS, MEMBER_WITHOUT_ARGS
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
 from tracestream.parallel.slots import deliver, received, slot_buffer, write_result
 from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.read.hashing import PieceChecksum, ReadStats
 from tracestream.read.source import PLAIN_BLOCK, TraceSource, read_span
-from tracestream.write.relocate import MEMBER_WITH_ARGS, MEMBER_WITHOUT_ARGS, relocate
+from tracestream.write.relocate import relocate
 from tracestream.write.sink import OutputFile
 
 _TRIM_EVERY = 8
@@ -151,13 +151,9 @@ class FileCursor:
 
 
 _ARGS_LENGTH = len(b'"args": {')
-_PID_TO_TID = b', "tid": '
-_MEMBER_PID_TID = MEMBER_WITH_ARGS.replace(b"%b, " + b'"tid": %b', b"%b") + b", "
-"""The usual member when the event's bytes from its pid value to its tid value are
-`0, "tid": 7`: one %b for that piece, the same bytes as MEMBER_WITH_ARGS gives."""
 _MEMBER_PARTS = template_parts(MEMBER_WITH_ARGS)
 _NO_ARGS_MEMBER_PARTS = template_parts(MEMBER_WITHOUT_ARGS)
-"""The two members around their pid, tid and ordinal, for the C extension's splice."""
+"""The two members around their pid, tid and ordinal, for `_native.splice`."""
 _EMPTY_ARGS = re.compile(rb'"args": \{[ \t\r\n]*\}')
 
 
@@ -169,7 +165,7 @@ def _absolute(rows: np.ndarray, starts: np.ndarray, field: str) -> np.ndarray:
 
 def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
                   targets: dict, into=None, *,
-                  native: bool = True) -> tuple[bytes | int, tuple[bytes, ...]]:
+                  splice=None) -> tuple[bytes | int, tuple[bytes, ...]]:
     """A chunk (starting at absolute `offset`) with its edits applied, and the separators
     its dropped events took with them. `into` (a worker's shared slot): where the C
     extension may write the chunk, returning its length instead of its bytes.
@@ -182,8 +178,8 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
 
     Where the index pass found the event's "pid", "tid" and "args" keys (see
     keyscan.splice_positions), the event is spliced directly; anything else goes
-    through `relocate`. `native=False` splices without the C extension (its numpy
-    twin), as `verify` does to cross-check it.
+    through `relocate`. `splice` splices instead of `_native.splice`: `verify` gives the
+    numpy twin (`_native.reference.splice`) to cross-check the rewrite's.
     """
     starts = rows["offset"] - offset
     ends = starts + rows["length"]
@@ -191,7 +187,7 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     tid = _absolute(rows, starts, "tid_start"), _absolute(rows, starts, "tid_end")
     braces = _absolute(rows, starts, "args_brace")
     spliced = _splice_in_place(data, rows["ordinal"], actions, targets, ends, pid, tid, braces,
-                               into, native=native)
+                               into, splice=splice)
     if spliced is not None:
         return spliced, ()
     out = []
@@ -232,15 +228,15 @@ def dropped_last(dropped: tuple[bytes, ...]) -> bool:
 
 
 def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
-                     braces, into=None, *, native: bool = True) -> bytes | int | None:
+                     braces, into=None, *, splice=None) -> bytes | int | None:
     """The chunk with every changed event spliced in place, or None unless all can be
     (written into `into` by the C extension where it fits: then its length).
 
     The common case, every changed event relocated with its keys in Kineto's order
     (pid, tid, ..., args), is assembled from whole columns: four pieces per event
     (the bytes up to its tid value, the new tid, the bytes up to the inside of
-    its args, the provenance member; a new pid is spliced into the first piece),
-    by the C extension or in numpy without a Python loop over the events.
+    its args, the provenance member; a new pid is spliced into the first piece), by
+    `splice` (`_native.splice` unless one is given).
     """
     p0, p1 = pid
     t0, t1 = tid
@@ -258,49 +254,12 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     codes = actions.tolist()
     lane = {code: targets[code] for code in set(codes)}
     new_tids = list(map({code: tid for code, (tid, _) in lane.items()}.__getitem__, codes))
-    if native and _native.native is not None:
-        new_pids = list(map({code: pid for code, (_, pid) in lane.items()}.__getitem__, codes))
-        columns = tuple(np.ascontiguousarray(column, np.int64)
-                        for column in (previous, p0, p1, t0, t1, resume, ordinals))
-        return _native.native.splice(data, columns, with_args, new_tids, new_pids,
+    new_pids = list(map({code: pid for code, (_, pid) in lane.items()}.__getitem__, codes))
+    columns = tuple(np.ascontiguousarray(column, np.int64)
+                    for column in (previous, p0, p1, t0, t1, resume, ordinals))
+    return (splice or _native.splice)(data, columns, with_args, new_tids, new_pids,
                                       _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS,
                                       *(() if into is None else (into,)))
-    p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
-    previous_l, resume_l = previous.tolist(), resume.tolist()
-    piece = data.__getitem__
-    ordinal_l = ordinals.tolist()
-    # the pid value ends at its comma and the tid value follows `"tid": ` (see
-    # keyscan.splice_positions): nine bytes apart with a space between, they are
-    # Kineto's `0, "tid": 7`, one piece of the event for the member
-    if ((t0 - p1 == len(_PID_TO_TID)) & (view[p1 + 1] == 0x20)).all():
-        pieces = map(piece, map(slice, p0l, t1l))
-        members = list(map(_MEMBER_PID_TID.__mod__, zip(pieces, ordinal_l)))
-    else:
-        members = list(map((MEMBER_WITH_ARGS + b", ").__mod__, zip(
-            map(piece, map(slice, p0l, p1l)), map(piece, map(slice, t0l, t1l)), ordinal_l)))
-    for k in _other_members(data, view, braces, with_args):
-        kind = MEMBER_WITH_ARGS if with_args[k] else MEMBER_WITHOUT_ARGS
-        members[k] = kind % (data[p0l[k] : p1l[k]], data[t0l[k] : t1l[k]], ordinal_l[k])
-    out = [b""] * (4 * len(codes) + 1)
-    out[0:-1:4] = map(piece, map(slice, previous_l, t0l))  # the pid stays...
-    moving = [code for code, (_, new_pid) in lane.items() if new_pid is not None]
-    for k in np.flatnonzero(np.isin(actions, moving)).tolist() if moving else ():
-        out[4 * k] = b"".join((data[previous_l[k] : p0l[k]], lane[codes[k]][1],
-                                data[p1l[k] : t0l[k]]))  # ... unless it moves
-    out[1:-1:4] = new_tids
-    out[2:-1:4] = map(piece, map(slice, t1l, resume_l))
-    out[3:-1:4] = members
-    out[-1] = data[resume_l[-1]:] if resume_l else data
-    return b"".join(out)
-
-
-def _other_members(data: bytes, view: np.ndarray, braces: np.ndarray,
-                   with_args: np.ndarray) -> list[int]:
-    """Events whose member is not the usual one with a trailing comma: no args, or empty."""
-    inside = np.flatnonzero(with_args)
-    first = skip_whitespace(data, view, braces[inside])
-    empty = inside[(first < len(view)) & (view[np.minimum(first, len(view) - 1)] == 0x7D)]
-    return sorted(np.flatnonzero(~with_args).tolist() + empty.tolist())
 
 
 def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,

@@ -169,44 +169,43 @@ class MatchRows(StreamedRows):
 
     def json_text(self, start: int, stop: int) -> bytes:
         """Rows start..stop as JSON text, `b", ".join(self.json_rows(start, stop))`: in one
-        call of the C extension where it is built (a 10 GB trace has millions of rows)."""
-        native = _native.native
-        if native is not None and start < stop:
-            text = native.json_rows(stop - start, _ROW_PARTS, self._row_columns(start, stop),
-                                    b", ")
+        call of `_native.json_rows` where it writes them (a 10 GB trace has millions of
+        rows)."""
+        if start < stop:
+            text = _native.json_rows(stop - start, _ROW_PARTS, self._row_columns(start, stop),
+                                     b", ")
             if text is not None:
                 return text
         return b", ".join(self.json_rows(start, stop))
 
     def _row_columns(self, start: int, stop: int) -> tuple:
-        """`json_rows`' columns as the C extension's json_rows takes them.
+        """`json_rows`' columns as `_native.json_rows` takes them.
 
         rel_ms and gap_us go as their integer ns: `round(k / 1e6, 6)` of an integer k is
         the double nearest k / 10**6 (the division already is, and rounding it to six
         decimals gives it back while |k| < 2**53), so orjson's shortest text of it is
-        that decimal itself wherever the extension writes it (see its json_rows).
+        that decimal itself wherever the C extension writes it (see its json_rows).
         """
-        native = _native.native
         table = self.anchors.table
         picked = self.anchors.order[start:stop]
         rows = table.take(picked)
         if (rows["form"] == THREE_DECIMALS).all():
-            ts = (native.FIXED, np.ascontiguousarray(rows["start"]), 3)
-            dur = (native.FIXED, np.ascontiguousarray(rows["dur"]), 3)
+            ts = (_native.FIXED, np.ascontiguousarray(rows["start"]), 3)
+            dur = (_native.FIXED, np.ascontiguousarray(rows["dur"]), 3)
         elif (rows["form"] == INTEGER).all():  # whole µs: written as integers
-            ts = (native.INTEGERS, rows["start"] // 1000)
-            dur = (native.INTEGERS, rows["dur"] // 1000)
+            ts = (_native.INTEGERS, rows["start"] // 1000)
+            dur = (_native.INTEGERS, rows["dur"] // 1000)
         else:
             ts_texts, dur_texts = table.texts_of(picked, rows)
-            ts, dur = (native.TEXTS, ts_texts), (native.TEXTS, dur_texts)
+            ts, dur = (_native.TEXTS, ts_texts), (_native.TEXTS, dur_texts)
         return (
-            (native.INTEGERS, np.arange(start, stop, dtype=np.int64)), ts, dur,
-            (native.SHORTEST, self._times(start, stop) - self.origin_ns, 6),
-            (native.SHORTEST, self._gaps(start, stop), 3),  # NO_GAP is written as null
-            _coded(native, rows["stream"], table.streams.__getitem__),
-            _coded(native, rows["track"], table.tid_of),
-            (native.INTEGERS, self._clusters(start, stop).astype(np.int64)),
-            (native.INTEGERS, np.ascontiguousarray(rows["ordinal"], np.int64)),
+            (_native.INTEGERS, np.arange(start, stop, dtype=np.int64)), ts, dur,
+            (_native.SHORTEST, self._times(start, stop) - self.origin_ns, 6),
+            (_native.SHORTEST, self._gaps(start, stop), 3),  # NO_GAP is written as null
+            _coded(rows["stream"], table.streams.__getitem__),
+            _coded(rows["track"], table.tid_of),
+            (_native.INTEGERS, self._clusters(start, stop).astype(np.int64)),
+            (_native.INTEGERS, np.ascontiguousarray(rows["ordinal"], np.int64)),
         )
 
 
@@ -215,10 +214,10 @@ _ROW = (b'{"index": %d, "ts_us": %b, "dur_us": %b, "rel_ms": %b, "gap_us": %b, "
 _ROW_PARTS = template_parts(_ROW)
 
 
-def _coded(native, codes: np.ndarray, value_of) -> tuple:
-    """`_dumped` as a column for the C extension's json_rows: the texts by code."""
+def _coded(codes: np.ndarray, value_of) -> tuple:
+    """`_dumped` as a column for `_native.json_rows`: the texts by code."""
     inverse, texts = _distinct_texts(codes, lambda code: orjson.dumps(value_of(code)))
-    return native.CODED, inverse.astype(np.int64).reshape(-1), texts
+    return _native.CODED, inverse.astype(np.int64).reshape(-1), texts
 
 
 def _floats(values: list) -> list[bytes]:
@@ -285,18 +284,17 @@ class ClusterRows(StreamedRows):
         ]
 
     def json_text(self, start: int, stop: int) -> bytes:
-        """Rows start..stop as `dumps` writes them: in one call of the C extension where it
-        is built (the ms columns as their integer ns, see MatchRows._row_columns), else
-        one template per row."""
-        native = _native.native
-        if native is not None and start < stop:
+        """Rows start..stop as `dumps` writes them: in one call of `_native.json_rows` where
+        it writes them (the ms columns as their integer ns, see MatchRows._row_columns),
+        else one template per row."""
+        if start < stop:
             first, sizes, start_texts, end_texts, starts_ns, ends_ns = self._packed(start, stop)
-            text = native.json_rows(stop - start, _CLUSTER_ROW_PARTS, (
-                (native.INTEGERS, np.ascontiguousarray(first, np.int64)),
-                (native.INTEGERS, np.ascontiguousarray(sizes, np.int64)),
-                (native.TEXTS, start_texts), (native.TEXTS, end_texts),
-                (native.SHORTEST, starts_ns - self.origin_ns, 6),
-                (native.SHORTEST, ends_ns - starts_ns, 6)), b", ")
+            text = _native.json_rows(stop - start, _CLUSTER_ROW_PARTS, (
+                (_native.INTEGERS, np.ascontiguousarray(first, np.int64)),
+                (_native.INTEGERS, np.ascontiguousarray(sizes, np.int64)),
+                (_native.TEXTS, start_texts), (_native.TEXTS, end_texts),
+                (_native.SHORTEST, starts_ns - self.origin_ns, 6),
+                (_native.SHORTEST, ends_ns - starts_ns, 6)), b", ")
             if text is not None:
                 return text
         first, sizes, start_texts, end_texts, start_ms, span_ms = self._columns(start, stop)

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import repeat
-from operator import is_not
 from typing import Any
 
 import numpy as np
 
 from tracestream import _native
-from tracestream.commands.verify.events import (
-    FIELD_ARGS,
-    FIELD_CAT,
-    FIELD_PHASE,
-    FIELD_PID,
-    FIELD_TID,
-)
+from tracestream._native.reference.columns import numbered
 from tracestream.model import ACTIVITY_KINDS, CategoryKinds
 
 
@@ -73,16 +65,12 @@ class Interned:
 
     def of(self, values: list) -> np.ndarray:
         """The numbers of `values`, as a column."""
-        numbers = self._numbers
-        for value in dict.fromkeys(values):  # the distinct values, a few
-            if value not in numbers:
-                numbers[value] = len(self._values)
-                self._values.append(value)
-        return np.fromiter(map(numbers.__getitem__, values), np.int64, len(values))
+        return numbered(self.table, values)
 
     @property
     def table(self) -> tuple[dict, list]:
-        """(value -> number, values by number), for the C extension to extend in place."""
+        """(value -> number, values by number), for `_native.check_columns` to extend in
+        place."""
         return self._numbers, self._values
 
     def __len__(self) -> int:
@@ -124,7 +112,6 @@ class TrackCodes:
         return np.array(codes, np.int64)
 
 
-_PH_OTHER, PH_X, PH_FLOW = range(3)  # `check_chunk_columns`' phase codes
 IS_ACTIVITY = np.zeros(256, bool)  # by kind (as uint8)
 IS_ACTIVITY[list(ACTIVITY_KINDS)] = True
 _ACTIVITY_MASK = IS_ACTIVITY.tobytes()  # the same, for the C extension
@@ -133,42 +120,18 @@ _ACTIVITY_MASK = IS_ACTIVITY.tobytes()  # the same, for the C extension
 def check_chunk_columns(events, kinds: CategoryKinds, codes: TrackCodes, devices: Interned
                    ) -> tuple[np.ndarray, ...]:
     """What the output-only checks read of a chunk's events (a list of `_CheckEvent`, or
-    their scan where the extension is built, see `scanned_chunk`), as columns:
-    (phase: PH_X, PH_FLOW for s/t/f, else _PH_OTHER; kind: kinds[cat] of X events, else
+    their scan, see `scanned_chunk`), as columns:
+    (phase: PH_X, PH_FLOW for s/t/f, else PH_OTHER; kind: kinds[cat] of X events, else
     0; track code; original track code: the provenance's for a moved flow or activity,
     else the track; moved: has provenance; device number of activities, else -1).
 
-    One pass of the C extension's check_columns where it is built; this Python is its
-    tested twin. Both number the values in the same order: every event's pid and tid,
-    then the moved flows' and activities' provenance pid and tid, then the activities'
-    devices."""
-    if _native.native is not None:
-        columns = _native.native.check_columns(
-            events, kinds, _ACTIVITY_MASK, codes.pids.table, codes.tids.table, devices.table)
-        return tuple(np.frombuffer(column, dtype) for column, dtype in zip(
-            columns, (np.int8, np.int8, np.int64, np.int64, bool, np.int64)))
-    count = len(events)
-    phases = np.array(list(map(FIELD_PHASE, events)), object)
-    phase = np.full(count, _PH_OTHER, np.int8)
-    phase[(phases == "s") | (phases == "t") | (phases == "f")] = PH_FLOW
-    phase[phases == "X"] = PH_X
-    args = list(map(FIELD_ARGS, events))
-    origins = list(map(getattr, args, repeat("origin"), repeat(None)))
-    moved = np.fromiter(map(is_not, origins, repeat(None)), bool, count)
-    track = codes.of(list(map(FIELD_PID, events)), list(map(FIELD_TID, events)))
-    xs = np.flatnonzero(phase == PH_X).tolist()
-    kind = np.zeros(count, np.int8)
-    kind[xs] = list(map(kinds.__getitem__, map(FIELD_CAT, map(events.__getitem__, xs))))
-    is_activity = (phase == PH_X) & np.isin(kind, ACTIVITY_KINDS)
-    bound_at = np.flatnonzero(moved & (is_activity | (phase == PH_FLOW)))
-    bound = list(map(origins.__getitem__, bound_at.tolist()))
-    origin = track.copy()
-    origin[bound_at] = codes.of(list(map(FIELD_PID, bound)), list(map(FIELD_TID, bound)))
-    activity = np.flatnonzero(is_activity).tolist()
-    device = np.full(count, -1, np.int64)
-    device[activity] = devices.of(list(map(getattr, map(args.__getitem__, activity),
-                                           repeat("device"), repeat(None))))
-    return phase, kind, track, origin, moved, device
+    One pass of `_native.check_columns`, which numbers the values in this order: every
+    event's pid and tid, then the moved flows' and activities' provenance pid and tid,
+    then the activities' devices."""
+    columns = _native.check_columns(
+        events, kinds, _ACTIVITY_MASK, codes.pids.table, codes.tids.table, devices.table)
+    return tuple(np.frombuffer(column, dtype) for column, dtype in zip(
+        columns, (np.int8, np.int8, np.int64, np.int64, bool, np.int64)))
 
 
 def numbered_tracks(distinct: np.ndarray, numbered: np.ndarray, codes: np.ndarray) -> np.ndarray:

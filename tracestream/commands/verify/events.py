@@ -11,13 +11,8 @@ import msgspec
 import numpy as np
 
 from tracestream import _native
-from tracestream.index.numbers import (
-    SHAPE_DECIMAL,
-    SHAPE_INTEGER,
-    double_values,
-    imported_ns_columns,
-    kineto_column,
-)
+from tracestream._native.reference.columns import kineto_column
+from tracestream.index.numbers import double_values, imported_ns_columns
 from tracestream.model import PROVENANCE_KEY, RAW_EVENTS
 
 
@@ -70,15 +65,14 @@ _CHECK_EVENT = msgspec.json.Decoder(_CheckEvent)
 
 def scanned_chunk(content: bytes):
     """A chunk's events as the C extension's scan reads them (`_CheckEvent`s one by one,
-    the provenance as `_Origin`), or None where it declines them (or is not built): the
-    caller then decodes them with msgspec, which decides what is valid. The scan accepts
-    only what msgspec accepts with the same values (see `_speedups.scan_events`); it is
-    the index pass's, run in the mode that reads a provenance's pid and tid, and its
-    answers are held to msgspec's by tests (`tests/test_scan.py`)."""
-    if _native.native is None:
-        return None
-    return _native.native.scan_events(content, msgspec.json.decode, _CHECK_EVENT.decode, None,
-                                       False, True)
+    the provenance as `_Origin`), or None where it declines them (its numpy twin declines
+    every chunk): the caller then decodes them with msgspec, which decides what is valid.
+    The scan accepts only what msgspec accepts with the same values (see the C
+    extension's scan_events); it is the index pass's, run in the mode that reads a
+    provenance's pid and tid, and its answers are held to msgspec's by tests
+    (`tests/test_scan.py`)."""
+    return _native.scan_events(content, msgspec.json.decode, _CHECK_EVENT.decode, None, False,
+                               True)
 
 
 def raw_events(content: bytes, document: bytes | None) -> list:
@@ -90,9 +84,7 @@ def raw_events(content: bytes, document: bytes | None) -> list:
 
 def values_of(events, indices: list[int], key: str) -> list:
     """events[i].<key> for each of the indices (their texts where `_CheckEvent` keeps one)."""
-    if _native.native is not None:
-        return _native.native.event_values(events, indices, key)
-    return [getattr(events[i], key) for i in indices]
+    return _native.event_values(events, indices, key)
 
 
 FIELD_PHASE, FIELD_ARGS, FIELD_PID, FIELD_TID, FIELD_CAT = (attrgetter(name)
@@ -104,7 +96,8 @@ class NumberColumn:
     """ts or dur texts as Perfetto imports them, a column at a time: the exact value in ns
     (floor and ceil agree on these shapes), llround(double(text) * 1000) and its truncated
     variant (integer literals are exact), and which texts are in Kineto's shapes (integer
-    or one to three decimals, see index.numbers.kineto_shapes); the others are left to timebase."""
+    or one to three decimals, see _native.reference.columns.kineto_shapes); the others are
+    left to timebase."""
 
     exact: np.ndarray
     rounded: np.ndarray
@@ -117,18 +110,16 @@ class NumberColumn:
 
     @classmethod
     def of_events(cls, events: list, key: str) -> NumberColumn:
-        """`parse` of the events' `key` texts (msgspec.Raw), read by the C extension's
-        decimal_column where it is built (kineto_column is its tested numpy twin)."""
-        if _native.native is None:
-            return cls.parse(list(map(attrgetter(key), events)))
-        exact, shapes = _native.native.decimal_column(events, key, True)
+        """`parse` of the events' `key` texts (msgspec.Raw), read by
+        `_native.decimal_column`."""
+        exact, shapes = _native.decimal_column(events, key, True)
         return cls._of(np.frombuffer(exact, np.int64), np.frombuffer(shapes, np.int8),
                        _FieldTexts(events, key))
 
     @classmethod
     def _of(cls, exact: np.ndarray, shapes: np.ndarray, texts) -> NumberColumn:
-        integer = shapes == SHAPE_INTEGER
-        regular = integer | (shapes == SHAPE_DECIMAL)
+        integer = shapes == _native.SHAPE_INTEGER
+        regular = integer | (shapes == _native.SHAPE_DECIMAL)
         rounded, truncated = imported_ns_columns(
             exact, integer, double_values(np.where(regular, exact, 0), texts))
         return cls(exact, rounded, truncated, regular)

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from tracestream._native import PH_FLOW, PH_X
 from tracestream.commands.verify.bindings import (
     BIND_ACTIVITY,
     BIND_DTYPE,
@@ -26,8 +27,6 @@ from tracestream.commands.verify.bindings import (
 )
 from tracestream.commands.verify.columns import (
     IS_ACTIVITY,
-    PH_FLOW,
-    PH_X,
     GuidesSeen,
     Interned,
     Kept,
@@ -47,7 +46,6 @@ from tracestream.commands.verify.events import (
 from tracestream.commands.verify.guides import GuideOrder
 from tracestream.commands.verify.nesting import NestState, nesting_in_block
 from tracestream.index.builder import timebase
-from tracestream.index.facts import binds_next
 from tracestream.index.records import RecordStore, concat_rows, same_rows, take_rows
 from tracestream.model import (
     ACTIVITY_KINDS,
@@ -58,6 +56,7 @@ from tracestream.model import (
     PROVENANCE_MARK,
     TIMING,
     CategoryKinds,
+    binds_next,
     decode_head,
 )
 from tracestream.write.relocate import provenance_of

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import msgspec
 import numpy as np
 
+from tracestream._native import reference
 from tracestream.commands.verify.output_checks import WORKER_TRIM_EVERY, OutputChecks
 from tracestream.index.builder import TraceIndex
 from tracestream.parallel.memory import release_memory
@@ -252,11 +253,13 @@ def planned_slot_chunk(slot: int, length: int, offset: int, rows: np.ndarray,
 def planned_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray,
                   targets: dict, slot: int | None, first: int, synthetic: dict[tuple, str]
                   ) -> tuple[bytes | int, tuple[bytes, ...], tuple | None]:
-    """A source chunk as the plan makes it, spliced without the C extension (in a worker:
-    handed back in `slot` if it has one, see parallel.slots.deliver), the separators its dropped
-    events took, and the output-only checks' facts of its events (the first numbered
-    `first` in the output; see `observed_chunk`)."""
-    spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets, native=False)
+    """A source chunk as the plan makes it, spliced by the numpy twin of the rewrite's C
+    splice, so the two are checked against each other (in a worker: handed back in `slot`
+    if it has one, see parallel.slots.deliver), the separators its dropped events took,
+    and the output-only checks' facts of its events (the first numbered `first` in the
+    output; see `observed_chunk`)."""
+    spliced, dropped = rewrite_chunk(data, offset, rows, actions, targets,
+                                     splice=reference.splice)
     result = deliver(spliced, slot)
     del data
     if dropped_last(dropped):  # it ends with the separator before its dropped last event
