@@ -14,7 +14,7 @@ PIP := $(BIN)/pip --quiet --disable-pip-version-check
 install: $(STAMP)
 
 # The package alone: what `make demo` and the `tracestream` command need.
-$(STAMP): pyproject.toml setup.py tracestream/_native/_speedups.c
+$(STAMP): pyproject.toml setup.py $(wildcard tracestream/_native/speedups/*.[ch])
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -e . 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }
 	touch $(STAMP)

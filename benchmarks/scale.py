@@ -192,7 +192,7 @@ def engine(mode: str, snapshot: Path) -> tuple[dict, dict]:
     `head` (default): the committed tracestream/ of HEAD, extracted with `git
     archive`; `worktree`: a copy of the checkout as it is now, uncommitted edits
     included; `live`: the checkout itself. A snapshot's C extension is built from
-    its own _speedups.c and its modules are compiled to bytecode; the description
+    its own C sources and its modules are compiled to bytecode; the description
     says whether the commands use the extension. A snapshot goes first on PYTHONPATH
     (the editable install's finder comes after it), so a run of an hour measures one
     version even while others edit and commit.
@@ -212,7 +212,7 @@ def engine(mode: str, snapshot: Path) -> tuple[dict, dict]:
             shutil.copytree(source, snapshot / "tracestream",
                             ignore=shutil.ignore_patterns("__pycache__", "*.so"))
             shutil.copy(ROOT / "setup.py", snapshot)
-        # the snapshot's own C extension, built from its _speedups.c
+        # the snapshot's own C extension, built from its own tracestream/_native/speedups/
         subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
                        cwd=snapshot, capture_output=True, check=True)
         # and its bytecode, as an install (or a user's first run) leaves it: where
@@ -223,7 +223,7 @@ def engine(mode: str, snapshot: Path) -> tuple[dict, dict]:
         env["PYTHONPATH"] = str(snapshot)
         source = snapshot / "tracestream"
     digest = hashlib.sha256()
-    for path in sorted([*source.rglob("*.py"), *source.rglob("*.c")]):
+    for path in sorted([*source.rglob("*.py"), *source.rglob("*.c"), *source.rglob("*.h")]):
         digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes())
     probe = [sys.executable, "-c", "import tracestream, tracestream._native as s; "
              "print(tracestream.__file__); print(s.describe())"]
