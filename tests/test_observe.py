@@ -18,10 +18,9 @@ from tracestream._native.reference.columns import (
     kineto_shapes,
 )
 from tracestream.index import decode, extract, timebase
-from tracestream.index.decode import Event
 from tracestream.index.extract import _Observer, observe_chunk
 from tracestream.index.facts import FLOW, META, ChunkError, Context
-from tracestream.model import KERNEL, MEMCPY, OTHER
+from tracestream.model import KERNEL, MEMCPY, OTHER, Event
 
 pytestmark = pytest.mark.usefixtures("backend")  # the C extension, then numpy
 

@@ -21,12 +21,12 @@ from tracestream import _native
 from tracestream.commands.verify import columns as verify_columns
 from tracestream.commands.verify import events as verify_events
 from tracestream.index import decode, facts
-from tracestream.model import PROVENANCE_KEY, CategoryKinds
+from tracestream.model import PROVENANCE_KEY, CategoryKinds, CheckEvent, Event
 
 C = _native.built
 pytestmark = pytest.mark.skipif(C is None, reason="tracestream._native._speedups is not built")
 
-_EVENT_LIST = msgspec.json.Decoder(list[decode.Event])
+_EVENT_LIST = msgspec.json.Decoder(list[Event])
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 TOP = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp")
 INNER = ("device", "stream", "provenance")
@@ -234,9 +234,9 @@ def test_damaged_chunks_are_declined_or_agreed_on(at, inserted, removed):
     assert_same_as_msgspec(KINEKO_LIKE[:at] + inserted + KINEKO_LIKE[at + removed:])
 
 
-# -- the scan in verify's mode: the provenance read as verify._Origin (`origins`) -----------
+# -- the scan in verify's mode: the provenance read as model.Origin (`origins`) -----------
 
-_CHECK_LIST = msgspec.json.Decoder(list[verify_events._CheckEvent])
+_CHECK_LIST = msgspec.json.Decoder(list[CheckEvent])
 CHECK_TOP = ("ph", "cat", "pid", "tid", "ts", "dur", "bp", "name")
 
 
@@ -264,7 +264,7 @@ def check_fields_of(events, count: int) -> list[tuple]:
 
 
 def assert_checked_as_msgspec(document: bytes) -> bool:
-    """verify's scan declines or agrees with its msgspec decode (`_CheckEvent`) on every
+    """verify's scan declines or agrees with its msgspec decode (`CheckEvent`) on every
     field verify reads and on its check columns; whether it accepted."""
     decoded = msgspec_events(document, _CHECK_LIST)
     try:
@@ -307,7 +307,7 @@ def test_verify_s_scan_reads_provenance_as_msgspec_does():
 
 
 @pytest.mark.parametrize("provenance, refused", [
-    (b'"x"', True), (b"[1]", True), (b"7", True),  # not verify._Origin: a ValidationError
+    (b'"x"', True), (b"[1]", True), (b"7", True),  # not model.Origin: a ValidationError
     (b'{"pid": 1e400}', True),  # out of range where msgspec decodes any value
     (b'{"pid": 1.5, "tid": 2}', False), (b'{"pid": [1], "tid": 2}', False),  # any value
     (b'{"pid": 1, "pid": 2}', False), (b'{"p\\u0069d": 1}', False),  # which one is msgspec's

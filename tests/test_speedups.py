@@ -28,8 +28,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tracestream import _native
-from tracestream.index import decode, extract, keyscan
+from tracestream.index import extract, keyscan
 from tracestream.index import facts as chunk_facts
+from tracestream.model import CheckEvent, Event
 from tracestream.write import relocate
 
 C = _native.built
@@ -143,7 +144,7 @@ number_texts = st.one_of(
 def test_decimal_column_reads_each_value_as_numpy_does(texts, signed):
     """Each value by its own shape, in C and in numpy: the same ns and the same shape
     (absent, integer, three decimals, other), however the shapes mix in a chunk."""
-    events = [decode.Event(ts=msgspec.Raw(t)) for t in texts]
+    events = [Event(ts=msgspec.Raw(t)) for t in texts]
     ns, shapes = C.decimal_column(events, "ts", signed)
     ns_np, shapes_np = _native.reference.decimal_column(events, "ts", signed)
     assert np.frombuffer(shapes, np.int8).tolist() == shapes_np.tolist()
@@ -590,9 +591,9 @@ def test_kernel_names_past_the_c_tally_are_counted_as_a_counter_counts(distinct)
 def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
     """verify's ts/dur columns of a chunk's events, read by the C extension, are those its
     numpy twin parses (values whose double needs their text included)."""
-    from tracestream.commands.verify.events import NumberColumn, _CheckEvent
+    from tracestream.commands.verify.events import NumberColumn
 
-    events = [_CheckEvent(ts=msgspec.Raw(t)) for t in texts]
+    events = [CheckEvent(ts=msgspec.Raw(t)) for t in texts]
     with_c = NumberColumn.of_events(events, "ts")
     with_numpy = _numpy(NumberColumn.of_events, events, "ts")
     for name in ("exact", "rounded", "truncated", "regular"):
@@ -601,12 +602,12 @@ def test_verify_reads_number_columns_in_c_as_in_numpy(texts):
 
 @needs_c
 def test_the_c_extension_reads_inherited_fields_from_their_slots():
-    """decode.Event extends ReadEvent, so its fields live in a base's slots: the C
+    """model.Event extends ReadEvent, so its fields live in a base's slots: the C
     extension must find them there, not fall back to a getattr per event (that made the
     index pass of `compact` 40% slower per chunk)."""
     reads = []
 
-    class Counting(decode.Event, gc=False):
+    class Counting(Event, gc=False):
         def __getattribute__(self, name):
             reads.append(name)
             return object.__getattribute__(self, name)
@@ -700,7 +701,6 @@ def test_verify_check_columns_of_layers_outputs_are_those_of_the_python_twin(tra
                                                                             tmp_path):
     """On a whole output (relocated kernels and flows, guides, lanes) and on each real trace
     with GPU activity compacted, a few events at a time."""
-    from tracestream.commands.verify.events import _CheckEvent
 
     trace, _ = traces("decode6.json", iterations=6)
     outputs = [tmp_path / "layers.json"]
@@ -713,7 +713,7 @@ def test_verify_check_columns_of_layers_outputs_are_those_of_the_python_twin(tra
             subprocess.run(TRACESTREAM + ["compact", "--trace", str(REAL_TRACES / name),
                                           "--output", str(outputs[-1])],
                            check=True, capture_output=True, timeout=600)
-    trace_type = msgspec.defstruct("Trace", [("traceEvents", list[_CheckEvent])])
+    trace_type = msgspec.defstruct("Trace", [("traceEvents", list[CheckEvent])])
     for output in outputs:
         events = msgspec.json.decode(read_bytes(output), type=trace_type).traceEvents
         assert any(e.args is not None and e.args.origin is not None for e in events)

@@ -1,8 +1,17 @@
-"""What an event is, as far as tracestream's decisions go.
+"""What an event is, as far as tracestream's decisions go: its kinds, the provenance member
+a relocated event carries, and the msgspec schemas events are read by.
 
-Two small msgspec structs read only the fields decisions need: `Head` for every
-event (cheap: unknown fields are skipped, numbers become floats) and `Timing`
-for the few kinds whose number text matters (the exact decimal `ts`/`dur`).
+Each schema reads only the fields one reader needs, so msgspec skips (but validates)
+everything else; they differ because their readers want different things of the same
+fields:
+
+* `ReadEvent` and `Event`: the index pass's chunk decode. `ts`/`dur` are kept as their
+  exact text; the provenance key is read as present or not, whatever its value (the C
+  extension's scan gives the same fields, see _native).
+* `CheckEvent`: verify's chunk decode of an output. The provenance is read as an object
+  (`Origin`) whose pid and tid verify compares, and a name as its JSON text.
+* `Head` (and `Timing`): verify's reading of one event at a time, loose
+  where the index pass is (numbers as floats, a number no double holds kept as text).
 """
 
 from __future__ import annotations
@@ -92,6 +101,61 @@ class CategoryKinds(dict):
                 self.clear()
             self[cat] = kind
         return kind
+
+
+# gc=False: values decoded from JSON hold no cycles, and untracked structs are quicker to
+# make (a chunk's thousands of events are decoded at once)
+class ReadArgs(msgspec.Struct, gc=False):
+    device: Any = None
+    stream: Any = None
+    provenance: Any = msgspec.field(default=msgspec.UNSET, name=PROVENANCE_KEY)
+
+
+class ReadEvent(msgspec.Struct, gc=False):
+    """The fields every event is classified by (everything else is skipped, but validated):
+    all that the read-only commands read."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()  # the exact number text
+    dur: msgspec.Raw = msgspec.Raw()
+    args: ReadArgs | None = None
+
+
+class Event(ReadEvent, gc=False):
+    """`ReadEvent` and what binding a flow reads (the rewrite's index pass)."""
+
+    id: Any = None
+    bp: Any = None
+
+
+class Origin(msgspec.Struct, gc=False):
+    pid: Any = None
+    tid: Any = None
+
+
+class CheckArgs(msgspec.Struct, gc=False):
+    device: Any = None
+    origin: Origin | None = msgspec.field(default=None, name=PROVENANCE_KEY)
+
+
+class CheckEvent(msgspec.Struct, gc=False):
+    """What the output-only checks read of an event (`Head`'s fields, the exact ts/dur
+    texts and the provenance's pid and tid), for a chunk at a time. The name is kept as
+    its JSON text: only guides' names are read (`event_name`)."""
+
+    ph: str | None = None
+    cat: Any = None
+    name: msgspec.Raw = msgspec.Raw()
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
+    bp: Any = None
+    args: CheckArgs | None = None
 
 
 class HeadArgs(msgspec.Struct):

@@ -2,8 +2,8 @@
 the numpy and Python it mirrors (`reference`). Callers call `_native.<function>` and never
 ask which one runs.
 
-`tracestream._native._speedups` (built from the C files here by setup.py where a C compiler
-is available) scans a chunk's events (validating the JSON and keeping where each field the
+`tracestream._native._speedups` (built from the C files in speedups/ by setup.py where a C
+compiler is available) scans a chunk's events (validating the JSON and keeping where each field the
 index reads lies, instead of msgspec's decode into structs; it declines what it cannot be
 sure msgspec reads alike, and msgspec decodes those chunks), finds key positions, reads the
 events' fields (ts/dur columns, phase and category codes, track and group keys), splices

@@ -4,7 +4,6 @@ the same fields where it can be sure to read them alike; JSON errors named by ev
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -13,36 +12,14 @@ import orjson
 from tracestream import _native
 from tracestream.index.facts import BadCut, ChunkError, Context
 from tracestream.index.keyscan import separators
-from tracestream.model import FLOW_PHASES, PROVENANCE_KEY, RAW_EVENTS, describe_validation_error
+from tracestream.model import (
+    FLOW_PHASES,
+    RAW_EVENTS,
+    Event,
+    ReadEvent,
+    describe_validation_error,
+)
 from tracestream.read.jsonbytes import ARRAY_ENDS, CUT, orjson_reason, orjson_verdict
-
-
-class _Args(msgspec.Struct, gc=False):
-    device: Any = None
-    stream: Any = None
-    provenance: Any = msgspec.field(default=msgspec.UNSET, name=PROVENANCE_KEY)
-
-
-class ReadEvent(msgspec.Struct, gc=False):
-    """The fields every event is classified by (everything else is skipped, but validated):
-    all that the read-only commands read."""
-
-    ph: str | None = None
-    cat: Any = None
-    name: Any = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: msgspec.Raw = msgspec.Raw()  # the exact number text
-    dur: msgspec.Raw = msgspec.Raw()
-    args: _Args | None = None
-
-
-class Event(ReadEvent, gc=False):
-    """`ReadEvent` and what binding a flow reads (the rewrite's index pass)."""
-
-    id: Any = None
-    bp: Any = None
-
 
 _EVENTS = msgspec.json.Decoder(list[Event])
 _READ_EVENTS = msgspec.json.Decoder(list[ReadEvent])

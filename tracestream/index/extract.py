@@ -30,7 +30,6 @@ from tracestream.index.decode import (
     PHASE_FLOW,
     PHASE_METADATA,
     PHASE_OTHER,
-    Event,
     decode_chunk,
     decoder_for,
     event_spans,
@@ -63,7 +62,15 @@ from tracestream.index.numbers import (
     importer_bounds,
     time_value,
 )
-from tracestream.model import CPU_ANNOTATION, GPU_SCOPE, KERNEL, LAYER_GUIDE, OTHER, CategoryKinds
+from tracestream.model import (
+    CPU_ANNOTATION,
+    GPU_SCOPE,
+    KERNEL,
+    LAYER_GUIDE,
+    OTHER,
+    CategoryKinds,
+    Event,
+)
 from tracestream.parallel.slots import received_view
 from tracestream.read.source import read_span
 

@@ -113,7 +113,7 @@ _PHASE, _ARGS, _PID, _TID, _CAT = (attrgetter(name) for name in ("ph", "args", "
 
 def check_columns(events, kinds, activity: bytes, pids: tuple[dict, list],
                   tids: tuple[dict, list], devices: tuple[dict, list]) -> tuple[np.ndarray, ...]:
-    """What verify's output-only checks read of a chunk's events (verify's `_CheckEvent`s), per
+    """What verify's output-only checks read of a chunk's events (`model.CheckEvent`s), per
     event: the phase (PH_X, PH_FLOW for s/t/f, else PH_OTHER); the kind (kinds[cat] of an X
     event, else 0); the track (the pid's number << 32 | the tid's); the original track (the
     provenance's pid and tid for a moved flow, or a moved X event of a kind whose byte of

@@ -1,7 +1,7 @@
 """Fields of a chunk's decoded events, read in Python: the twins of the C extension's
 readers of events (`classify`, `event_values`, the key and count functions).
 
-`events` is a list of msgspec structs (the index's `Event`, verify's `_CheckEvent`).
+`events` is a list of msgspec structs (`model.Event`, `model.CheckEvent`).
 Values are numbered and counted as a dict's keys are (1, 1.0 and True are one key),
 except where a function says otherwise; an object or array where a key is needed is a
 TypeError, as it is in C, and the caller refuses it with its own message.

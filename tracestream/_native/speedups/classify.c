@@ -11,7 +11,7 @@ SHARED_DOC(classify_doc,
 "Per event (msgspec structs, with `ph`, `cat`, `pid` and `tid` fields): the code\n"
 "phase_codes.get(ph, other_phase) and kinds[cat], as int8 bytearrays, whether\n"
 "it has both a pid and a tid (not None, as a bool bytearray), and how often each ph\n"
-"occurs, in order of first appearance (observe._Observer.run).\n"
+"occurs, in order of first appearance (its twin: reference.events.classify).\n"
 "A TypeError for an unhashable category or more than 32 distinct phases.");
 
 PyObject *
@@ -120,7 +120,7 @@ fail:
 SHARED_DOC(first_set_doc,
 "first_set(events, outer, inner, unset) -> int or None\n\n"
 "The index of the first event whose `outer` field is not None and whose\n"
-"outer.inner is not `unset` (observe._Observer._provenance).");
+"outer.inner is not `unset` (reference.events.first_set).");
 
 PyObject *
 first_set(PyObject *module, PyObject *args)
@@ -169,7 +169,7 @@ SHARED_DOC(name_counts_doc,
 "name_counts(events, slices, kernels, groups) -> {group: {name: count}}\n\n"
 "For each k in `kernels`, the event events[slices[k]] counted by its `name`\n"
 "under groups[k]: groups and names in order of first appearance, equal names\n"
-"counted as one key, as Counter counts them (observe._Observer._kernel_names).\n"
+"counted as one key, as Counter counts them (reference.events.name_counts).\n"
 "A TypeError for an unhashable name.");
 
 /* Names counted in a small buffer before they reach a group's dict: most kernels of a
@@ -298,7 +298,7 @@ SHARED_DOC(first_unhashable_device_doc,
 "first_unhashable_device(events, slices, scopes) -> int or None\n\n"
 "The first position k whose event events[slices[k]] has an args.device that\n"
 "cannot be a key (a list or dict), skipping positions where the byte of\n"
-"`scopes` is set; None when every one can (observe._Observer._anchor_kernels).");
+"`scopes` is set; None when every one can (reference.events.first_unhashable_device).");
 
 PyObject *
 first_unhashable_device(PyObject *module, PyObject *args)
@@ -345,7 +345,7 @@ SHARED_DOC(named_doc,
 "named(events, slices, kernels, wanted) -> list\n\n"
 "The k in `kernels` (in order) whose event events[slices[k]] has a `name` in\n"
 "`wanted` (a dict); a TypeError for an unhashable name\n"
-"(observe._Observer._anchor_kernels).");
+"(reference.events.named).");
 
 PyObject *
 named(PyObject *module, PyObject *args)

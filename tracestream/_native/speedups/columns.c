@@ -39,10 +39,10 @@ SHARED_DOC(decimal_column_doc,
 "9e15 us, not negative unless `signed`),\n"
 "3 anything else (read one by one by the caller). Gives the values in ns (int64\n"
 "bytearray, 0 where absent or of shape 3) and the shapes (a bytearray), so one odd\n"
-"value costs its own event, not its chunk (observe.kineto_shapes and observe._ints).");
+"value costs its own event, not its chunk (reference.columns.kineto_column).");
 
 #define MAX_WHOLE_DIGITS 16 /* integer digits of a value below 9e15 us */
-#define MAX_FAST_DECIMALS 3 /* decimals of a value exact in ns (observe.MAX_FAST_DECIMALS) */
+#define MAX_FAST_DECIMALS 3 /* decimals of a value exact in ns (reference.columns.MAX_FAST_DECIMALS) */
 enum { SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_DECIMAL, SHAPE_OTHER };
 
 PyObject *
@@ -127,7 +127,7 @@ fail:
 }
 
 /* The number of `value` among `numbers` (a dict: value -> number), appended to `values`
-   with the next number when new (verify._Interned); -1 with an exception (an
+   with the next number when new (reference.columns.numbered); -1 with an exception (an
    unhashable value). */
 static Py_ssize_t
 interned(PyObject *numbers, PyObject *values, PyObject *value)
@@ -147,7 +147,7 @@ interned(PyObject *numbers, PyObject *values, PyObject *value)
 
 /* The track code of a pid and a tid (new references, released here; NULL: an error
    already set): the pid's number in the high half, the tid's in the low one
-   (verify._TrackCodes); -1 with an exception. */
+   (verify's TrackCodes); -1 with an exception. */
 static int64_t
 track_code(PyObject *pid, PyObject *tid, PyObject *pids[2], PyObject *tids[2])
 {
@@ -161,7 +161,7 @@ track_code(PyObject *pid, PyObject *tid, PyObject *pids[2], PyObject *tids[2])
 enum { CHECK_OTHER, CHECK_SLICE, CHECK_FLOW }; /* verify's phase codes */
 
 /* The fields check_columns reads of a list's structs beyond the event's own: its args'
-   provenance (verify._Origin) and that one's pid and tid. */
+   provenance (model.Origin) and that one's pid and tid. */
 typedef struct {
     Field args, origin, pid, tid;
 } OriginFields;
@@ -211,14 +211,14 @@ SHARED_DOC(check_columns_doc,
 "              (tid numbers, tid values), (device numbers, device values))\n"
 "-> (phases, kinds, tracks, origins, moved, devices)\n\n"
 "What verify's output-only checks read of a chunk's decoded events (a list of\n"
-"verify._CheckEvent, or their scan_events with `origins`), per event: the phase (int8: 1\n"
+"model.CheckEvent, or their scan_events with `origins`), per event: the phase (int8: 1\n"
 "for X, 2 for s, t and f, else 0); the kind (int8:\n"
 "kinds[cat] for X, else 0); the track (int64: the pid's number << 32 | the tid's); the\n"
 "original track (the provenance's pid and tid, for a moved flow or a moved X event of\n"
 "an `activity` kind (bytes: 1 at such a kind), else the track); whether it is moved\n"
 "(args and its provenance present, bool); the number of args.device for an X event of\n"
 "an activity kind (None without args), else -1 (int64). Values are numbered as\n"
-"verify._Interned numbers them (the dicts and lists are its own, extended in place):\n"
+"reference.columns.numbered numbers them (the dicts and lists are its own, extended in place):\n"
 "every event's pid and tid, then the provenances', then the devices, in event order.\n"
 "A TypeError for an unhashable category, provenance pid or tid, or device.");
 

@@ -130,7 +130,7 @@ SHARED_DOC(slice_keys_doc,
 "For the events at `indices`: each one's (pid, tid) and (pid, device) as a code\n"
 "(int32 bytearray) into the distinct keys, listed in order of first appearance.\n"
 "The device is args.device (None without args), or `scopes_device` where the\n"
-"byte of `scopes` is set. A TypeError for an unhashable device (observe._intern).");
+"byte of `scopes` is set. A TypeError for an unhashable device (reference.events.slice_keys).");
 
 PyObject *
 slice_keys(PyObject *module, PyObject *args)
@@ -204,7 +204,7 @@ SHARED_DOC(match_keys_doc,
 "For the events at `indices` (matched kernels): each one's args.stream (None\n"
 "without args) and `name` as a code (int32 bytearray) into the distinct keys\n"
 "(type(value), value), listed in order of first appearance, so 1, 1.0 and true\n"
-"stay three (observe._Observer._match_keys). A TypeError for an unhashable stream\n"
+"stay three (reference.events.match_keys). A TypeError for an unhashable stream\n"
 "or name.");
 
 PyObject *
@@ -262,7 +262,7 @@ SHARED_DOC(track_keys_doc,
 "track_keys(events, indices) -> (track codes, track keys)\n\n"
 "For the events at `indices`: each one's (pid, tid) as a code (int32 bytearray)\n"
 "into the distinct keys, listed in order of first appearance (slice_keys without\n"
-"the groups; observe._Observer._first_on_track).");
+"the groups; reference.events.track_keys).");
 
 PyObject *
 track_keys(PyObject *module, PyObject *args)
@@ -306,10 +306,10 @@ SHARED_DOC(flow_columns_doc,
 "-> (track codes, track keys, binds next, ids, categories)\n\n"
 "For the flow events at `flows`: each one's (pid, tid) as a code (int32 bytearray)\n"
 "into the distinct keys, listed in order of first appearance; whether it binds to\n"
-"the next slice (ph \"f\" and bp not \"e\", a bool bytearray: observe.binds_next);\n"
+"the next slice (ph \"f\" and bp not \"e\", a bool bytearray: model.binds_next);\n"
 "its id where that is an int strictly between -2**62 and 2**62, else `no_id`\n"
 "(int64 bytearray); and how often each category occurs (str(cat) for one that is\n"
-"no string), in order of first appearance (observe._Observer._flows).");
+"no string), in order of first appearance (reference.events.flow_columns).");
 
 /* Add one to counts[key]; -1 on error. */
 static int

@@ -1,4 +1,4 @@
-/* Byte scans of a chunk (index/keyscan.py): separators, event_keys, continues and
+/* Byte scans of a chunk (index/keyscan.py; twins in reference/keys.py): separators, event_keys, continues and
    integer_ends. And `column`, the int64 buffer argument the functions of keyscan.c,
    splice.c and rows.c take. */
 
@@ -41,7 +41,7 @@ as_bytearray(Positions *p)
 SHARED_DOC(separators_doc,
 "separators(data) -> (closes, opens)\n\n"
 "Every `}` ws* `,` ws* `{` in data: the offset of its `}` and the offset after\n"
-"its `{`, as int64 bytearrays (keyscan.separators).");
+"its `{`, as int64 bytearrays (reference.keys.separators).");
 
 PyObject *
 separators(PyObject *module, PyObject *arg)
@@ -211,7 +211,7 @@ SHARED_DOC(event_keys_doc,
 "event_keys(data, starts, ends, literals) -> (first, count)\n\n"
 "Per literal and per event [starts[i], ends[i]): where its first occurrence starts\n"
 "(-1 without one) and how many start in the event, as int64 and int32\n"
-"bytearrays laid out [literal][event] (keyscan.EventKeys).");
+"bytearrays laid out [literal][event] (reference.keys.event_keys).");
 
 PyObject *
 event_keys(PyObject *module, PyObject *args)
@@ -266,7 +266,7 @@ done:
 SHARED_DOC(integer_ends_doc,
 "integer_ends(data, begin) -> int64 bytearray\n\n"
 "Per position of the int64 array `begin`: the end of the integer literal that starts\n"
-"there when a comma follows it directly, else -1 (keyscan.KeyScan.integer_ends).");
+"there when a comma follows it directly, else -1 (reference.keys.integer_ends).");
 
 #define MAX_INTEGER_DIGITS 19
 
@@ -310,7 +310,7 @@ integer_ends(PyObject *module, PyObject *args)
 SHARED_DOC(continues_doc,
 "continues(data, positions, literal) -> bytearray\n\n"
 "Per position of the int64 array: 1 where `literal` starts there, else 0\n"
-"(keyscan.KeyScan.continues).");
+"(reference.keys.continues).");
 
 PyObject *
 continues(PyObject *module, PyObject *args)

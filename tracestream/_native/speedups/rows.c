@@ -1,4 +1,4 @@
-/* The anchors report's JSON rows (inspect.MatchRows.json_text): json_rows. */
+/* The anchors report's JSON rows (evidence.rows, plan.guidetext): json_rows (twin: reference.rows). */
 
 #include "speedups.h"
 
@@ -203,11 +203,11 @@ SHARED_DOC(json_rows_doc,
 "n rows joined by `separator`, row i being parts[0] + column 0's text of row i +\n"
 "parts[1] + ... + parts[-1] (one more part than columns). A column is\n"
 "(TEXTS, list of n bytes), (INTEGERS, int64s), (FIXED, int64s, d): v / 10**d with\n"
-"exactly d decimals (matches.threes for d = 3), (SHORTEST, int64s, d): what\n"
+"exactly d decimals (index.matches.threes for d = 3), (SHORTEST, int64s, d): what\n"
 "orjson writes for round(v / 10**d, d), `null` for INT64_MIN, or (CODED, int64s,\n"
 "texts): texts[code]. None where a SHORTEST value has more than 15 significant\n"
 "digits or lies below 1e-5 (orjson's scientific notation): the caller writes\n"
-"those rows itself (inspect.MatchRows.json_text).");
+"those rows itself (evidence.rows.MatchRows.json_text).");
 
 PyObject *
 json_rows(PyObject *module, PyObject *args)

@@ -18,7 +18,7 @@
    escape.
    The caller then decodes the chunk with msgspec, which says what is wrong, if anything.
 
-   In verify's mode (`origins`) the provenance is read as verify's own struct (_Origin: an
+   In verify's mode (`origins`) the provenance is read as verify's own struct (model.Origin: an
    object or null, anything else declined) and its pid and tid are fields of their own,
    held to the same rules; the index pass's mode takes it as any value (an object:
    declined).
@@ -230,7 +230,7 @@ args_key(const unsigned char *k, Py_ssize_t n)
 static inline int
 scan_type_ok(const unsigned char *d, int field, const Span *span, int origins)
 {
-    if (field == F_PROVENANCE && origins) /* _Origin | None */
+    if (field == F_PROVENANCE && origins) /* Origin | None */
         return span->type == V_OBJECT || span->type == V_NULL;
     switch (field) {
     case F_PH: /* str | None */
@@ -550,10 +550,10 @@ SHARED_DOC(scan_events_doc,
 "the chunk is UTF-8 before it reads a value (the scan does not).\n"
 "decode it with msgspec then. The scan is a sequence of the events; functions of\n"
 "this module that read events' fields take it as they take a list of msgspec structs\n"
-"(observe.Event). `decode_value(text)` gives a field's value where the scan keeps\n"
+"(model.Event). `decode_value(text)` gives a field's value where the scan keeps\n"
 "none of its own (escaped strings, floats, objects), `decode_event(text)` an event,\n"
 "`unset` the provenance of args without one.\n"
-"`origins`: read the provenance as verify's struct (verify._Origin: an object or null,\n"
+"`origins`: read the provenance as verify's struct (model.Origin: an object or null,\n"
 "its pid and tid kept as fields of their own, any value msgspec takes there) instead of\n"
 "as any value (an object: declined).");
 

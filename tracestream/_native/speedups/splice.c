@@ -1,5 +1,5 @@
-/* The rewrite's splice of relocated events (splice: rewrite._splice_in_place) and
-   restore's quick undo of it (undo_relocations: edit.undo_relocations). */
+/* The rewrite's splice of relocated events (splice: write.rewrite; twin reference.splice) and
+   restore's quick undo of it (undo_relocations; twin reference.splice). */
 
 #include "speedups.h"
 
@@ -47,7 +47,7 @@ args_have_members(const char *data, Py_ssize_t size, int64_t inside)
 SHARED_DOC(splice_doc,
 "splice(data, columns, with_args, new_tids, new_pids, with_args_member, no_args_member)\n"
 "-> bytes\n\n"
-"The chunk with n events spliced in place (rewrite._splice_in_place). `columns`\n"
+"The chunk with n events spliced in place (reference.splice.splice). `columns`\n"
 "holds seven int64 arrays of length n: previous, pid_start, pid_end, tid_start,\n"
 "tid_end, resume (where the original bytes go on: inside the args' brace, or\n"
 "at the event's `}`) and ordinal. Per event: data[previous:tid_start] (with\n"
@@ -57,7 +57,7 @@ SHARED_DOC(splice_doc,
 "(followed by `, ` unless the args are empty) and from no_args_member elsewhere.\n"
 "data[resume[-1]:] ends the chunk.\n\n"
 "With `into` (a writable buffer: a worker's shared slot), a chunk that fits is\n"
-"written there and its length returned instead (workers.deliver without a copy).");
+"written there and its length returned instead (parallel.slots.deliver without a copy).");
 
 
 /* `value` in decimal, as "%lld" writes it, into `out` (24 bytes hold any int64); the
@@ -196,7 +196,7 @@ done:
     return out;
 }
 
-/* ---- restore's quick undo (edit.undo_relocations) ---- */
+/* ---- restore's quick undo (reference.splice.undo_relocations) ---- */
 
 
 /* Whether data[at:] starts with the literal. */
@@ -385,9 +385,9 @@ locate_undo(const unsigned char *d, Py_ssize_t size, Py_ssize_t key, Undone *u)
 
 SHARED_DOC(undo_relocations_doc,
 "undo_relocations(data) -> (bytes, count) or None\n\n"
-"edit.undo_relocations: every relocated event of the chunk back on its original pid\n"
+"reference.splice.undo_relocations: every relocated event of the chunk back on its original pid\n"
 "and tid, its provenance member gone, and how many; None where a provenance key is\n"
-"left (an event not as the rewrite writes it). Quick, not exact (see edit.py): only\n"
+"left (an event not as the rewrite writes it). Quick, not exact (see reference/splice.py): only\n"
 "for a result whose sha256 is then compared with the source's.");
 
 PyObject *

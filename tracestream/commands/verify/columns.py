@@ -119,7 +119,7 @@ _ACTIVITY_MASK = IS_ACTIVITY.tobytes()  # the same, for the C extension
 
 def check_chunk_columns(events, kinds: CategoryKinds, codes: TrackCodes, devices: Interned
                    ) -> tuple[np.ndarray, ...]:
-    """What the output-only checks read of a chunk's events (a list of `_CheckEvent`, or
+    """What the output-only checks read of a chunk's events (a list of `CheckEvent`, or
     their scan, see `scanned_chunk`), as columns:
     (phase: PH_X, PH_FLOW for s/t/f, else PH_OTHER; kind: kinds[cat] of X events, else
     0; track code; original track code: the provenance's for a moved flow or activity,

@@ -13,59 +13,30 @@ import numpy as np
 from tracestream import _native
 from tracestream._native.reference.columns import kineto_column
 from tracestream.index.numbers import double_values, imported_ns_columns
-from tracestream.model import PROVENANCE_KEY, RAW_EVENTS
+from tracestream.model import RAW_EVENTS, CheckEvent
+
+CHECK_EVENTS = msgspec.json.Decoder(list[CheckEvent])
 
 
-# gc=False: values decoded from JSON hold no cycles, and untracked structs are quicker to
-# make (a chunk's thousands of events are decoded at once)
-class _Origin(msgspec.Struct, gc=False):
-    pid: Any = None
-    tid: Any = None
-
-
-class _CheckArgs(msgspec.Struct, gc=False):
-    device: Any = None
-    origin: _Origin | None = msgspec.field(default=None, name=PROVENANCE_KEY)
-
-
-class _CheckEvent(msgspec.Struct, gc=False):
-    """What the output-only checks read of an event (`Head`'s fields, the exact ts/dur
-    texts and the provenance's pid and tid), for a chunk at a time. The name is kept as
-    its JSON text: only guides' names are read (`event_name`)."""
-
-    ph: str | None = None
-    cat: Any = None
-    name: msgspec.Raw = msgspec.Raw()
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: msgspec.Raw = msgspec.Raw()
-    dur: msgspec.Raw = msgspec.Raw()
-    bp: Any = None
-    args: _CheckArgs | None = None
-
-
-CHECK_EVENTS = msgspec.json.Decoder(list[_CheckEvent])
-
-
-def event_name(event: _CheckEvent) -> Any:
+def event_name(event: CheckEvent) -> Any:
     """An event's name as `decode_head` reads it (None when it has none)."""
     return decoded_name(event.name)
 
 
 def decoded_name(name: Any) -> Any:
-    """A name as `decode_head` reads it: `_CheckEvent`'s text (None when empty), or the
+    """A name as `decode_head` reads it: `CheckEvent`'s text (None when empty), or the
     value a scan gives."""
     if not isinstance(name, msgspec.Raw):
         return name
     return msgspec.json.decode(name) if len(name) else None
 
 
-_CHECK_EVENT = msgspec.json.Decoder(_CheckEvent)
+_CHECK_EVENT = msgspec.json.Decoder(CheckEvent)
 
 
 def scanned_chunk(content: bytes):
-    """A chunk's events as the C extension's scan reads them (`_CheckEvent`s one by one,
-    the provenance as `_Origin`), or None where it declines them (its numpy twin declines
+    """A chunk's events as the C extension's scan reads them (`CheckEvent`s one by one,
+    the provenance as `Origin`), or None where it declines them (its numpy twin declines
     every chunk): the caller then decodes them with msgspec, which decides what is valid.
     The scan accepts only what msgspec accepts with the same values (see the C
     extension's scan_events); it is the index pass's, run in the mode that reads a
@@ -83,7 +54,7 @@ def raw_events(content: bytes, document: bytes | None) -> list:
 
 
 def values_of(events, indices: list[int], key: str) -> list:
-    """events[i].<key> for each of the indices (their texts where `_CheckEvent` keeps one)."""
+    """events[i].<key> for each of the indices (their texts where `CheckEvent` keeps one)."""
     return _native.event_values(events, indices, key)
 
 
