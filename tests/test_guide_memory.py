@@ -119,11 +119,11 @@ def test_report_rows_are_streamed_to_the_report(guides):
 
 
 @pytest.mark.skipif(_native.built is None, reason="tracestream._native._speedups is not built")
-def test_report_rows_far_from_the_origin_are_still_written_a_block_at_a_time(monkeypatch):
+def test_report_rows_far_from_the_origin_are_the_same_in_c_and_numpy(monkeypatch):
     """Guides more than 2**50 ns (13 days) after the trace's origin (a long capture, or a
-    trace replicated in time) have their relative ms rounded in Python, as a column; their
-    rows are still written a block at a time by the C extension, the bytes its numpy twin
-    writes."""
+    trace replicated in time) have their relative ms rounded in Python, as a column (the
+    C extension declines to write them); their rows are the same bytes from the C
+    extension's json_rows and from its numpy twin."""
     anchors, terminals, spec = labelled(3_000)
     guides = build_guides(anchors, terminals, spec)
     origin = EPOCH_NS - (1 << 51)  # every guide ~26 days after the origin

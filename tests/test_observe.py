@@ -15,7 +15,7 @@ from tracestream._native.reference.columns import (
     SHAPE_DECIMAL,
     SHAPE_INTEGER,
     SHAPE_OTHER,
-    kineto_shapes,
+    kineto_column,
 )
 from tracestream.index import decode, extract, timebase
 from tracestream.index.extract import _Observer, observe_chunk
@@ -41,8 +41,7 @@ def reference(text: bytes, signed: bool) -> int:
 
 
 def shapes_of(texts: list[bytes], signed: bool) -> list[int]:
-    lengths = np.array([len(t) for t in texts], np.int64)
-    return kineto_shapes(b",".join(texts), lengths, signed=signed).tolist()
+    return kineto_column(texts, signed=signed)[1].tolist()
 
 
 def json_number(draw_int: int, decimals: int, negative: bool) -> bytes:

@@ -34,16 +34,28 @@ from tracestream.model import CheckEvent, Event
 from tracestream.write import relocate
 
 C = _native.built
+C_KIND = _native  # json_rows' column kinds (the same numbers in C)
 
 
 def test_the_extension_is_built():
     """`make install` builds it; without it every pass runs the slower numpy code (and the
     comparisons below, and the C halves of the keyscan, observe and rewrite tests, are
     skipped: this test is the one that fails)."""
-    assert C is not None, "tracestream._native._speedups is missing: is a C compiler installed?"
+    assert C is not None, ("tracestream._native._speedups is missing (is a C compiler "
+                          "installed?) or older than its sources (reinstall)")
 
 
 needs_c = pytest.mark.skipif(C is None, reason="tracestream._native._speedups is not built")
+
+
+@needs_c
+def test_the_twins_are_every_c_function_with_the_same_column_kinds():
+    """`_native` binds each function of the extension to its twin where it is not built:
+    every one has one, and json_rows' column kinds are the same numbers."""
+    c_functions = {name for name in dir(C) if not name.startswith("_") and name.islower()}
+    assert c_functions == set(_native.FUNCTIONS)
+    assert [getattr(C, kind) for kind in _native.COLUMN_KINDS] == [
+        getattr(_native.reference, kind) for kind in _native.COLUMN_KINDS]
 
 
 def _numpy(function, *args):
@@ -202,6 +214,113 @@ def test_splice_writes_into_a_slot_that_holds_the_chunk():
     assert C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts,
                     small) == spliced
     assert small == bytearray(len(spliced) - 1)
+
+
+# Events as the rewrite splices them: Kineto's `"pid": P, "tid": T, ... "args": {...}` with
+# args of members, empty args, no args; and a key between the pid and tid values that is
+# nine bytes as `, "tid": ` is, but not it (the splice's shortcut must not take it)
+_SPLICED = (
+    (b'{"ph": "X", "pid": 0, "tid": 7, "ts": 1, "args": {"a": 1}}', True),
+    (b'{"ph": "X", "pid": 12, "tid": 345, "args": { }}', True),
+    (b'{"ph": "X", "pid": "GPU 1", "tid": "s 3", "ts": 2}', False),
+    (b'{"ph": "X", "pid": 0, "xyz": 7, "args": {"a": 1}}', True),
+)
+
+
+def _splice_columns(chunk_events: list[int]) -> tuple:
+    """A chunk of `_SPLICED` events joined by `, `, and splice's arguments for each."""
+    data, columns, with_args = b"", [[] for _ in range(7)], []
+    for ordinal, k in enumerate(chunk_events):
+        event, has_args = _SPLICED[k]
+        start = len(data) + (2 if data else 0)
+        data += (b", " if data else b"") + event
+        pid = event.index(b'"pid": ') + 7
+        pid_end = event.index(b",", pid)
+        tid = pid_end + 9
+        tid_end = next(i for i in range(tid, len(event)) if event[i:i + 1] in b",}")
+        resume = event.index(b"{", event.index(b'"args"')) + 1 if has_args else len(event) - 1
+        for column, value in zip(columns[1:], (pid, pid_end, tid, tid_end, resume, ordinal)):
+            column.append(start + value if column is not columns[6] else value)
+        with_args.append(has_args)
+    columns[0] = [0] + columns[5][:-1]
+    return data, tuple(np.array(c, np.int64) for c in columns), np.array(with_args, bool)
+
+
+@needs_c
+@given(st.lists(st.integers(0, len(_SPLICED) - 1), min_size=1, max_size=6),
+       st.lists(st.one_of(st.none(), st.sampled_from([b"1000001", b'"lane"'])), min_size=6,
+                max_size=6))
+def test_the_splice_twin_writes_the_c_splice_bytes(chunk_events, new_pids):
+    """The numpy twin (what verify rebuilds the planned output with) writes the C splice's
+    bytes: members with and without args, empty args, moved pids, and a key where the tid
+    usually is."""
+    from tracestream.write.rewrite import _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS
+
+    data, columns, with_args = _splice_columns(chunk_events)
+    n = len(chunk_events)
+    args = (data, columns, with_args, [b"%d" % (900 + k) for k in range(n)], new_pids[:n],
+            _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS)
+    assert _native.reference.splice(*args) == C.splice(*args)
+
+
+_ODD_ROWS = [
+    (2, (b"<", b">"), ((C_KIND.CODED, np.array([-1, 0], np.int64), [b"a", b"b"]),), b","),
+    (1, (b"<", b">"), ((C_KIND.FIXED, np.array([5], np.int64), 0),), b","),
+    (1, (b"<", b">"), ((C_KIND.FIXED, np.array([5], np.int64), 10),), b","),
+    (2, (b"%",), (), b","),
+    (1, (b"<", b">"), ((C_KIND.TEXTS, (b"x",)),), b","),
+    (1, (b"<", b">"), ((C_KIND.TEXTS, [bytearray(b"x")]),), b","),
+    (1, (b"<", b">"), ((C_KIND.SHORTEST, np.array([5], np.int32), 3),), b","),
+    (0, (b"<", b">"), ((C_KIND.SHORTEST, np.array([], np.int64), 3),), b","),
+    (2, (b"<", b">"), ((C_KIND.INTEGERS, np.array([1, 2], np.int32)),), b""),
+    (1, (b"<", b">"), ((C_KIND.INTEGERS, np.array([1], np.int64), 3),), b""),
+    (1, (b"<", "x"), ((C_KIND.INTEGERS, np.array([1], np.int64)),), b""),
+    (3, (b"a",), (), b"|"),
+]
+_I = lambda *values: np.array(values, np.int64)  # noqa: E731
+_ODD_KEYS = [
+    ("integer_ends", (b"12,x", _I(-4, -1, 0, 2, 3, 4, 9))),
+    ("integer_ends", (b"", _I(0, 1, -1))),
+    ("continues", (b'"p"p', _I(-2, -1, 0, 2, 3, 9), b'"p')),
+    ("continues", (b"", _I(0, -1), b'"p')),
+    ("event_keys", (b'"a"', _I(0), _I(3), ())),
+    ("event_keys", (b'"a"', _I(0), _I(4), (b'"a',))),
+    ("event_keys", (b'"a"', _I(-1), _I(2), (b'"a',))),
+    ("event_keys", (b'"a"', _I(2), _I(1), (b'"a',))),
+    ("event_keys", (b'"a"', _I(0), _I(3), (b"a",))),
+    ("event_keys", (b'"a"', _I(0), _I(3), tuple(b'"%d' % k for k in range(33)))),
+    ("separators", (b"",)),
+]
+
+
+def _outcome(function, *args):
+    """What a call gives, its arrays as lists of int64 or bool, or the type of its error."""
+    try:
+        result = function(*args)
+    except Exception as exc:  # noqa: BLE001 - the error's type is the outcome compared
+        return type(exc)
+    parts = result if isinstance(result, tuple) else (result,)
+    return tuple(part if isinstance(part, (bytes, type(None))) else bytes(memoryview(
+        np.ascontiguousarray(part))) for part in parts)
+
+
+@needs_c
+@pytest.mark.parametrize("row", range(len(_ODD_ROWS)))
+def test_json_rows_twin_refuses_and_declines_as_the_c_one(row):
+    """Odd columns (a code naming no text, a scale out of range, texts that are no list of
+    bytes, no int64s) are refused with the same error; no rows and no columns alike."""
+    args = _ODD_ROWS[row]
+    assert _outcome(_native.reference.json_rows, *args) == _outcome(C.json_rows, *args)
+
+
+@needs_c
+@pytest.mark.parametrize("case", range(len(_ODD_KEYS)))
+def test_key_scan_twins_take_odd_positions_as_the_c_ones(case):
+    """Positions before or past the data, empty data, no literals, spans outside the data
+    and literals that cannot be keys: the same answers or errors."""
+    name, args = _ODD_KEYS[case]
+    assert _outcome(getattr(_native.reference, name), *args) == _outcome(getattr(C, name),
+                                                                         *args)
 
 
 _KEY_MEMBERS = st.one_of(st.integers(-3, 400), st.sampled_from(
@@ -480,7 +599,8 @@ def test_json_rows_of_the_numpy_twin_are_the_c_ones(rows, decimals):
     assert _native.reference.json_rows(len(rows), parts, columns, b",\n") == C.json_rows(
         len(rows), parts, columns, b",\n")
     shortest = ((C.SHORTEST, values, decimals),)
-    assert _native.reference.json_rows(len(rows), (b"", b""), shortest, b",") is None
+    written = _native.reference.json_rows(len(rows), (b"", b""), shortest, b",")
+    assert written is None if rows else written == b""  # no rows: nothing to decline
 
 
 @needs_c

@@ -3,6 +3,7 @@
 import math
 from dataclasses import dataclass
 
+import msgspec
 import pytest
 
 from tracestream.index.timebase import (
@@ -130,11 +131,12 @@ def test_number_columns_are_timebase_values():
     """Kineto's shapes (and floats with one or two decimals) parsed a column at a time give
     timebase's exact and imported ns; every other text is left to timebase."""
     from tracestream.commands.verify.events import NumberColumn
+    from tracestream.model import CheckEvent
 
     texts = [b"1700000000123456.789", b"12", b"-3.500", b"0.000", b"4503599627370.497",
              b"123456789.5", b"1e3", b"", b"9007199254740993", b"900719925474099", b"-7",
              b"68.25", b"123456789.5000"]
-    column = NumberColumn.parse(texts)
+    column = NumberColumn.of_events([CheckEvent(ts=msgspec.Raw(t)) for t in texts], "ts")
     regular = [bool(v) for v in column.regular]
     assert regular == [True, True, True, True, True, True, False, False, False, True, True,
                        True, False]

@@ -454,3 +454,33 @@ def test_a_report_with_another_source_text_hash_fails_as_event_by_event(compacte
     assert "source_data_sha256" in {c.name: c.detail for c in fast.checks}[
         "restored events equal the source"]
     assert fast.to_json() == slow.to_json()
+
+
+def test_an_object_as_a_category_is_verified_not_an_internal_error(compacted, tmp_path):
+    """An X event whose `cat` is an object is no activity: compacted and verified as the
+    rest (verify once stopped on it with an internal error)."""
+    source, _ = compacted
+    odd = tmp_path / "odd-category.json"
+    text = source.read_text()
+    at = text.index("[", text.index('"traceEvents"')) + 1
+    odd.write_text(text[:at] + '{"ph": "X", "cat": {"a": 1}, "name": "odd", "pid": 1, '
+                   '"tid": 1, "ts": 1, "dur": 1},' + text[at:])
+    out = tmp_path / "odd.out.json"
+    result = run("compact", "--trace", odd, "--output", out, "--max-gpu-lanes", "10")
+    assert result.returncode == 0, result.stderr
+    assert_verified(odd, out)
+
+
+def test_an_object_as_a_kernels_device_is_a_failed_check(compacted, tmp_path):
+    """An output no rewrite makes (the index pass refuses such a source): verify names the
+    field, no internal error."""
+    def edit(text):
+        at = text.index('"_compact_gpu_track"')
+        device = text.index('"device": ', at) + len('"device": ')
+        end = text.index(",", device)
+        return text[:device] + '{"x": 1}' + text[end:]
+
+    source, tampered = tamper(compacted, tmp_path, edit)
+    result = run("verify", "--trace", source, "--output", tampered)
+    assert result.returncode == 1 and "Traceback" not in result.stderr.decode()
+    assert 'field args.device: 0 vs {"x":1}' in result.stdout.decode()

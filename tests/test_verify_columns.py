@@ -284,14 +284,18 @@ def test_real_layers_output_read_in_columns_has_the_facts_one_at_a_time(name, tm
 
 
 def test_interned_values_share_a_number_as_a_dicts_keys_do():
+    """Values numbered in their table as check_columns numbers them (its twin's `numbered`),
+    tracks read back from their codes."""
+    from tracestream._native.reference.columns import numbered
     from tracestream.commands.verify.columns import Interned, TrackCodes
 
     interned = Interned()
-    assert interned.of([7, "s", 7, None]).tolist() == [0, 1, 0, 2]
-    assert interned.of([1.0, "s", 7.0]).tolist() == [3, 1, 0]  # 7.0 == 7: one number
+    assert numbered(interned.table, [7, "s", 7, None]).tolist() == [0, 1, 0, 2]
+    assert numbered(interned.table, [1.0, "s", 7.0]).tolist() == [3, 1, 0]  # 7.0 == 7
     assert [interned.value(k) for k in range(4)] == [7, "s", None, 1.0]
     codes = TrackCodes()
-    tracks = codes.of([0, 0, "Spans"], [7, "s3", 7])
+    tracks = ((numbered(codes.pids.table, [0, 0, "Spans"]) << 32)
+              | numbered(codes.tids.table, [7, "s3", 7]))
     assert len(set(tracks.tolist())) == 3
     assert [codes.key(c) for c in tracks.tolist()] == [(0, 7), (0, "s3"), ("Spans", 7)]
     # pid 1 was never met; ("Spans", "s3") has a code (both were met) that no event holds

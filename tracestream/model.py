@@ -58,11 +58,11 @@ MEMBER_WITHOUT_ARGS = (
 )
 """The args member appended to a relocated event that had none."""
 
+
 def binds_next(ph: Any, bp: Any) -> bool:
     """Perfetto binds an `f` without `"bp": "e"` to the next slice that begins at or after it
     on its track; `s`, `t` and `f` with `"bp": "e"` to the slice enclosing it."""
     return ph == "f" and bp != "e"
-
 
 
 def category_kind(cat: Any) -> int:
@@ -93,6 +93,14 @@ class CategoryKinds(dict):
     def __init__(self, limit: int = 1 << 12):
         super().__init__()
         self.limit = limit
+
+    def of(self, cat) -> int:
+        """`self[cat]`, and OTHER for a `cat` that is a JSON object or array (no key, and no
+        category either)."""
+        try:
+            return self[cat]
+        except TypeError:
+            return OTHER
 
     def __missing__(self, cat):
         kind = category_kind(cat)

@@ -18,38 +18,25 @@ import os
 from types import ModuleType
 
 from tracestream._native import reference
-from tracestream._native.reference.columns import (  # the codes both give
-    PH_FLOW as PH_FLOW,  # check_columns' phases
-)
-from tracestream._native.reference.columns import (
-    PH_OTHER as PH_OTHER,
-)
-from tracestream._native.reference.columns import (
-    PH_X as PH_X,
-)
-from tracestream._native.reference.columns import (
-    SHAPE_ABSENT as SHAPE_ABSENT,  # decimal_column's shapes
-)
-from tracestream._native.reference.columns import (
-    SHAPE_DECIMAL as SHAPE_DECIMAL,
-)
-from tracestream._native.reference.columns import (
-    SHAPE_INTEGER as SHAPE_INTEGER,
-)
-from tracestream._native.reference.columns import (
-    SHAPE_OTHER as SHAPE_OTHER,
-)
+from tracestream._native.reference import columns as _columns
 
 try:
     from tracestream._native import _speedups as built
 except ImportError:  # installed without a C compiler: numpy does the work
     built = None
+if built is not None and not all(hasattr(built, name) for name in reference.__all__):
+    built = None  # a build older than these sources: its twins run (a test fails on it)
 
 FUNCTIONS = tuple(name for name in reference.__all__ if not name.isupper())
 """What both provide: bound here, as module attributes, to the chosen one's."""
 COLUMN_KINDS = ("TEXTS", "INTEGERS", "FIXED", "SHORTEST", "CODED")
 """json_rows' column kinds: the same numbers in both."""
 TEXTS, INTEGERS, FIXED, SHORTEST, CODED = (getattr(reference, kind) for kind in COLUMN_KINDS)
+PH_OTHER, PH_X, PH_FLOW = _columns.PH_OTHER, _columns.PH_X, _columns.PH_FLOW
+"""check_columns' phase codes: the same in both."""
+SHAPE_ABSENT, SHAPE_INTEGER, SHAPE_DECIMAL, SHAPE_OTHER = (
+    _columns.SHAPE_ABSENT, _columns.SHAPE_INTEGER, _columns.SHAPE_DECIMAL, _columns.SHAPE_OTHER)
+"""decimal_column's shapes: the same in both."""
 chosen: ModuleType = reference
 
 

@@ -67,7 +67,6 @@ from tracestream.model import (
     GPU_SCOPE,
     KERNEL,
     LAYER_GUIDE,
-    OTHER,
     CategoryKinds,
     Event,
 )
@@ -190,7 +189,7 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
                 kind_of = np.fromiter(map(kinds_of.__getitem__, [e.cat for e in events]),
                                       np.int8, n)
             except TypeError:  # an unhashable category: classify one by one
-                kind_of = np.fromiter((_kind_of(kinds_of, e.cat) for e in events), np.int8, n)
+                kind_of = np.fromiter((kinds_of.of(e.cat) for e in events), np.int8, n)
             owned = np.fromiter((e.pid is not None and e.tid is not None for e in events),
                                 bool, n)
         kind_of[phase != PHASE_COMPLETE] = -1  # only complete events are activity
@@ -488,13 +487,6 @@ def _numbering(kinds: np.ndarray, slices: list[int], flows: list[int],
 def _intern(table, keys: list) -> list[int]:
     ids = {key: table(*key) for key in dict.fromkeys(keys)}
     return list(map(ids.__getitem__, keys))
-
-
-def _kind_of(kinds: CategoryKinds, cat) -> int:
-    try:
-        return kinds[cat]
-    except TypeError:
-        return OTHER
 
 
 def _quoted(value) -> str:

@@ -73,8 +73,8 @@ class DuplicateChecks:
     def _check_duplicates(self, events: list[int]) -> None:
         """Anchors and terminals are interpreted: a duplicate key in one is refused.
 
-        Each interpreted key is counted in each matched event's bytes alone (one pass of
-        the C extension where it is built; see keyscan.EventKeys); only an event that
+        Each interpreted key is counted in each matched event's bytes alone (one pass,
+        `_native.event_keys`; see keyscan.EventKeys); only an event that
         holds one more than once (a duplicate, or the key inside a string or a nested
         object) or a backslash (a key may be spelled with escapes) is parsed.
         """

@@ -122,10 +122,12 @@ class MatchFinding:
         try:
             stream_codes, stream_keys, name_codes, name_keys = _native.match_keys(
                 self.events, events)
-        except TypeError:  # an object or array as args.stream
+        except TypeError:  # an object or array as args.stream (names were refused before)
             args = (self.events[i].args for i in events)
             streams = [a.stream if a is not None else None for a in args]
-            j = next(j for j, x in enumerate(streams) if not hashable(x))
+            j = next((j for j, x in enumerate(streams) if not hashable(x)), None)
+            if j is None:
+                raise
             raise self.fail(events[j], "`args.stream` of a matched kernel must be a number or "
                                        f"a string, not {json_type(streams[j])}") from None
         return (np.frombuffer(stream_codes, np.int32), [x for _, x in stream_keys],

@@ -141,5 +141,3 @@ class ChunkError(Exception):
     def __reduce__(self):  # raised in a worker, it is pickled back to the parent: by default
         # as ChunkError(message), which fails and breaks the process pool
         return type(self), (self.message, self.offset, self.local)
-
-

@@ -21,16 +21,12 @@ MAX_FAST_DECIMALS = 3
 writes three; older exporters write floats such as `68.0`)."""
 
 
-def kineto_shapes(blob: bytes, lengths: np.ndarray, *, signed: bool) -> np.ndarray:
-    """Per text (JSON values of `lengths` bytes each, joined by commas in `blob`): its
-    shape, SHAPE_DECIMAL for a number with one to three decimals, SHAPE_INTEGER for an
-    integer, both below 9e15 µs (and not negative unless `signed`), else SHAPE_OTHER."""
-    return _shapes_and_decimals(blob, lengths, signed=signed)[0]
-
-
 def _shapes_and_decimals(blob: bytes, lengths: np.ndarray, *,
                          signed: bool) -> tuple[np.ndarray, np.ndarray]:
-    """`kineto_shapes` and each text's number of decimals (0 for the other shapes).
+    """Per text (JSON values of `lengths` bytes each, joined by commas in `blob`): its shape,
+    SHAPE_DECIMAL for a number with one to three decimals, SHAPE_INTEGER for an integer,
+    both below 9e15 µs (and not negative unless `signed`), else SHAPE_OTHER; and its number
+    of decimals (0 for the other shapes).
 
     The texts are valid JSON, so a text of only digits, `.` and `-` is a number
     without an exponent; counting its bytes of each kind and indexing its first

@@ -18,6 +18,7 @@ _MINUS = 0x2D
 _MAX_DIGITS = 19
 _BLOCK = 256 << 10
 """Bytes compared at a time by whole-chunk scans (a few such blocks fit in a core's L2)."""
+_MAX_LITERALS = 32  # the C extension's limit (a bit per literal)
 _WHITESPACE = np.zeros(256, bool)
 _WHITESPACE[list(b" \t\r\n")] = True
 _WS_STEPS = 32  # whitespace runs longer than this are finished with a regex
@@ -33,7 +34,7 @@ def separators(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     closes, after = _where_byte(view, closes, after, 0x2C)
     opens = skip_whitespace(data, view, after + 1)
     closes, opens = _where_byte(view, closes, opens, 0x7B)
-    return closes, opens + 1
+    return closes.astype(np.int64), (opens + 1).astype(np.int64)
 
 
 def _where_byte(view: np.ndarray, keys: np.ndarray, pos: np.ndarray, byte: int):
@@ -61,10 +62,11 @@ def skip_whitespace(data: bytes, view: np.ndarray, pos: np.ndarray) -> np.ndarra
 def continues(data: bytes, positions: np.ndarray, literal: bytes) -> np.ndarray:
     """Per position: does `literal` start there?"""
     view = np.frombuffer(data, np.uint8)
-    last = len(view) - 1
-    ok = positions <= len(view) - len(literal)
+    ok = (positions >= 0) & (positions <= len(view) - len(literal))
+    if not len(view):
+        return ok
     for k, byte in enumerate(literal):
-        ok &= view[np.minimum(positions + k, last)] == byte
+        ok &= view[np.clip(positions + k, 0, len(view) - 1)] == byte
     return ok
 
 
@@ -73,16 +75,19 @@ def integer_ends(data: bytes, begin: np.ndarray) -> np.ndarray:
     directly (Kineto's `"tid": 7,`), else -1."""
     view = np.frombuffer(data, np.uint8)
     last = len(view) - 1
-    pos = begin + (view[np.minimum(begin, last)] == _MINUS)
+    inside = (begin >= 0) & (begin <= last)
+    if not len(view):
+        return np.full(len(begin), -1, np.int64)
+    pos = begin + (inside & (view[np.clip(begin, 0, last)] == _MINUS))
     first = pos.copy()
     for _ in range(_MAX_DIGITS + 1):
-        byte = view[np.minimum(pos, last)]
-        digit = (byte >= 0x30) & (byte <= 0x39) & (pos <= last)
+        byte = view[np.clip(pos, 0, last)]
+        digit = inside & (byte >= 0x30) & (byte <= 0x39) & (pos <= last)
         if not digit.any():
             break
         pos = pos + digit
-    ok = (pos > first) & (pos <= last) & (view[np.minimum(pos, last)] == _COMMA)
-    return np.where(ok, pos, -1)
+    ok = inside & (pos > first) & (pos <= last) & (view[np.clip(pos, 0, last)] == _COMMA)
+    return np.where(ok, pos, -1).astype(np.int64)
 
 
 def event_keys(data: bytes, starts: np.ndarray, ends: np.ndarray, literals: tuple[bytes, ...]
@@ -90,10 +95,16 @@ def event_keys(data: bytes, starts: np.ndarray, ends: np.ndarray, literals: tupl
     """Per literal and per event [starts[i], ends[i]): where its first occurrence starts (-1
     without one) and how many start in the event, laid out [literal][event]. Each literal
     starts with `"`: their first two bytes are found in one pass over the chunk."""
+    if len(literals) > _MAX_LITERALS:
+        raise ValueError(f"at most {_MAX_LITERALS} literals at a time")
     for literal in literals:
-        if literal[:1] != b'"' or len(literal) < 2:
-            raise ValueError("event_keys finds literals of two or more bytes that start "
-                             "with `\"`")
+        if type(literal) is not bytes or literal[:1] != b'"' or len(literal) < 2:
+            raise ValueError("literals are bytes of two or more that start with `\"`")
+    outside = (starts < 0) | (ends > len(data)) | (starts > ends)
+    if outside.any():
+        raise ValueError(f"event {int(np.argmax(outside))} lies outside the data")
+    if not literals:
+        return np.zeros(0, np.int64), np.zeros(0, np.int32)
     view = np.frombuffer(data, np.uint8)
     prefixes = _quoted_prefixes(view, bytes(literal[1] for literal in literals))
     first = np.empty((len(literals), len(starts)), np.int64)

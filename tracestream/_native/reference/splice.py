@@ -37,11 +37,10 @@ def splice(data: bytes, columns: tuple, with_args: np.ndarray, new_tids: list, n
     piece = data.__getitem__
     p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
     previous_l, resume_l, ordinal_l = previous.tolist(), resume.tolist(), ordinals.tolist()
-    # Kineto's `0, "tid": 7` between the pid value and the tid value (the pid value ends
-    # at its comma, the tid value follows `"tid": `): one piece of the event for the member
-    if (with_args_member[1] == _PID_TO_TID and len(p0l)
-            and ((t0 - p1 == len(_PID_TO_TID)) & (view[np.minimum(p1 + 1, len(view) - 1)]
-                                                  == 0x20)).all()):
+    # Kineto's `0, "tid": 7` between the pid value and the tid value, the member's own
+    # bytes there: one piece of the event for the member
+    if with_args_member[1] == _PID_TO_TID and len(p0l) and _all_between(view, p1, t0,
+                                                                        _PID_TO_TID):
         pid_to_tid = usual.replace(b"%b" + _PID_TO_TID + b"%b", b"%b") + b", "
         members = list(map(pid_to_tid.__mod__, zip(map(piece, map(slice, p0l, t1l)),
                                                    ordinal_l)))
@@ -62,6 +61,13 @@ def splice(data: bytes, columns: tuple, with_args: np.ndarray, new_tids: list, n
     out[3:-1:4] = members
     out[-1] = data[resume_l[-1]:] if resume_l else data
     return b"".join(out)
+
+
+def _all_between(view: np.ndarray, starts: np.ndarray, ends: np.ndarray, text: bytes) -> bool:
+    """Whether every view[starts[i]:ends[i]] is `text`."""
+    if not ((ends - starts) == len(text)).all():
+        return False
+    return all((view[starts + k] == byte).all() for k, byte in enumerate(text))
 
 
 def _template(parts: tuple[bytes, ...]) -> bytes:
@@ -135,7 +141,7 @@ def undo_relocations(data: bytes) -> tuple[bytes, int] | None:
 
     Quick, not exact: the pid and tid are not proven top-level members, nor is the source
     index checked. Trusted only through the sha256 its caller compares with the source's
-    (see write.relocate.undo_relocations). Regular expressions over the chunk's reversed
+    (restore's; see commands/restore.py). Regular expressions over the chunk's reversed
     bytes: each starts at a literal only the member holds and reads back to the tid and pid.
     """
     key = PROVENANCE_MARK

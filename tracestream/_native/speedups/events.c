@@ -5,7 +5,7 @@
 #include "speedups.h"
 
 /* Where `type` keeps the field `name` of its instances (a msgspec Struct's fields are
-   slots), or -1 when it is not a plain object slot. The field may be inherited (index.decode's
+   slots), or -1 when it is not a plain object slot. The field may be inherited (model's
    Event extends ReadEvent), so the types of the MRO are searched in order, as attribute
    lookup does: a slot of a base keeps its offset in the subclass. */
 static Py_ssize_t

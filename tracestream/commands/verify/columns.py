@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from tracestream import _native
-from tracestream._native.reference.columns import numbered
 from tracestream.model import ACTIVITY_KINDS, CategoryKinds
 
 
@@ -63,10 +62,6 @@ class Interned:
         self._numbers: dict = {}
         self._values: list = []
 
-    def of(self, values: list) -> np.ndarray:
-        """The numbers of `values`, as a column."""
-        return numbered(self.table, values)
-
     @property
     def table(self) -> tuple[dict, list]:
         """(value -> number, values by number), for `_native.check_columns` to extend in
@@ -91,9 +86,6 @@ class TrackCodes:
     def __init__(self):
         self.pids, self.tids = Interned(), Interned()
 
-    def of(self, pids: list, tids: list) -> np.ndarray:
-        return (self.pids.of(pids) << 32) | self.tids.of(tids)
-
     def key(self, code: int) -> tuple:
         return self.pids.value(code >> 32), self.tids.value(code & 0xFFFFFFFF)
 
@@ -114,7 +106,7 @@ class TrackCodes:
 
 IS_ACTIVITY = np.zeros(256, bool)  # by kind (as uint8)
 IS_ACTIVITY[list(ACTIVITY_KINDS)] = True
-_ACTIVITY_MASK = IS_ACTIVITY.tobytes()  # the same, for the C extension
+_ACTIVITY_MASK = IS_ACTIVITY.tobytes()  # the same, as `_native.check_columns` takes it
 
 
 def check_chunk_columns(events, kinds: CategoryKinds, codes: TrackCodes, devices: Interned

@@ -4,14 +4,12 @@ with the C scan where it reads the chunk exactly as msgspec would."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from tracestream import _native
-from tracestream._native.reference.columns import kineto_column
 from tracestream.index.numbers import double_values, imported_ns_columns
 from tracestream.model import RAW_EVENTS, CheckEvent
 
@@ -58,26 +56,19 @@ def values_of(events, indices: list[int], key: str) -> list:
     return _native.event_values(events, indices, key)
 
 
-FIELD_PHASE, FIELD_ARGS, FIELD_PID, FIELD_TID, FIELD_CAT = (attrgetter(name)
-                                   for name in ("ph", "args", "pid", "tid", "cat"))
-
 
 @dataclass
 class NumberColumn:
     """ts or dur texts as Perfetto imports them, a column at a time: the exact value in ns
     (floor and ceil agree on these shapes), llround(double(text) * 1000) and its truncated
     variant (integer literals are exact), and which texts are in Kineto's shapes (integer
-    or one to three decimals, see _native.reference.columns.kineto_shapes); the others are
+    or one to three decimals, see _native.decimal_column); the others are
     left to timebase."""
 
     exact: np.ndarray
     rounded: np.ndarray
     truncated: np.ndarray
     regular: np.ndarray
-
-    @classmethod
-    def parse(cls, texts: list) -> NumberColumn:
-        return cls._of(*kineto_column(texts, signed=True), texts)
 
     @classmethod
     def of_events(cls, events: list, key: str) -> NumberColumn:

@@ -205,7 +205,7 @@ class OutputChecks:
             return
         if head.ph != "X":
             return
-        kind = self.kinds[head.cat]
+        kind = self.kinds.of(head.cat)
         if kind in ACTIVITY_KINDS:
             orig = (head.pid, head.tid) if prov is None else (
                 msgspec.json.decode(prov[0]), msgspec.json.decode(prov[1]))
@@ -266,7 +266,14 @@ class OutputChecks:
                 self.observe(first + i, bytes(raw))
             return
         timed = Timed(events)
-        if not self._observe_columns(first, events, timed):
+        try:
+            observed = self._observe_columns(first, events, timed)
+        except TypeError:  # an object or array where a category, device or provenance pid or
+            # tid is compared (`check_chunk_columns`): `observe` reads it, one event at a time
+            for i, raw in enumerate(raw_events(content, document) if raws is None else raws):
+                self.observe(first + i, bytes(raw))
+            return
+        if not observed:
             if document is None:  # a scan: its events one by one are msgspec's, all at once
                 document = b"".join((b"[", content, b"]"))
                 events = CHECK_EVENTS.decode(document)
@@ -278,7 +285,7 @@ class OutputChecks:
         numbers `NumberColumn` leaves to timebase.
 
         This runs on every event of the output, so each event's fields are read once, by
-        one C pass where the extension is built (`check_chunk_columns`), and its track (pid,
+        one pass (`check_chunk_columns`: C where the extension is built), and its track (pid,
         tid) becomes one integer (`TrackCodes`); the rest is numpy, a few sorts a chunk."""
         ts, dur = timed
         codes, devices = TrackCodes(), Interned()
@@ -389,7 +396,7 @@ class OutputChecks:
                     continue
             if ph != "X":
                 continue
-            kind = kinds[e.cat]
+            kind = kinds.of(e.cat)
             activity = kind in ACTIVITY_KINDS
             if activity:
                 orig = key if origin is None else (origin.pid, origin.tid)
