@@ -87,16 +87,28 @@ def reopen_closed_streams() -> None:
             sys.stderr = open(fd, mode, closefd=False)  # noqa: SIM115 (lives as long as the program)
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):  # closed or detached
+        return False
+
+
 def refuse_closed_streams(command: str, params: dict) -> None:
-    """A command that reads stdin or prints on stdout, started with that stream closed."""
+    """A command that reads stdin or prints on stdout, started with that stream closed, or
+    that would read a trace from stdin while a person types there (it would wait silently)."""
     from tracestream.errors import TraceError
 
-    if "stdin" in CLOSED:
-        reads = [params.get("trace")] + ([params.get("output")] if command == "verify" else [])
-        named = next((n for n in reads if n in _STDIN_NAMES), None)
-        if named is not None:
-            raise TraceError(f"stdin is closed (<&-): {named} has nothing to read; "
-                             "nothing was read or written")
+    reads = [params.get("trace")] + ([params.get("output")] if command == "verify" else [])
+    named = next((n for n in reads if n in _STDIN_NAMES), None)
+    if named is not None and "stdin" in CLOSED:
+        raise TraceError(f"stdin is closed (<&-): {named} has nothing to read; "
+                         "nothing was read or written")
+    if named is not None and _is_terminal(sys.stdin):
+        option = "--trace" if named == params.get("trace") else "--output"
+        raise TraceError(f"{option} {named} reads stdin, which is a terminal: pipe a trace "
+                         f"(zcat trace.json.gz | tracestream {command} {option} - ...) or give "
+                         "a path")
     if "stdout" in CLOSED:
         prints = (command.split()[0] not in _SILENT_COMMANDS or params.get("json_summary")
                   or (command != "restore" and params.get("report") == "-")

@@ -143,11 +143,15 @@ SUFFIX_OF = {"gzip": ".gz", "zstd": ".zst", "none": ""}
 
 
 def compression_for(path: str, explicit: str | None) -> str:
-    """`explicit` if given (none/gzip/zstd), else the one the output's suffix names."""
-    if explicit:
-        return explicit
+    """The output's compression: the one its suffix names (none without one), or `explicit`
+    (none/gzip/zstd), which must be that one unless the output is stdout (`-`): a viewer
+    and every tool after it go by the name, so a `.gz` holding zstd opens nowhere."""
     lower = path.lower()
-    for suffix, compression in SUFFIXES.items():
-        if lower.endswith(suffix):
-            return compression
-    return "none"
+    suffix, named = next(((suffix, compression) for suffix, compression in SUFFIXES.items()
+                          if lower.endswith(suffix)), ("", "none"))
+    if explicit is None or explicit == named or path == "-":
+        return explicit or named
+    what = f"{suffix} is {named}" if suffix else "no .gz or .zst: uncompressed JSON"
+    stem = path[: len(path) - len(suffix)]
+    raise TraceError(f"--compress {explicit} contradicts the output name {path} ({what}): "
+                     f"name it {stem}{SUFFIX_OF[explicit]} or leave --compress out")
