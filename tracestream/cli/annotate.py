@@ -7,6 +7,7 @@ from tracestream.cli.options import (
     compress_option,
     emit_summary,
     event_limit,
+    examples,
     json_summary_option,
     level_option,
     output_option,
@@ -19,11 +20,23 @@ from tracestream.cli.options import (
 )
 from tracestream.cli.progress import Progress
 
+LAYERS_EXAMPLES = examples(
+    "tracestream layers --trace TP-0.trace.json.gz --output TP-0.layers.trace.json.gz "
+    "--anchor-regex '^_q_rope_store$' --num-layers 40 --anchor-offset 0 --passes all "
+    "--phase target-verify --evidence 'anchors: one Q-store per layer' --max-gpu-lanes 10",
+    "zcat TP-0.trace.json.gz | tracestream layers --trace - --output TP-0.layers.json "
+    "--anchor-regex '^_q_rope_store$' --num-layers 40 --anchor-offset 0 --passes 20 "
+    "--phase target-verify --evidence 'anchors: one Q-store per layer'")
+COMPACT_EXAMPLES = examples(
+    "tracestream compact --trace TP-0.trace.json.gz --output TP-0.compact.trace.json.gz",
+    "tracestream compact --trace TP-0.trace.json.gz --output TP-0.compact.json.zst "
+    "--max-gpu-lanes 4")
+
 
 def register(main) -> None:
     """Add the commands to the `tracestream` group."""
 
-    @main.command()
+    @main.command(epilog=LAYERS_EXAMPLES)
     @trace_option
     @output_option
     @click.option("--anchor-regex", required=True, metavar="REGEX",
@@ -93,7 +106,7 @@ def register(main) -> None:
         emit_summary(result, json_summary, quiet)
 
 
-    @main.command()
+    @main.command(epilog=COMPACT_EXAMPLES)
     @trace_option
     @output_option
     @click.option("--max-gpu-lanes", type=int, default=10, show_default=True, metavar="N",

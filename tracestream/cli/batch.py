@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from tracestream.cli.options import event_limit
+from tracestream.cli.options import event_limit, examples
 
 
 def _default_jobs() -> int:
@@ -116,7 +116,10 @@ def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None) -> Non
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
 
-    @main.group()
+    @main.group(epilog=examples(
+        "tracestream batch compact --output-dir out/ --jobs 4 TP-0.trace.json.gz "
+        "TP-1.trace.json.gz",
+        "tracestream batch layers --manifest ranks.jsonl --output-dir out/ --jobs 4"))
     def batch():
         """Run compact or layers over many traces (one task per file), locally or on Dask.
 
@@ -124,7 +127,11 @@ def register(main) -> None:
         seconds, events, lanes/guides); exit 0 when all succeeded, 1 when any failed.
         """
 
-    @batch.command("compact")
+    @batch.command("compact", epilog=examples(
+        "tracestream batch compact --output-dir out/ --jobs 4 TP-0.trace.json.gz "
+        "TP-1.trace.json.gz",
+        "tracestream batch compact --engine dask --scheduler tcp://scheduler:8786 "
+        "--output-dir /shared/out /shared/traces/TP-0.trace.json.gz"))
     @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
     @click.option("--max-gpu-lanes", type=int, default=10, show_default=True, metavar="N",
                   help="Display lanes per device (1-10).")
@@ -143,7 +150,10 @@ def register(main) -> None:
                               skip_existing=skip_existing, max_event_bytes=event_limit())
         _run("compact", tasks, engine, jobs, scheduler)
 
-    @batch.command("layers")
+    @batch.command("layers", epilog=examples(
+        "tracestream batch layers --manifest ranks.jsonl --output-dir out/ --jobs 4",
+        "tracestream batch layers --manifest ranks.jsonl --output-dir out/ --num-layers 40 "
+        "--anchor-offset 0 --passes all --max-gpu-lanes 10"))
     @click.option("--manifest", required=True, metavar="PATH", type=click.Path(dir_okay=False),
                   help="JSON lines: {\"trace\": ..., \"output\": ... (optional), and layers "
                        "options with underscores, e.g. \"pid\": 1, \"anchor_offset\": 9}. "

@@ -7,9 +7,9 @@ import click
 from tracestream.cli.options import (
     compress_option,
     event_limit,
+    examples,
     level_option,
     orjson_dumps,
-    report_option,
     workers_option,
 )
 
@@ -17,11 +17,18 @@ from tracestream.cli.options import (
 def register(main) -> None:
     """Add the commands to the `tracestream` group."""
 
-    @main.command()
-    @click.option("--trace", "trace", required=True, metavar="PATH", help="The source trace.")
+    @main.command(epilog=examples(
+        "tracestream verify --trace TP-0.trace.json.gz --output TP-0.layers.trace.json.gz",
+        "tracestream verify --trace TP-0.trace.json.gz --output TP-0.layers.trace.json.gz "
+        "--json"))
+    @click.option("--trace", "trace", required=True, metavar="PATH",
+                  help="The source trace (an input: read, never written), or - for stdin.")
     @click.option("--output", "output", required=True, metavar="PATH",
-                  help="The annotated trace tracestream wrote from it.")
-    @report_option
+                  help="The annotated trace tracestream wrote from it (an input too: verify "
+                       "reads it and writes nothing).")
+    @click.option("--report", "report", metavar="PATH", default=None,
+                  help="The report to read (an input; default: <output>.layers.json, else "
+                       "<output>.compact.json).")
     @workers_option
     @click.option("--json", "as_json", is_flag=True,
                   help="Print the verdict and each check as JSON.")
@@ -40,13 +47,15 @@ def register(main) -> None:
         sys.exit(0 if verdict.ok else 1)
 
 
-    @main.command()
+    @main.command(epilog=examples(
+        "tracestream restore --trace TP-0.layers.trace.json.gz --output TP-0.restored.json",
+        "tracestream restore --trace TP-0.layers.trace.json.gz --output TP-0.trace.json.gz"))
     @click.option("--trace", "trace", required=True, metavar="PATH",
-                  help="An annotated trace written by `layers` or `compact`.")
+                  help="An annotated trace written by `layers` or `compact` (the input).")
     @click.option("--output", "output", required=True, metavar="PATH",
                   help="Where the restored source trace goes (never overwritten).")
     @click.option("--report", "report", metavar="PATH", default=None,
-                  help="The annotated trace's report (default: next to --trace).")
+                  help="The annotated trace's report (an input; default: next to --trace).")
     @compress_option
     @level_option
     def restore(trace, output, report, compress, compress_level):

@@ -14,12 +14,14 @@ _json_option = click.option("--json", "as_json", is_flag=True,
 
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
-    from tracestream.cli.options import event_limit, workers_option
+    from tracestream.cli.options import event_limit, examples, workers_option
 
-    @main.command("inspect")
+    @main.command("inspect", epilog=examples(
+        "tracestream inspect --trace TP-0.trace.json.gz",
+        "zcat TP-0.trace.json.gz | tracestream inspect --trace - --json"))
     @click.option("--trace", "trace", required=True, metavar="PATH",
-                  help="Input trace (.json, .json.gz, .json.zst; detected from the bytes), "
-                       "or - for stdin.")
+                  help="The trace to read (.json, .json.gz, .json.zst; detected from the "
+                       "bytes), or - for stdin.")
     @_json_option
     @click.option("--top", type=int, default=30, show_default=True, metavar="N",
                   help="Most frequent kernel names per GPU and CPU user annotations to show.")
@@ -39,10 +41,13 @@ def register(main) -> None:
                                    workers=workers, max_event_bytes=event_limit())
             click.echo(dumps(report).decode() if as_json else format_inspect(report))
 
-    @main.command("anchors")
+    @main.command("anchors", epilog=examples(
+        "tracestream anchors --trace TP-0.trace.json.gz --anchor-regex '^_q_rope_store$'",
+        "tracestream anchors --trace TP-0.trace.json.gz --anchor-regex '^_q_rope_store$' "
+        "--cross-check 'all_reduce' --json"))
     @click.option("--trace", "trace", required=True, metavar="PATH",
-                  help="Input trace (.json, .json.gz, .json.zst; detected from the bytes), "
-                       "or - for stdin.")
+                  help="The trace to read (.json, .json.gz, .json.zst; detected from the "
+                       "bytes), or - for stdin.")
     @click.option("--anchor-regex", required=True, metavar="REGEX",
                   help="Kernel name pattern (Python re.search) of the candidate anchor.")
     @click.option("--pid", default=None, metavar="PID", help="GPU process of the anchors.")

@@ -10,6 +10,11 @@ MAX_EVENT_KEY = "tracestream.max_event_bytes"
 """Where the group keeps the event-size limit for its commands (click's context meta)."""
 
 
+def examples(*commands: str) -> str:
+    """A command's --help epilog: real command lines, kept as written (click's \\b)."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {command}" for command in commands)
+
+
 def max_event_bytes_from(environ) -> int | None:
     """The longest single event the commands read, in bytes, from TRACESTREAM_MAX_EVENT_MB
     (None: unset, the library's default). The library itself reads no environment."""

@@ -11,11 +11,14 @@ import click
 
 def register(main) -> None:
     """Add `view` to the `tracestream` group."""
+    from tracestream.cli.options import examples
     from tracestream.commands.view import (
         DEFAULT_UI_URL,  # not tracestream.commands.view.server: its imports are heavy
     )
 
-    @main.command("view")
+    @main.command("view", epilog=examples(
+        "tracestream view --trace TP-0.layers.trace.json.gz",
+        "tracestream view --trace TP-0.layers.trace.json.gz --port 9001 --no-browser"))
     @click.option("--trace", "trace_path", required=True, type=click.Path(path_type=Path),
                   help="Trace file to open (.json, .json.gz or .json.zst).")
     @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
