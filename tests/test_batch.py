@@ -128,7 +128,8 @@ def assert_batch_of_five(done, out: Path, ranks_) -> None:
     for path in paths:
         r = results[path.name]
         assert r["status"] == "ok", r
-        assert r["error"] is None and r["events"] > 0 and r["lanes"] >= 1 and r["seconds"] >= 0
+        assert r["error"] is None and r["events"] > 0 and r["seconds"] >= 0
+        assert r["gpu_lanes"] >= 1 and r["scope_lanes"] >= 0
         output = out / path.name.replace(".json.gz", ".compact.json.gz")
         assert r["output"] == str(output)
         assert gzip.open(output).read(1) == b"{"  # same compression as the input
@@ -349,7 +350,8 @@ def test_a_retry_takes_over_the_output_its_earlier_attempt_completed(ranks, tmp_
     assert first["status"] == "ok"
     again = batch_execute.run_task({**task, "attempt": 2})
     assert again["status"] == "ok" and again["verified"] is True
-    assert {k: again[k] for k in ("events", "lanes")} == {k: first[k] for k in ("events", "lanes")}
+    counts = ("events", "gpu_lanes", "scope_lanes")
+    assert {k: again[k] for k in counts} == {k: first[k] for k in counts}
     # not the same task (other options, or another trace): never taken over, never overwritten
     other = _compact_task(paths[0], out, spec=CompactSpec(max_lanes=9))
     assert "already exists" in batch_execute.run_task({**other, "attempt": 2})["error"]
@@ -496,17 +498,72 @@ def test_usage_errors_exit_2_before_any_work(ranks, tmp_path):
 def test_progress_and_summary_text():
     outcome = batch.BatchOutcome(total=4, seconds=2.0, results=[
         {"trace": "/t/TP-0.json", "status": "ok", "error": None, "seconds": 1.5,
-         "events": 1234, "lanes": 5, "input_bytes": 3_000_000},
+         "events": 1234, "gpu_lanes": 5, "scope_lanes": 2, "input_bytes": 3_000_000},
         {"trace": "/t/TP-1.json", "status": "failed", "error": "gzip data is truncated",
-         "seconds": 0.1, "events": None, "lanes": None, "input_bytes": 1_000_000},
+         "seconds": 0.1, "events": None, "gpu_lanes": None, "scope_lanes": None,
+         "input_bytes": 1_000_000},
         {"trace": "/t/TP-2.json", "status": "skipped", "error": None, "seconds": 0.0,
-         "events": None, "lanes": None, "input_bytes": 9_000_000},
+         "events": None, "gpu_lanes": None, "scope_lanes": None,
+         "input_bytes": 9_000_000},
     ])
     assert batch_outcome.progress_text(outcome, width=8) == (
         "[######--] 3/4 done, 1 failed, 2.0 MB/s, 0:02")
     assert batch_outcome.final_line(outcome, "compact") == (
         "batch compact: 1 ok, 1 skipped, 1 failed of 4 traces in 2.0 s (2.0 MB/s of input)")
     table = batch_outcome.summary_table(outcome).splitlines()
-    assert table[0].split() == ["status", "seconds", "MB", "events", "lanes", "trace"]
+    assert table[0].split() == ["status", "seconds", "MB", "events", "gpu_lanes", "trace"]
     assert table[1].split() == ["ok", "1.50", "3.0", "1,234", "5", "TP-0.json"]
     assert table[2].startswith("failed") and table[2].endswith("TP-1.json: gzip data is truncated")
+
+
+def test_one_folder_per_rank_writes_one_output_folder_per_rank(ranks, tmp_path):
+    """The usual cluster layout, every rank's trace under the same name in its own folder:
+    the outputs mirror the folders, and each line gives GPU lanes and scope lanes apart,
+    as the rank's report counts them."""
+    from tracestream.cli import main
+
+    paths, _ = ranks
+    inputs = []
+    for rank in (0, 1):
+        folder = tmp_path / "runs" / f"r{rank}"
+        folder.mkdir(parents=True)
+        inputs.append(folder / "trace.json.gz")
+        inputs[-1].write_bytes(paths[rank].read_bytes())
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["batch", "compact", "--output-dir", str(out), "--jobs",
+                                       "1", *map(str, inputs)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert sorted(line["output"] for line in lines) == [
+        str(out / f"r{rank}" / "trace.compact.json.gz") for rank in (0, 1)]
+    for line in lines:
+        report = json.loads(Path(line["report"]).read_text())
+        lanes = {kind: sum(g["lanes"] for g in report["groups"] if g["kind"] == kind)
+                 for kind in ("activity", "scopes")}
+        assert (line["gpu_lanes"], line["scope_lanes"]) == (lanes["activity"], lanes["scopes"])
+        assert line["scope_lanes"] > 0  # the generator's traces have GPU user annotations
+
+
+def test_outputs_mirror_only_the_part_of_the_paths_that_differs():
+    folders = batch_tasks.distinct_folders
+    assert folders(["/a/r0/t.json", "/a/r1/t.json"]) == ["r0", "r1"]
+    assert folders(["/a/x/r0/t.json", "/a/y/t.json"]) == ["x/r0", "y"]
+    assert folders(["/a/t0.json", "/a/t1.json"]) == ["", ""]
+    assert folders(["/a/t.json", "/a/r1/t.json"]) == ["", "r1"]
+
+
+def test_inputs_that_would_still_write_one_output_are_refused(ranks, tmp_path):
+    """`t.json` and `t.json.gz` in one folder, both written uncompressed: one name."""
+    from tracestream.cli import main
+
+    plain = tmp_path / "in" / "TP-0.trace.json"
+    plain.parent.mkdir()
+    plain.write_bytes(gzip.decompress(ranks[0][0].read_bytes()))
+    packed = tmp_path / "in" / "TP-0.trace.json.gz"
+    packed.write_bytes(ranks[0][0].read_bytes())
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["batch", "compact", "--output-dir", str(out),
+                                       "--compress", "none", str(plain), str(packed)])
+    assert result.exit_code == 2, result.output
+    assert "would both write" in result.output and "distinct names or folders" in result.output
+    assert not out.exists()

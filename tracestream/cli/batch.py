@@ -124,7 +124,8 @@ def register(main) -> None:
         """Run compact or layers over many traces (one task per file), locally or on Dask.
 
         Prints one JSON line per trace as it finishes (trace, output, status, error,
-        seconds, events, lanes/guides); exit 0 when all succeeded, 1 when any failed.
+        seconds, events, guides, gpu_lanes and scope_lanes); exit 0 when all succeeded, 1
+        when any failed.
         """
 
     @batch.command("compact", epilog=examples(

@@ -39,7 +39,7 @@ def new_result(task: dict) -> dict:
     if task["kind"] == "layers":
         result["guides"] = None
     if task["kind"] == "compact" or task.get("compact"):
-        result["lanes"] = None
+        result["gpu_lanes"] = result["scope_lanes"] = None
     result.update({"report": task["report"], "input_bytes": None, "verified": None})
     return result
 
@@ -51,10 +51,13 @@ def failed_result(task: dict, error: BaseException | str, seconds: float = 0.0) 
     return result
 
 
-def _lanes(section: dict | None) -> int | None:
+def _lanes(section: dict | None, kind: str) -> int | None:
+    """The synthetic lanes of a compaction report's groups of one kind: `activity` (the GPU
+    lanes, per device) or `scopes` (the GPU user-annotation lanes, per process)."""
     if not section:
         return None
-    return sum(int(g.get("lanes", 0)) for g in section.get("groups", []))
+    return sum(int(g.get("lanes", 0)) for g in section.get("groups", [])
+               if g.get("kind") == kind)
 
 
 def _remove(*paths: str) -> None:
@@ -64,14 +67,14 @@ def _remove(*paths: str) -> None:
 
 
 def _fill(task: dict, result: dict, data: dict) -> None:
-    """events, guides, lanes from a report's data."""
+    """events, guides, GPU and scope lanes from a report's data."""
     result["events"] = data.get("original_event_count")
     if task["kind"] == "layers":
         result["guides"] = len(data.get("layers", []))
-        if "lanes" in result:
-            result["lanes"] = _lanes(data.get("compaction"))
-    else:
-        result["lanes"] = _lanes(data)
+    section = data.get("compaction") if task["kind"] == "layers" else data
+    if "gpu_lanes" in result:
+        result["gpu_lanes"] = _lanes(section, "activity")
+        result["scope_lanes"] = _lanes(section, "scopes")
 
 
 def _sha256(path: str) -> str:

@@ -116,7 +116,7 @@ def final_line(outcome: BatchOutcome, kind: str) -> str:
 
 def summary_table(outcome: BatchOutcome) -> str:
     """A fixed-width table of every trace, in the order the tasks completed."""
-    count_key = "guides" if any("guides" in r for r in outcome.results) else "lanes"
+    count_key = "guides" if any("guides" in r for r in outcome.results) else "gpu_lanes"
     rows = [("status", "seconds", "MB", "events", count_key, "trace")]
     for r in sorted(outcome.results, key=lambda r: str(r.get("trace"))):
         size = r.get("input_bytes")

@@ -54,8 +54,22 @@ def output_name(trace: str, kind: str, compress: str | None = None) -> str:
     return f"{stem}.{kind}.json{suffix}"
 
 
-def output_path(trace: str, output_dir: str, kind: str, compress: str | None = None) -> str:
-    return os.path.join(os.path.abspath(output_dir), output_name(trace, kind, compress))
+def output_path(trace: str, output_dir: str, kind: str, compress: str | None = None,
+                folder: str = "") -> str:
+    """`output_name` in `output_dir`, under `folder` (see `distinct_folders`)."""
+    return os.path.join(os.path.abspath(output_dir), folder,
+                        output_name(trace, kind, compress))
+
+
+def distinct_folders(traces: Sequence[str]) -> list[str]:
+    """Per trace: its folder relative to the folder all the traces share, so outputs mirror
+    the part of the paths that differs (`r0/trace.json.gz`, `r1/trace.json.gz` -> `r0`, `r1`:
+    the usual one folder per rank); all in one folder: "" each."""
+    folders = [os.path.dirname(os.path.abspath(trace)) for trace in traces]
+    if not folders:
+        return []
+    shared = os.path.commonpath(folders)
+    return [os.path.relpath(folder, shared) if folder != shared else "" for folder in folders]
 
 
 _LAYER_FIELDS = {f.name: f for f in dataclasses.fields(LayerSpec)}
@@ -212,7 +226,7 @@ def _refuse_duplicates(tasks: list[dict]) -> None:
             if path in seen:
                 raise TraceError(
                     f"{task['trace']} and {seen[path]} would both write {path}; "
-                    "give the traces distinct names")
+                    "give the traces distinct names or folders")
             seen[path] = task["trace"]
 
 
@@ -226,10 +240,11 @@ def compact_tasks(traces: Sequence[str], output_dir: str, spec: CompactSpec | No
     spec.validate()
     if not traces:
         raise TraceError("no traces given")
-    tasks = [_task("compact", t, output_path(t, output_dir, "compact", compress), layers=None,
-                   compact=spec, compress=compress, compress_level=compress_level,
-                   verify=verify, skip_existing=skip_existing,
-                   max_event_bytes=max_event_bytes) for t in traces]
+    tasks = [_task("compact", t, output_path(t, output_dir, "compact", compress, folder),
+                   layers=None, compact=spec, compress=compress,
+                   compress_level=compress_level, verify=verify, skip_existing=skip_existing,
+                   max_event_bytes=max_event_bytes)
+             for t, folder in zip(traces, distinct_folders(traces))]
     _refuse_duplicates(tasks)
     return tasks
 
@@ -240,20 +255,25 @@ def layers_tasks(manifest: str, output_dir: str, defaults: dict | None = None, *
                  max_event_bytes: int | None = None) -> list[dict]:
     """One `layers` task per manifest line; `defaults` are command-line options.
 
-    A relative `output` on a line is relative to `output_dir`.
+    A relative `output` on a line is relative to `output_dir`; the outputs named for the
+    other lines mirror the folders of their traces (see `distinct_folders`).
     """
     defaults = {k: id_from_text(v) if k in _ID_OPTIONS else v for k, v in (defaults or {}).items()}
     unknown = sorted(set(defaults) - set(LAYER_OPTIONS))
     if unknown:
         raise TraceError(f"unknown layers option(s): {', '.join(unknown)}")
     tasks = []
-    for entry in parse_manifest(manifest):
+    entries = parse_manifest(manifest)
+    named = [entry for entry in entries if entry.output is None]  # outputs named for them
+    folders = dict(zip(map(id, named), distinct_folders([entry.trace for entry in named])))
+    for entry in entries:
         where = f"manifest {manifest} line {entry.line}"
         spec, compact_spec = merge_layer_options(defaults, entry.options, where)
         if entry.output is not None:  # its compression: --compress, else its own suffix
             output = os.path.join(os.path.abspath(output_dir), entry.output)
         else:
-            output = output_path(entry.trace, output_dir, "layers", compress)
+            output = output_path(entry.trace, output_dir, "layers", compress,
+                                 folders[id(entry)])
         tasks.append(_task("layers", entry.trace, output, layers=spec, compact=compact_spec,
                            compress=compress, compress_level=compress_level, verify=verify,
                            skip_existing=skip_existing, max_event_bytes=max_event_bytes))
