@@ -397,3 +397,4 @@ def test_verify_restores_exactly_where_events_hold_what_looks_like_a_cut(tmp_pat
     assert problem or digest != undo.sha256  # the uncut count went wrong
     assert module.restored_sha256(str(output), undo) == ("", hashlib.sha256(text).hexdigest())
     assert_verified(source, output)
+

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import os
 import random
 import zlib
 
 import pytest
+from conftest import assert_refused, run
 
 from tracestream.errors import TraceError
 from tracestream.read.hashing import PieceChecksum, ReadStats
@@ -180,3 +185,50 @@ def test_a_hash_made_elsewhere_is_taken_only_for_the_first_read_s_bytes(tmp_path
         source.start_hashing()
         assert not source.adopt_sha256("ab" * 32, len(text), zlib.crc32(text))
         assert source.sha256() != "ab" * 32
+
+
+# -- the spool of a stream ------------------------------------------------------------------
+
+
+def _read_all(source) -> bytes:
+    stats = ReadStats()
+    data = b"".join(source.read(stats))
+    source.finish_read(stats)
+    return data
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_stream_is_spooled_small_and_read_back_exactly(decode_trace, tmp_path, packed):
+    """Plain JSON from a pipe is spooled zstd-compressed (a fraction of the stream) and the
+    second pass reads the stream's bytes exactly; a gzip stream is spooled as it came."""
+    trace, _ = decode_trace
+    plain = trace.read_bytes()
+    stream = gzip.compress(plain) if packed else plain
+    with TraceSource("-", stdin=io.BytesIO(stream), spool_dir=str(tmp_path)) as source:
+        assert _read_all(source) == plain
+        spooled = os.fstat(source._spool).st_size
+        assert _read_all(source) == plain  # the second pass, from the spool
+        assert source.sha256() == hashlib.sha256(stream).hexdigest()
+    if packed:
+        assert spooled == len(stream)
+    else:
+        assert spooled < len(plain) / 8, (spooled, len(plain))
+    assert list(tmp_path.iterdir()) == []  # the spool has no name
+
+
+def test_a_one_pass_command_spools_nothing(decode_trace):
+    trace, _ = decode_trace
+    with TraceSource("-", stdin=io.BytesIO(trace.read_bytes()), read_once=True) as source:
+        assert _read_all(source) == trace.read_bytes()
+        assert source._spool is None
+        with pytest.raises(TraceError, match="read once is read again"):
+            _read_all(source)
+
+
+def test_a_spool_dir_that_cannot_hold_the_spool_is_named(decode_trace, tmp_path):
+    trace, _ = decode_trace
+    out = tmp_path / "out.json"
+    missing = tmp_path / "no-such-folder"
+    result = run("compact", "--trace", "-", "--output", out, "--spool-dir", missing,
+                 stdin=trace.read_bytes())
+    assert_refused(result, f"cannot spool the input in {missing}", out)

@@ -221,7 +221,7 @@ def write_report(rep: OutputFile, plan: Plan, source: TraceSource,
 
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
          compress=None, compress_level=None, progress=None, stdin=None, workers=None,
-         max_event_bytes=None) -> Report:
+         max_event_bytes=None, spool_dir=None) -> Report:
     started = time.monotonic()
     validate_specs(layer_spec, compact_spec)
     trace, output = str(trace), str(output)
@@ -232,7 +232,8 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
     check_compress_level(compression, compress_level)
     # workers fork before the reader and writer threads start
     with pool_for(trace, workers) as pool, \
-            TraceSource(trace, stdin=stdin, max_event_bytes=max_event_bytes) as source:
+            TraceSource(trace, stdin=stdin, max_event_bytes=max_event_bytes,
+                        spool_dir=spool_dir) as source:
         index, plan = build_plan(
             source, layer_spec, compact_spec,
             output_name=name_in_report(output, report_path),
@@ -259,29 +260,31 @@ def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = Non
                      compact: CompactSpec | None = None, compress: str | None = None,
                      compress_level: int | None = None, progress=None,
                      stdin=None, workers: int | None = None,
-                     max_event_bytes: int | None = None) -> Report:
+                     max_event_bytes: int | None = None, spool_dir: str | None = None) -> Report:
     """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`).
 
     `progress`: an object whose `wrap(blocks, label)` sees each pass's blocks (None: none).
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
     `max_event_bytes`: the longest single event read (None: 64 MiB).
+    `spool_dir`: where a trace read from a stream (stdin, a pipe) is kept for the second
+    pass, zstd-compressed when it is plain JSON (None: $TMPDIR).
     """
     return _run(trace, output, report, "layers", "layers", layer_spec=spec,
                 compact_spec=compact, compress=compress, compress_level=compress_level,
                 progress=progress, stdin=stdin, workers=workers,
-                max_event_bytes=max_event_bytes)
+                max_event_bytes=max_event_bytes, spool_dir=spool_dir)
 
 
 def compact(trace, output, spec: CompactSpec | None = None, *, report: str | None = None,
             compress: str | None = None, compress_level: int | None = None,
             progress=None, stdin=None, workers: int | None = None,
-            max_event_bytes: int | None = None) -> Report:
+            max_event_bytes: int | None = None, spool_dir: str | None = None) -> Report:
     """Write `output`: the trace with GPU activity packed into at most N display lanes
     (the other options as `add_layer_guides` takes them)."""
     return _run(trace, output, report, "compact", "compact",
                 compact_spec=spec or CompactSpec(), compress=compress,
                 compress_level=compress_level, progress=progress, stdin=stdin, workers=workers,
-                max_event_bytes=max_event_bytes)
+                max_event_bytes=max_event_bytes, spool_dir=spool_dir)
 
 
 def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> dict:

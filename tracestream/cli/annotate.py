@@ -15,6 +15,7 @@ from tracestream.cli.options import (
     quiet_option,
     refuse_summary_on_input,
     report_option,
+    spool_option,
     trace_option,
     workers_option,
 )
@@ -76,12 +77,13 @@ def register(main) -> None:
     @compress_option
     @level_option
     @workers_option
+    @spool_option
     @quiet_option
     @json_summary_option
     def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
                extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
                max_gpu_lanes, gap_factor, allow_gaps, allow_several_anchor_names, report, compress,
-               compress_level, workers, quiet, json_summary):
+               compress_level, workers, spool_dir, quiet, json_summary):
         """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
         from tracestream.engine import add_layer_guides
         from tracestream.plan.specs import CompactSpec, LayerSpec
@@ -101,8 +103,8 @@ def register(main) -> None:
         refuse_summary_on_input(trace, json_summary, report)
         result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                                   compress=compress, compress_level=compress_level,
-                                  progress=Progress.for_terminal(quiet),
-                                  workers=workers, max_event_bytes=event_limit())
+                                  progress=Progress.for_terminal(quiet), workers=workers,
+                                  max_event_bytes=event_limit(), spool_dir=spool_dir)
         emit_summary(result, json_summary, quiet)
 
 
@@ -116,10 +118,11 @@ def register(main) -> None:
     @compress_option
     @level_option
     @workers_option
+    @spool_option
     @quiet_option
     @json_summary_option
-    def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level, workers, quiet,
-                json_summary):
+    def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level, workers,
+                spool_dir, quiet, json_summary):
         """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
         from tracestream.engine import compact as compact_trace
         from tracestream.plan.specs import CompactSpec
@@ -129,5 +132,5 @@ def register(main) -> None:
         result = compact_trace(trace, output, spec, report=report, compress=compress,
                                compress_level=compress_level,
                                progress=Progress.for_terminal(quiet), workers=workers,
-                               max_event_bytes=event_limit())
+                               max_event_bytes=event_limit(), spool_dir=spool_dir)
         emit_summary(result, json_summary, quiet)

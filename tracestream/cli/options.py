@@ -106,6 +106,11 @@ level_option = click.option(
     "--compress-level", type=int, default=None, metavar="N",
     help="gzip level, zlib's 1-9 (default: ISA-L's fast level 1) or zstd level (default 3).",
 )
+spool_option = click.option(
+    "--spool-dir", default=None, metavar="DIR", type=click.Path(file_okay=False),
+    help="Where a trace read from stdin or a pipe is kept for the second pass "
+         "(zstd-compressed when it is plain JSON, ~1/20 of its size; default: $TMPDIR).",
+)
 quiet_option = click.option(
     "--quiet", is_flag=True, help="No progress and no summary on stderr (errors still appear).")
 workers_option = click.option(

@@ -63,8 +63,9 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     layer_spec, compact_spec = report_specs(data)
     # workers fork before the reader threads start
     with pool_for(trace, workers) as pool, \
-            TraceSource(trace, max_event_bytes=max_event_bytes) as source, \
-            TraceSource(output, hashes_data=False, max_event_bytes=max_event_bytes) as annotated:
+            TraceSource(trace, max_event_bytes=max_event_bytes, spool_dir=tmpdir) as source, \
+            TraceSource(output, hashes_data=False, max_event_bytes=max_event_bytes,
+                        spool_dir=tmpdir) as annotated:
         restoring = _Restoring(data, retired, annotated, source, pool)
         try:
             index, plan = build_plan(
