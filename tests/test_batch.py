@@ -567,3 +567,12 @@ def test_inputs_that_would_still_write_one_output_are_refused(ranks, tmp_path):
     assert result.exit_code == 2, result.output
     assert "would both write" in result.output and "distinct names or folders" in result.output
     assert not out.exists()
+
+
+def test_the_summary_names_each_rank_by_the_part_of_its_path_that_differs():
+    outcome = batch.BatchOutcome(total=2, seconds=1.0, results=[
+        {"trace": f"/runs/r{rank}/trace.json", "status": "ok", "error": None, "seconds": 1.0,
+         "events": 10, "gpu_lanes": 3, "scope_lanes": 2, "input_bytes": 1_000_000}
+        for rank in (0, 1)])
+    rows = batch_outcome.summary_table(outcome).splitlines()[1:]
+    assert [row.split()[-1] for row in rows] == ["r0/trace.json", "r1/trace.json"]

@@ -232,3 +232,51 @@ def test_a_spool_dir_that_cannot_hold_the_spool_is_named(decode_trace, tmp_path)
     result = run("compact", "--trace", "-", "--output", out, "--spool-dir", missing,
                  stdin=trace.read_bytes())
     assert_refused(result, f"cannot spool the input in {missing}", out)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_first_pass_that_stops_early_leaves_the_next_one_the_whole_stream(packed):
+    """verify's first pass over a piped output stops at the first difference: the next
+    read copies the rest of the stream into the spool first, so it reads the whole trace
+    (it read a truncated one, and called a tampered output truncated)."""
+    plain = b"".join(b'{"ph": "X", "name": "k%d", "ts": %d},\n' % (k, 7 * k)
+                     for k in range(300_000))  # 12 MB: more than the reader runs ahead
+    stream = gzip.compress(plain, compresslevel=1) if packed else plain
+    with TraceSource("-", stdin=io.BytesIO(stream)) as source:
+        blocks = source.read(ReadStats())
+        next(blocks)
+        blocks.close()  # the first pass stops after one block
+        assert source._spool_write is not None  # the rest of the stream is not spooled yet
+        assert _read_all(source) == plain
+        assert _read_all(source) == plain
+
+
+class _Trickle(io.RawIOBase):
+    """A stream that hands over its first byte alone, as a slow pipe opened unbuffered may."""
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def read(self, size: int = -1) -> bytes:
+        size = 1 if self.pos == 0 else size
+        chunk = self.data[self.pos : self.pos + size]
+        self.pos += len(chunk)
+        return chunk
+
+
+def test_a_stream_whose_first_read_is_short_is_still_recognised(decode_trace):
+    trace, _ = decode_trace
+    plain = trace.read_bytes()
+    with TraceSource("-", stdin=_Trickle(gzip.compress(plain))) as source:
+        assert _read_all(source) == plain and source.compression == "gzip"
+
+
+class _Failing(io.RawIOBase):
+    def read(self, size: int = -1) -> bytes:
+        raise OSError(77, "File descriptor in bad state")
+
+
+def test_a_stream_that_cannot_be_read_is_one_error():
+    with TraceSource("-", stdin=_Failing()) as source, pytest.raises(
+            TraceError, match="cannot read input <stdin>: File descriptor in bad state"):
+        _read_all(source)

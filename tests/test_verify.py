@@ -484,3 +484,22 @@ def test_an_object_as_a_kernels_device_is_a_failed_check(compacted, tmp_path):
     result = run("verify", "--trace", source, "--output", tampered)
     assert result.returncode == 1 and "Traceback" not in result.stderr.decode()
     assert 'field args.device: 0 vs {"x":1}' in result.stdout.decode()
+
+
+def test_a_tampered_output_piped_in_gets_its_verdict(tmp_path):
+    """From a pipe, the first pass stops at the first difference; the checks after it read
+    the whole stream (they read a truncated spool and refused the output as truncated)."""
+    from samples.generate import TraceConfig, generate
+
+    source, out = tmp_path / "source.json", tmp_path / "out.json"
+    generate(source, TraceConfig(iterations=300))  # ~13 MB: more than the reader runs ahead
+    assert run("compact", "--trace", source, "--output", out).returncode == 0
+    text = out.read_bytes()
+    at = text.index(b'"dur": ', 3_000_000) + len(b'"dur": ')
+    tampered = text[:at] + (b"8" if text[at:at + 1] == b"9" else b"9") + text[at + 1:]
+    result = run("verify", "--trace", source, "--output", "-", "--report",
+                 f"{out}.compact.json", stdin=tampered)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith(b"NOT verified") and b"truncated" not in result.stdout
+    assert run("verify", "--trace", source, "--output", "-", "--report", f"{out}.compact.json",
+               stdin=text).returncode == 0

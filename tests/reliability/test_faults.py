@@ -796,3 +796,15 @@ def test_stdin_spool_on_a_full_tmpdir(cli, large, tiny_disk, tmp_path):
     assert_refused(out, "cannot spool the input", "set TMPDIR", place=False, empty=folder)
     assert leftovers(tiny_disk) == []
     TALLY["faults injected (full disk)"] += 1
+
+
+def test_verify_of_a_piped_output_on_a_full_tmpdir(cli, large, tiny_disk, tmp_path):
+    """verify reads a piped output in two passes: a spool that fills the disk is named as
+    such, not taken for a truncated trace (the zstd spool fills it only part way in)."""
+    out = tmp_path / "out.json"
+    assert cli(*command("compact", large, out)).rc == 0
+    verdict = cli("verify", "--trace", large, "--output", "-", "--report",
+                  f"{out}.compact.json", stdin=out.read_bytes(), env={"TMPDIR": str(tiny_disk)})
+    assert_refused(verdict, "cannot spool the input", "set TMPDIR", place=False)
+    assert leftovers(tiny_disk) == []
+    TALLY["faults injected (full disk)"] += 1

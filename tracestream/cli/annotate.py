@@ -25,7 +25,7 @@ LAYERS_EXAMPLES = examples(
     "tracestream layers --trace TP-0.trace.json.gz --output TP-0.layers.trace.json.gz "
     "--anchor-regex '^_q_rope_store$' --num-layers 40 --anchor-offset 0 --passes all "
     "--phase target-verify --evidence 'anchors: one Q-store per layer' --max-gpu-lanes 10",
-    "zcat TP-0.trace.json.gz | tracestream layers --trace - --output TP-0.layers.json "
+    "zcat TP-0.trace.json.gz | tracestream layers --trace - --output TP-0.layers.trace.json "
     "--anchor-regex '^_q_rope_store$' --num-layers 40 --anchor-offset 0 --passes 20 "
     "--phase target-verify --evidence 'anchors: one Q-store per layer'")
 COMPACT_EXAMPLES = examples(

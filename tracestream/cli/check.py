@@ -49,7 +49,8 @@ def register(main) -> None:
 
     @main.command(epilog=examples(
         "tracestream restore --trace TP-0.layers.trace.json.gz --output TP-0.restored.json",
-        "tracestream restore --trace TP-0.layers.trace.json.gz --output TP-0.trace.json.gz"))
+        "tracestream restore --trace TP-0.layers.trace.json.gz --output "
+        "TP-0.restored.json.gz"))
     @click.option("--trace", "trace", required=True, metavar="PATH",
                   help="An annotated trace written by `layers` or `compact` (the input).")
     @click.option("--output", "output", required=True, metavar="PATH",

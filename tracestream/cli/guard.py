@@ -99,16 +99,19 @@ def refuse_closed_streams(command: str, params: dict) -> None:
     that would read a trace from stdin while a person types there (it would wait silently)."""
     from tracestream.errors import TraceError
 
-    reads = [params.get("trace")] + ([params.get("output")] if command == "verify" else [])
-    named = next((n for n in reads if n in _STDIN_NAMES), None)
+    reads = {"--trace": params.get("trace"), "--manifest": params.get("manifest")}
+    if command == "verify":
+        reads["--output"] = params.get("output")
+    if command in ("verify", "restore"):
+        reads["--report"] = params.get("report")
+    option, named = next(((o, n) for o, n in reads.items() if n in _STDIN_NAMES), (None, None))
     if named is not None and "stdin" in CLOSED:
         raise TraceError(f"stdin is closed (<&-): {named} has nothing to read; "
                          "nothing was read or written")
     if named is not None and _is_terminal(sys.stdin):
-        option = "--trace" if named == params.get("trace") else "--output"
-        raise TraceError(f"{option} {named} reads stdin, which is a terminal: pipe a trace "
-                         f"(zcat trace.json.gz | tracestream {command} {option} - ...) or give "
-                         "a path")
+        what = "a trace" if option in ("--trace", "--output") else "one"
+        raise TraceError(f"{option} {named} reads stdin, which is a terminal: pipe {what} in "
+                         f"(... | tracestream {command} {option} - ...) or give a path")
     if "stdout" in CLOSED:
         prints = (command.split()[0] not in _SILENT_COMMANDS or params.get("json_summary")
                   or (command != "restore" and params.get("report") == "-")

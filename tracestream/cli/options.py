@@ -100,7 +100,8 @@ report_option = click.option(
 )
 compress_option = click.option(
     "--compress", type=click.Choice(["none", "gzip", "zstd"]), default=None,
-    help="Output compression (default: from the output suffix .gz/.zst, else none).",
+    help="Output compression; it must agree with the output's suffix (.gz: gzip, .zst: zstd, "
+         "else none), which gives it when left out.",
 )
 level_option = click.option(
     "--compress-level", type=int, default=None, metavar="N",

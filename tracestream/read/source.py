@@ -99,6 +99,13 @@ class TraceSource:
         self._hasher: Hasher | None = None
         self._spool: int | None = None  # the spool's file descriptor (it has no name)
         self._spool_packed = False  # whether the spool holds the stream zstd-compressed
+        # the spool's writer until the stream's last byte is in the spool (a first pass may
+        # stop early: the next read copies the rest first), and the error that stopped it
+        self._spool_write = None
+        self._spool_error: TraceError | None = None
+        # a stream's reads and their copies into the spool, one at a time: a first pass's
+        # reader thread still waiting on the stream cannot interleave with `_finish_spool`
+        self._stream_lock = threading.Lock()
         self._stdin = None
         self._opened = None  # a stream path we opened ourselves (closed with the source)
         self.first_stats: ReadStats | None = None
@@ -170,6 +177,8 @@ class TraceSource:
             if self.first_stats is not None:  # a read_once stream: nothing was kept
                 raise TraceError("internal error: a stream read once is read again")
             return self._read_stdin_first(stats)
+        if self._spool is not None and (self._spool_write is not None or self._spool_error):
+            self._finish_spool()
         return self._read_file(stats)
 
     def read_skipping(self, stats: ReadStats) -> SkippingBlocks | None:
@@ -199,23 +208,67 @@ class TraceSource:
         stdin = self._stdin
         folder = self.spool_dir or tempfile.gettempdir()
         if not self.read_once:  # opened before the stream is read: an unusable folder is
-            self._spool = anonymous_temp_file(folder)  # refused before stdin is consumed
-        first = stdin.read(RAW_BLOCK)
+            self._spool = anonymous_temp_file(  # refused before stdin is consumed
+                folder, "give --spool-dir a folder" if self.spool_dir else "set TMPDIR")
+        first = self._head_block()
         self.compression = detect_compression(first)
         self.fingerprint = None
-        write = None if self.read_once else self._spooling(folder, self.compression == "none")
+        if not self.read_once:
+            self._spool_write = self._spooling(folder, self.compression == "none")
 
         def raw_blocks():
+            with self._stream_lock:
+                self._spooled(first or None)
             block = first
             while block:
-                if write is not None:
-                    write(block)
                 yield block
-                block = stdin.read(RAW_BLOCK)
-            if write is not None:
-                write(None)
+                with self._stream_lock:
+                    block = stdin.read(RAW_BLOCK)
+                    self._spooled(block or None)
 
         return self._decoded(raw_blocks(), stats, self.compression)
+
+    def _head_block(self) -> bytes:
+        """The stream's first block, at least the 4 bytes that tell its compression (a
+        pipe opened unbuffered may hand over fewer at a time)."""
+        try:
+            head = self._stdin.read(RAW_BLOCK)
+            while head and len(head) < 4:
+                more = self._stdin.read(RAW_BLOCK)
+                if not more:
+                    break
+                head += more
+        except OSError as exc:
+            raise TraceError(f"cannot read input {self.name}: {exc.strerror or exc}") from None
+        return head
+
+    def _spooled(self, block: bytes | None) -> None:
+        """Copy a block of the stream into the spool (None: the stream ended, the spool is
+        complete); a spool that cannot be written keeps its error for the next read."""
+        write = self._spool_write
+        if write is None:
+            return
+        try:
+            write(block)
+        except TraceError as exc:
+            self._spool_error, self._spool_write = exc, None
+            raise
+        if block is None:
+            self._spool_write = None
+
+    def _finish_spool(self) -> None:
+        """Before the spool is read: the error that stopped it, or the rest of the stream
+        copied into it (a first pass that stopped early, e.g. at verify's first
+        difference, left it behind)."""
+        with self._stream_lock:
+            if self._spool_error is not None:
+                raise self._spool_error
+            try:
+                while self._spool_write is not None:
+                    self._spooled(self._stdin.read(RAW_BLOCK) or None)
+            except OSError as exc:
+                raise TraceError(
+                    f"cannot read input {self.name}: {exc.strerror or exc}") from None
 
     def _spooling(self, folder: str, pack: bool):
         """The function that writes a block of the stream to the spool (in `folder`; zstd-
@@ -232,9 +285,9 @@ class TraceSource:
                 while view:
                     view = view[os.write(spool, view):]
             except OSError as exc:  # a full disk: the input's second pass needs the spool
-                raise TraceError(
-                    f"cannot spool the input in {folder}: {exc.strerror or exc} (give "
-                    "--spool-dir, or set TMPDIR, to a folder with room)") from None
+                where = "give --spool-dir" if self.spool_dir else "set TMPDIR to"
+                raise TraceError(f"cannot spool the input in {folder}: {exc.strerror or exc} "
+                                 f"({where} a folder with room)") from None
 
         return write
 
@@ -461,7 +514,7 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
         stats.data_sha256 = digest.hexdigest()
 
 
-def anonymous_temp_file(folder: str) -> int:
+def anonymous_temp_file(folder: str, remedy: str = "set TMPDIR") -> int:
     """A read-write file descriptor of a new file in `folder` that has no name.
 
     O_TMPFILE where the file system has it, else a named file unlinked at once: either
@@ -477,7 +530,7 @@ def anonymous_temp_file(folder: str) -> int:
         fd, name = tempfile.mkstemp(prefix="tracestream-stdin-", suffix=".spool", dir=folder)
     except OSError as exc:
         raise TraceError(
-            f"cannot spool the input in {folder}: {exc.strerror or exc} (set TMPDIR)"
+            f"cannot spool the input in {folder}: {exc.strerror or exc} ({remedy})"
         ) from None
     os.unlink(name)
     return fd

@@ -118,9 +118,11 @@ def summary_table(outcome: BatchOutcome) -> str:
     """A fixed-width table of every trace, in the order the tasks completed."""
     count_key = "guides" if any("guides" in r for r in outcome.results) else "gpu_lanes"
     rows = [("status", "seconds", "MB", "events", count_key, "trace")]
+    traces = [str(r.get("trace")) for r in outcome.results]
+    shared = os.path.commonpath([os.path.dirname(t) for t in traces]) if traces else ""
     for r in sorted(outcome.results, key=lambda r: str(r.get("trace"))):
         size = r.get("input_bytes")
-        name = os.path.basename(str(r.get("trace")))
+        name = os.path.relpath(str(r.get("trace")), shared)  # `r0/trace.json` per rank
         if r.get("error"):
             name = f"{name}: {r['error'][:160]}"
         rows.append((
