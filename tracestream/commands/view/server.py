@@ -41,9 +41,12 @@ Compressed traces:
   ``kGzipTraceType``; the UI hands posted buffers to trace processor), so the
   browser gets the smaller bytes.
 * zstd: trace processor has no zstd magic in that list, so the UI would
-  reject the file. We decompress on the fly with ``zstandard``. The
-  decompressed size is not known in advance, so that response has no
-  Content-Length and ends when the connection closes (HTTP/1.0).
+  reject the file. We decompress on the fly with ``zstandard`` and send the
+  text gzip-compressed at level 1 (ISA-L) with ``Content-Encoding: gzip``: the
+  browser inflates it, so the UI receives the trace's exact text, and the wire
+  (an ``ssh -L`` tunnel, say) carries about a tenth of it. The size is not
+  known in advance, so that response has no Content-Length and is chunked
+  (HTTP/1.1) or ends when the connection closes (HTTP/1.0).
 The format is decided by the file's first bytes, not its name.
 
 Shared machines: GPU and cluster nodes have other users, and any of them can connect to
@@ -76,6 +79,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import TCPServer
 
+from isal import isal_zlib
+
 from tracestream.commands.view import DEFAULT_UI_URL
 from tracestream.commands.view.page import (
     TraceFile,
@@ -89,6 +94,9 @@ from tracestream.commands.view.page import (
 )
 from tracestream.errors import TraceError, one_line
 from tracestream.read.compression import detect_compression, zstd_blocks
+
+GZIP_WBITS = 31
+"""zlib's window bits for a gzip header and trailer (16 + the 32 KiB window)."""
 
 __all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "address_lines", "describe_trace"]
 
@@ -230,9 +238,11 @@ class _Handler(BaseHTTPRequestHandler):
                 copy_blocks(fh, self.wfile, size)
 
     def _send_zstd(self, fh, send_body: bool) -> None:
-        """Decompressed on the fly. Its length is unknown, so the body is chunked (HTTP/1.1
+        """Decompressed on the fly and sent gzip-compressed (`Content-Encoding: gzip`, which
+        the browser undoes). Its length is unknown, so the body is chunked (HTTP/1.1
         clients) or ends with the connection: a stream that turns out corrupt mid-way ends
-        without the last chunk, which the browser's fetch reports as an error."""
+        without the last chunk (and without the gzip trailer), which the browser's fetch
+        reports as an error."""
         blocks = open_decompressed(fh, self.server.trace.title)
         try:
             first = next(blocks, b"")
@@ -246,6 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.protocol_version = "HTTP/1.1"  # this response only
         self.send_response(200)
         self._common_headers("application/octet-stream")
+        self.send_header("Content-Encoding", "gzip")
         self.send_header("Connection", "close")
         if chunked:
             self.send_header("Transfer-Encoding", "chunked")
@@ -253,13 +264,15 @@ class _Handler(BaseHTTPRequestHandler):
         if not send_body:
             return
         out = _ChunkedWriter(self.wfile) if chunked else self.wfile
+        packer = isal_zlib.compressobj(1, isal_zlib.DEFLATED, GZIP_WBITS)
         try:
-            out.write(first)
+            out.write(packer.compress(first))
             for block in blocks:
-                out.write(block)
+                out.write(packer.compress(block))
         except TraceError as exc:  # no last chunk: the browser sees a broken body
             self.server.report(f"{exc}; the transfer to the browser was broken off")
             return
+        out.write(packer.flush())
         if chunked:
             out.finish()
 
