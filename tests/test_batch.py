@@ -283,6 +283,20 @@ def test_manifest_error_exits_2_before_any_work(tmp_path):
     assert done.stdout == b"" and not (tmp_path / "out").exists()
 
 
+
+def test_a_manifest_output_the_compress_option_contradicts_exits_2_before_any_work(tmp_path):
+    """A line's own `output` keeps its name's compression: a --compress against it is refused
+    as the single-trace commands refuse it, before anything runs."""
+    manifest = tmp_path / "ranks.jsonl"
+    manifest.write_text('{"trace": "TP-0.json", "output": "TP-0.layers.json"}\n')
+    done = run_cli("batch", "layers", "--manifest", manifest, "--output-dir", tmp_path / "out",
+                   "--compress", "gzip", "--anchor-offset", "0", *LAYER_DEFAULTS)
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    assert stderr.strip().count("\n") == 0
+    assert "--compress gzip contradicts the output name" in stderr
+    assert done.stdout == b"" and not (tmp_path / "out").exists()
+
 # -- 3. --skip-existing redoes only what is missing ------------------------------------------
 
 
