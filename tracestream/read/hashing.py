@@ -83,7 +83,8 @@ class PieceChecksum:
         stats.crc32 = self.crc
 
 
-def _unreadable(name: str, exc: OSError) -> TraceError:
+def unreadable(name, exc: OSError) -> TraceError:
+    """The one line for an input that cannot be opened or read."""
     return TraceError(f"cannot read input {name}: {exc.strerror or exc}")
 
 
@@ -122,7 +123,7 @@ class Hasher:
                     crc = isal_zlib.crc32(block, crc)
                     total += size
         except OSError as exc:
-            self._error = _unreadable(self._name, exc)
+            self._error = unreadable(self._name, exc)
             return
         if self._stopped.is_set():
             return
@@ -171,7 +172,7 @@ class FileComparison:
         try:
             self._fh = open(path, "rb", buffering=0)
         except OSError as exc:
-            raise _unreadable(self._name, exc) from None
+            raise unreadable(self._name, exc) from None
         self._digest = hashlib.sha256()
         self._buffer = memoryview(bytearray(HASH_BLOCK))
         self.size = 0
@@ -185,7 +186,7 @@ class FileComparison:
             try:
                 read = self._fh.readinto(self._buffer[: min(len(self._buffer), len(data) - at)])
             except OSError as exc:
-                raise _unreadable(self._name, exc) from None
+                raise unreadable(self._name, exc) from None
             block = self._buffer[:read]
             if not read or not data.startswith(block, at):
                 self.equal = False
@@ -200,7 +201,7 @@ class FileComparison:
         try:
             self.equal = self.equal and not self._fh.read(1)
         except OSError as exc:
-            raise _unreadable(self._name, exc) from None
+            raise unreadable(self._name, exc) from None
         return self.equal
 
     def hexdigest(self) -> str:

@@ -46,7 +46,14 @@ from isal import isal_zlib
 
 from tracestream.errors import TraceError
 from tracestream.read.compression import GzipDecoder, ZstdDecoder, detect_compression
-from tracestream.read.hashing import Hashed, Hasher, PieceChecksum, ReadStats, bytes_changed
+from tracestream.read.hashing import (
+    Hashed,
+    Hasher,
+    PieceChecksum,
+    ReadStats,
+    bytes_changed,
+    unreadable,
+)
 
 RAW_BLOCK = 1 << 20
 SPOOL_LEVEL = 1
@@ -118,7 +125,7 @@ class TraceSource:
             try:
                 self._opened = self._stdin = open(self.spec, "rb", buffering=0)
             except OSError as exc:
-                raise TraceError(f"cannot read input {self.spec}: {exc.strerror}") from None
+                raise unreadable(self.spec, exc) from None
             self.name = self.spec
             self.path = None
             self.compression = None
@@ -132,7 +139,7 @@ class TraceSource:
                 with open(path, "rb") as fh:
                     head = fh.read(4)
             except OSError as exc:
-                raise TraceError(f"cannot read input {path}: {exc.strerror}") from None
+                raise unreadable(path, exc) from None
             self.name = str(path)
             self.path = path
             self.compression = detect_compression(head)
@@ -193,7 +200,7 @@ class TraceSource:
         try:
             fh = open(self.path, "rb")
         except OSError as exc:
-            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
+            raise unreadable(self.name, exc) from None
         return SkippingBlocks(fh, stats, self.name)
 
     def _open_for_reading(self):
@@ -208,8 +215,7 @@ class TraceSource:
         stdin = self._stdin
         folder = self.spool_dir or tempfile.gettempdir()
         if not self.read_once:  # opened before the stream is read: an unusable folder is
-            self._spool = anonymous_temp_file(  # refused before stdin is consumed
-                folder, "give --spool-dir a folder" if self.spool_dir else "set TMPDIR")
+            self._spool = anonymous_temp_file(folder, self._spool_remedy)
         first = self._head_block()
         self.compression = detect_compression(first)
         self.fingerprint = None
@@ -228,6 +234,12 @@ class TraceSource:
 
         return self._decoded(raw_blocks(), stats, self.compression)
 
+    @property
+    def _spool_remedy(self) -> str:
+        """What a refusal to spool tells the user to change."""
+        return ("give --spool-dir a folder with room" if self.spool_dir
+                else "set TMPDIR to a folder with room")
+
     def _head_block(self) -> bytes:
         """The stream's first block, at least the 4 bytes that tell its compression (a
         pipe opened unbuffered may hand over fewer at a time)."""
@@ -239,7 +251,7 @@ class TraceSource:
                     break
                 head += more
         except OSError as exc:
-            raise TraceError(f"cannot read input {self.name}: {exc.strerror or exc}") from None
+            raise unreadable(self.name, exc) from None
         return head
 
     def _spooled(self, block: bytes | None) -> None:
@@ -267,8 +279,7 @@ class TraceSource:
                 while self._spool_write is not None:
                     self._spooled(self._stdin.read(RAW_BLOCK) or None)
             except OSError as exc:
-                raise TraceError(
-                    f"cannot read input {self.name}: {exc.strerror or exc}") from None
+                raise unreadable(self.name, exc) from None
 
     def _spooling(self, folder: str, pack: bool):
         """The function that writes a block of the stream to the spool (in `folder`; zstd-
@@ -285,9 +296,8 @@ class TraceSource:
                 while view:
                     view = view[os.write(spool, view):]
             except OSError as exc:  # a full disk: the input's second pass needs the spool
-                where = "give --spool-dir" if self.spool_dir else "set TMPDIR to"
                 raise TraceError(f"cannot spool the input in {folder}: {exc.strerror or exc} "
-                                 f"({where} a folder with room)") from None
+                                 f"({self._spool_remedy})") from None
 
         return write
 
@@ -299,7 +309,7 @@ class TraceSource:
         try:
             fh = self._open_for_reading()
         except OSError as exc:
-            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
+            raise unreadable(self.name, exc) from None
         block = PLAIN_BLOCK if self.compression == "none" else RAW_BLOCK
 
         def raw_blocks():
@@ -356,7 +366,7 @@ class TraceSource:
         try:
             return os.open(self.path, os.O_RDONLY)
         except OSError as exc:
-            raise TraceError(f"cannot read input {self.name}: {exc.strerror}") from None
+            raise unreadable(self.name, exc) from None
 
     def _check_unchanged(self) -> None:
         if self.path is None or self.first_stats is None:
@@ -514,7 +524,7 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
         stats.data_sha256 = digest.hexdigest()
 
 
-def anonymous_temp_file(folder: str, remedy: str = "set TMPDIR") -> int:
+def anonymous_temp_file(folder: str, remedy: str) -> int:
     """A read-write file descriptor of a new file in `folder` that has no name.
 
     O_TMPFILE where the file system has it, else a named file unlinked at once: either
