@@ -108,7 +108,7 @@ def test_events_and_report_equal_one_guide_at_a_time(traces, tmp_path, name, con
 
 
 def test_json_summary_is_a_summary_not_the_rows(traces, tmp_path):
-    """`--json-summary` prints counts, the first and last guide, lanes per device, paths
+    """`--json` prints counts, the first and last guide, lanes per device, paths
     and elapsed seconds; its size does not grow with the guides (the rows are in the
     report file)."""
     trace, _ = traces("every-pass.json", iterations=40)
@@ -116,7 +116,7 @@ def test_json_summary_is_a_summary_not_the_rows(traces, tmp_path):
     for passes in ("1", "all"):
         out = tmp_path / f"out-{passes}.json"
         result = run(*layers_args(trace, out, "--end-anchor-regex", TERMINAL, "--max-gpu-lanes",
-                                  "10", "--json-summary", "--quiet", passes=passes))
+                                  "10", "--json", "--quiet", passes=passes))
         assert result.returncode == 0, result.stderr.decode()
         lines[passes] = result.stdout
     data = json.loads(lines["all"])

@@ -329,7 +329,7 @@ def test_report_names_the_sha256_of_the_bytes_read(decode_trace, tmp_path, compr
 def test_json_summary_is_one_line(decode_trace, tmp_path):
     trace, _ = decode_trace
     out = tmp_path / "out.json"
-    result = run(*layers_args(trace, out, "--json-summary", "--quiet", passes=1))
+    result = run(*layers_args(trace, out, "--json", "--quiet", passes=1))
     lines = result.stdout.decode().splitlines()
     assert len(lines) == 1
     assert json.loads(lines[0])["num_layers"] == 8

@@ -229,7 +229,7 @@ def test_the_summary_accounts_for_every_event_in_words(decode_trace, tmp_path):
     trace, _ = decode_trace
     out = tmp_path / "out.json"
     result = layers(trace, out, "--extra-anchors-per-pass", "1", "--passes", "all",
-                    "--max-gpu-lanes", "10", "--json-summary")
+                    "--max-gpu-lanes", "10", "--json")
     assert result.returncode == 0, result.stderr.decode()
     summary = result.stderr.decode()
     data = json.loads(result.stdout)

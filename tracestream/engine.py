@@ -38,6 +38,7 @@ from tracestream.plan.specs import (
     LayerSpec,
     validate_specs,
 )
+from tracestream.progress import Progress, or_silent
 from tracestream.read.compression import compression_for
 from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
@@ -74,7 +75,7 @@ class Report:
         return iter(self.data.get("layers", ()))
 
     def json_summary(self) -> dict:
-        """What `--json-summary` prints: the report without its per-guide rows, plus the
+        """What `--json` prints: the report without its per-guide rows, plus the
         guide count, the first and last guide, the lanes per device, the paths and the
         elapsed seconds (the rows are in the report file)."""
         data = {key: value for key, value in self.data.items() if key != "layers"}
@@ -160,8 +161,9 @@ def _prepare_paths(trace: str, output: str, report: str | None, kind: str, stdin
 
 def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
                compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
-               command: str, tmpdir: str | None = None, progress=None, pool=None,
-               source_name: str | None = None, after_index=None, hashes_source: bool = True):
+               command: str, tmpdir: str | None = None, progress: Progress | None = None,
+               pool=None, source_name: str | None = None, after_index=None,
+               hashes_source: bool = True):
     """Index pass and plan: (index, plan). Every refusal happens here; nothing is written.
 
     `after_index()`, when given, is called between the two: the plan is made on one core,
@@ -181,17 +183,25 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
         source.start_hashing()  # while the plan runs on one core (the report names the hash)
     if after_index is not None:
         after_index()
+    # the plan's steps: the guides, the lanes, the report
+    steps = [layer_spec is not None, compact_spec is not None, True]
+    meter = or_silent(progress).phase("plan", sum(steps), "steps")
     try:
         planner = Planner(index, output_name=output_name, report_name=report_name,
                           source_name=source_name)
         layers = planner.plan_layers(layer_spec) if layer_spec is not None else None
         index.matches.clear()  # chosen: the guides keep the tables they are written from
+        meter.advance_to(sum(steps[:1]))
         compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
+        meter.advance_to(sum(steps[:2]))
         plan = planner.finish(command, layers, compaction,
                               options=spec_options(layer_spec, compact_spec))
+        meter.advance_to(sum(steps))
     except BaseException:
         index.close()
         raise
+    finally:
+        meter.close()
     index.planned()
     release_memory()
     return index, plan
@@ -263,7 +273,8 @@ def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = Non
                      max_event_bytes: int | None = None, spool_dir: str | None = None) -> Report:
     """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`).
 
-    `progress`: an object whose `wrap(blocks, label)` sees each pass's blocks (None: none).
+    `progress`: sees the phases index, plan and rewrite (see tracestream.progress; None:
+    none).
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
     `max_event_bytes`: the longest single event read (None: 64 MiB).
     `spool_dir`: where a trace read from a stream (stdin, a pipe) is kept for the second

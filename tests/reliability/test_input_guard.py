@@ -128,7 +128,7 @@ def test_printing_onto_the_trace_read_is_refused(source, tmp_path, cli, kind):
 @pytest.mark.parametrize("kind", ["compact", "layers"])
 def test_json_summary_onto_the_input_is_refused(source, tmp_path, mode, kind):
     before = sha256(source)
-    args = _command(kind, source, tmp_path / "o.json", tmp_path / "r.json") + ["--json-summary"]
+    args = _command(kind, source, tmp_path / "o.json", tmp_path / "r.json") + ["--json"]
     out = run_with_stdout(args, source, mode)
     _assert_source_kept(out, source, before, "JSON summary (stdout)")
     assert leftovers(tmp_path) == ["src"]
@@ -144,7 +144,7 @@ def test_batch_result_lines_onto_an_input_are_refused(source, tmp_path):
 
 @pytest.mark.parametrize("kind", ["compact", "layers"])
 @pytest.mark.parametrize("streams", [["--output", "-", "--report", "-"],
-                                     ["--report", "-", "--json-summary"]],
+                                     ["--report", "-", "--json"]],
                          ids=["output-and-report", "report-and-summary"])
 def test_two_documents_on_stdout_are_refused(source, tmp_path, cli, kind, streams):
     """stdout carries one JSON document: the trace, the report or the summary."""

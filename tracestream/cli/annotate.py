@@ -19,7 +19,7 @@ from tracestream.cli.options import (
     trace_option,
     workers_option,
 )
-from tracestream.cli.progress import Progress
+from tracestream.cli.progress import progress_for
 
 LAYERS_EXAMPLES = examples(
     "tracestream layers --trace TP-0.trace.json.gz --output TP-0.layers.trace.json.gz "
@@ -103,7 +103,7 @@ def register(main) -> None:
         refuse_summary_on_input(trace, json_summary, report)
         result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                                   compress=compress, compress_level=compress_level,
-                                  progress=Progress.for_terminal(quiet), workers=workers,
+                                  progress=progress_for(quiet), workers=workers,
                                   max_event_bytes=event_limit(), spool_dir=spool_dir)
         emit_summary(result, json_summary, quiet)
 
@@ -131,6 +131,6 @@ def register(main) -> None:
         spec = CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
         result = compact_trace(trace, output, spec, report=report, compress=compress,
                                compress_level=compress_level,
-                               progress=Progress.for_terminal(quiet), workers=workers,
+                               progress=progress_for(quiet), workers=workers,
                                max_event_bytes=event_limit(), spool_dir=spool_dir)
         emit_summary(result, json_summary, quiet)

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from tracestream.cli.options import event_limit, examples
+from tracestream.cli.options import event_limit, examples, quiet_option
 
 
 def _default_jobs() -> int:
@@ -30,7 +30,10 @@ def _engine_options(f):
                           "for a Dask cluster)."),
         click.option("--jobs", "-j", type=int, default=_default_jobs, show_default="CPU count",
                      metavar="N",
-                     help="Worker processes (local pool, or the LocalCluster of --engine dask)."),
+                     help="Traces run at once, one process each (a local pool, or the "
+                          "LocalCluster of --engine dask); each trace runs on one core, unlike "
+                          "the --workers of layers and compact, which share one trace's chunks "
+                          "among processes."),
         click.option("--engine", type=click.Choice(["local", "dask"]), default="local",
                      show_default=True,
                      help="local: a process pool here; dask: dask.distributed workers."),
@@ -45,6 +48,7 @@ def _engine_options(f):
                      help="Verify each output in its task; a failure removes output and report."),
         click.option("--skip-existing", is_flag=True,
                      help="Skip traces whose output and report both exist (status skipped)."),
+        quiet_option,
     ]
     for option in reversed(options):
         f = option(f)
@@ -79,12 +83,13 @@ def _layer_default_options(f):
     return f
 
 
-def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None) -> None:
+def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None, quiet: bool) -> None:
     from tracestream.cli.guard import refuse_stdout_on_inputs, silence_and_refuse, stderr_is_one_of
+    from tracestream.cli.progress import progress_for
     from tracestream.commands.batch import run_batch
     from tracestream.commands.batch.outcome import (
         final_line,
-        progress_text,
+        progress_note,
         result_line,
         summary_table,
     )
@@ -93,23 +98,26 @@ def _run(kind: str, tasks, engine: str, jobs: int, scheduler: str | None) -> Non
     if stderr_is_one_of(traces):
         silence_and_refuse()
     refuse_stdout_on_inputs(traces, "result lines")
-    tty = sys.stderr.isatty()
+    progress = progress_for(quiet)
+    meter = progress.phase(f"batch {kind}", len(tasks), "traces") if progress else None
 
     def on_result(result, outcome):
-        if tty:
-            click.echo("\r\x1b[K", nl=False, err=True)
-        click.echo(result_line(result))
-        if tty:
-            click.echo(progress_text(outcome), nl=False, err=True)
+        if meter is None:
+            click.echo(result_line(result))
+            return
+        meter.note = progress_note(outcome)
+        meter.advance_to(len(outcome.results))
+        meter.echo(result_line(result))
 
-    if tty:
-        click.echo(f"batch {kind}: {len(tasks)} traces, engine {engine}", err=True)
-    outcome = run_batch(tasks, engine=engine, jobs=jobs, scheduler=scheduler,
-                        on_result=on_result)
-    if tty:
-        click.echo("\r\x1b[K" + progress_text(outcome), err=True)
-    click.echo(final_line(outcome, kind), err=True)
-    click.echo(summary_table(outcome), err=True)
+    try:
+        outcome = run_batch(tasks, engine=engine, jobs=jobs, scheduler=scheduler,
+                            on_result=on_result)
+    finally:
+        if meter is not None:
+            meter.close()
+    if not quiet:
+        click.echo(final_line(outcome, kind), err=True)
+        click.echo(summary_table(outcome), err=True)
     sys.exit(outcome.exit_code)
 
 
@@ -139,7 +147,7 @@ def register(main) -> None:
     @click.option("--pid", default=None, metavar="PID", help="Compact only this GPU process.")
     @_engine_options
     def batch_compact(traces, max_gpu_lanes, pid, output_dir, jobs, engine, scheduler, compress,
-                      compress_level, verify, skip_existing):
+                      compress_level, verify, skip_existing, quiet):
         """Compact every TRACE with the same options: OUT/<name>.compact.json[.gz]."""
         from tracestream.cli.options import pid_value
         from tracestream.commands.batch import compact_tasks
@@ -149,7 +157,7 @@ def register(main) -> None:
                               CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid)),
                               compress=compress, compress_level=compress_level, verify=verify,
                               skip_existing=skip_existing, max_event_bytes=event_limit())
-        _run("compact", tasks, engine, jobs, scheduler)
+        _run("compact", tasks, engine, jobs, scheduler, quiet)
 
     @batch.command("layers", epilog=examples(
         "tracestream batch layers --manifest ranks.jsonl --output-dir out/ --jobs 4",
@@ -164,7 +172,7 @@ def register(main) -> None:
                   help="Also compact GPU activity into at most N (1-10) display lanes.")
     @_engine_options
     def batch_layers(manifest, output_dir, jobs, engine, scheduler, compress, compress_level,
-                     verify, skip_existing, **layer_options):
+                     verify, skip_existing, quiet, **layer_options):
         """Add layer guides to every trace of a manifest: OUT/<name>.layers.json[.gz].
 
         The layers options (see `tracestream layers --help`) given here are defaults;
@@ -175,4 +183,4 @@ def register(main) -> None:
         tasks = layers_tasks(manifest, output_dir, layer_options, compress=compress,
                              compress_level=compress_level, verify=verify,
                              skip_existing=skip_existing, max_event_bytes=event_limit())
-        _run("layers", tasks, engine, jobs, scheduler)
+        _run("layers", tasks, engine, jobs, scheduler, quiet)

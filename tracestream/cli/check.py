@@ -10,6 +10,7 @@ from tracestream.cli.options import (
     examples,
     level_option,
     orjson_dumps,
+    quiet_option,
     workers_option,
 )
 
@@ -31,15 +32,17 @@ def register(main) -> None:
                        "<output>.compact.json).")
     @workers_option
     @click.option("--json", "as_json", is_flag=True,
-                  help="Print the verdict and each check as JSON.")
-    def verify(trace, output, report, workers, as_json):
+                  help="Print the verdict and each check as one JSON object.")
+    @quiet_option
+    def verify(trace, output, report, workers, as_json, quiet):
         """Prove an annotated trace is its source plus tracestream's additions (exit 0/1/2)."""
         from tracestream.cli.guard import refuse_stdout_on_inputs
+        from tracestream.cli.progress import progress_for
         from tracestream.commands.verify import verify as verify_trace
 
         refuse_stdout_on_inputs([trace, output], "output")
         verdict = verify_trace(trace, output, report, workers=workers,
-                               max_event_bytes=event_limit())
+                               max_event_bytes=event_limit(), progress=progress_for(quiet))
         if as_json:
             click.echo(orjson_dumps(verdict.to_json()))
         else:
@@ -59,13 +62,22 @@ def register(main) -> None:
                   help="The annotated trace's report (an input; default: next to --trace).")
     @compress_option
     @level_option
-    def restore(trace, output, report, compress, compress_level):
+    @click.option("--json", "as_json", is_flag=True,
+                  help="Print the counts as one JSON object (on stderr when the trace goes to "
+                       "stdout).")
+    @quiet_option
+    def restore(trace, output, report, compress, compress_level, as_json, quiet):
         """Write the source trace back from an annotated one, byte for byte (decompressed)."""
+        from tracestream.cli.progress import progress_for
         from tracestream.commands.restore import restore as restore_trace
 
         result = restore_trace(trace, output, report, compress=compress,
-                               compress_level=compress_level, max_event_bytes=event_limit())
-        click.echo(
-            f"restored {result['events']:,} events to {output} ({result['relocated']:,} moved "
-            f"back, {result['retired']} metadata events re-inserted, {result['dropped']} added "
-            f"events dropped)", err=output == "-")
+                               compress_level=compress_level, max_event_bytes=event_limit(),
+                               progress=progress_for(quiet))
+        if as_json:
+            click.echo(orjson_dumps({**result, "output": output}), err=output == "-")
+        elif not quiet:
+            click.echo(
+                f"restored {result['events']:,} events to {output} ({result['relocated']:,} "
+                f"moved back, {result['retired']} metadata events re-inserted, "
+                f"{result['dropped']} added events dropped)", err=output == "-")

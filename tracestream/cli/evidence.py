@@ -14,7 +14,7 @@ _json_option = click.option("--json", "as_json", is_flag=True,
 
 def register(main) -> None:
     """Add this module's commands to the `tracestream` group."""
-    from tracestream.cli.options import event_limit, examples, workers_option
+    from tracestream.cli.options import event_limit, examples, quiet_option, workers_option
 
     @main.command("inspect", epilog=examples(
         "tracestream inspect --trace TP-0.trace.json.gz",
@@ -26,10 +26,11 @@ def register(main) -> None:
     @click.option("--top", type=int, default=30, show_default=True, metavar="N",
                   help="Most frequent kernel names per GPU and CPU user annotations to show.")
     @workers_option
-    def inspect_command(trace, as_json, top, workers):
+    @quiet_option
+    def inspect_command(trace, as_json, top, workers, quiet):
         """What a trace holds: processes, GPUs (streams, counts, peak overlap), names, flows."""
         from tracestream.cli.guard import refuse_stdout_on_inputs
-        from tracestream.cli.progress import Progress
+        from tracestream.cli.progress import progress_for
         from tracestream.commands.evidence.inspect import format_inspect, inspect_trace
         from tracestream.jsontext import dumps
         from tracestream.parallel.memory import collector_paused
@@ -37,7 +38,7 @@ def register(main) -> None:
         refuse_stdout_on_inputs([trace], "output")
 
         with collector_paused():
-            report = inspect_trace(trace, top=top, progress=Progress.for_terminal(as_json),
+            report = inspect_trace(trace, top=top, progress=progress_for(quiet),
                                    workers=workers, max_event_bytes=event_limit())
             click.echo(dumps(report).decode() if as_json else format_inspect(report))
 
@@ -60,13 +61,14 @@ def register(main) -> None:
                        "[default: 3].")
     @_json_option
     @workers_option
+    @quiet_option
     def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, as_json,
-                        workers):
+                        workers, quiet):
         """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
         for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
         from tracestream.cli.guard import refuse_stdout_on_inputs
         from tracestream.cli.options import pid_value
-        from tracestream.cli.progress import Progress
+        from tracestream.cli.progress import progress_for
         from tracestream.commands.evidence.anchors import anchors_json, anchors_lines, find_anchors
         from tracestream.parallel.memory import collector_paused
         from tracestream.plan.cadence import GAP_FACTOR
@@ -76,7 +78,7 @@ def register(main) -> None:
             report = find_anchors(
                 trace, anchor_regex, pid=pid_value(pid), device=pid_value(device),
                 cross_check=cross_check, factor=GAP_FACTOR if gap_factor is None else gap_factor,
-                progress=Progress.for_terminal(as_json), workers=workers,
+                progress=progress_for(quiet), workers=workers,
                 max_event_bytes=event_limit(),
             )
             if as_json:

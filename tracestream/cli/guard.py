@@ -1,7 +1,7 @@
 """Guards of the standard streams, applied before a command reads or writes anything.
 
 A shell can point stdout or stderr at the very file a command reads (`2<> trace.json`,
-`--json-summary >> trace.json`, `batch compact t.json >> t.json`): the text written there
+`--json >> trace.json`, `batch compact t.json >> t.json`): the text written there
 would overwrite or extend that file. These checks compare inodes before any work is done.
 """
 
@@ -59,7 +59,7 @@ CLOSED: set[str] = set()
 _STREAMS = (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w"))
 _STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
 _SILENT_COMMANDS = {"layers", "compact", "restore"}
-"""Commands that print nothing on stdout unless a file is `-` or --json-summary is given."""
+"""Commands that print nothing on stdout unless a file is `-` or --json is given."""
 
 
 def reopen_closed_streams() -> None:

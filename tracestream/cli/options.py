@@ -58,14 +58,14 @@ def emit_summary(report, json_summary: bool, quiet: bool) -> None:
 
 
 def refuse_summary_on_input(trace: str, json_summary: bool, report: str | None) -> None:
-    """`--json-summary 1<> trace.json` would overwrite the source with the summary, and
+    """`--json 1<> trace.json` would overwrite the source with the summary, and
     with `--report -` stdout would carry two JSON documents."""
     from tracestream.cli.guard import refuse_stdout_on_inputs
 
     if json_summary:
         if report == "-":
-            raise TraceError("--report - and --json-summary would both go to stdout; "
-                             "give the report a file or drop --json-summary")
+            raise TraceError("--report - and --json would both go to stdout; "
+                             "give the report a file or drop --json")
         refuse_stdout_on_inputs([trace], "JSON summary")
 
 
@@ -113,15 +113,18 @@ spool_option = click.option(
          "(zstd-compressed when it is plain JSON, ~1/20 of its size; default: $TMPDIR).",
 )
 quiet_option = click.option(
-    "--quiet", is_flag=True, help="No progress and no summary on stderr (errors still appear).")
+    "--quiet", is_flag=True,
+    help="Show no progress and no summary on stderr (errors still appear, and what the "
+         "command prints on stdout).")
 workers_option = click.option(
     "--workers", type=click.IntRange(0, 64), default=None, metavar="N",
     help="Worker processes for the per-chunk work (default: one per CPU for inputs of 48 MB "
          "or more; 0: none).",
 )
 json_summary_option = click.option(
-    "--json-summary", is_flag=True,
-    help="Print the report summary as one JSON line on stdout (not when stdout is the trace).",
+    "--json", "--json-summary", "json_summary", is_flag=True,
+    help="Print the report summary as one JSON object on stdout (not when stdout is the "
+         "trace; --json-summary is its former name).",
 )
 
 

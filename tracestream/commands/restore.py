@@ -31,6 +31,7 @@ from tracestream.index.keyscan import separators
 from tracestream.model import PROVENANCE_MARK, RAW_EVENTS
 from tracestream.parallel.memory import release_memory
 from tracestream.plan.report import find_report, load_report
+from tracestream.progress import SILENT, Meter, Progress, or_silent
 from tracestream.read.compression import compression_for
 from tracestream.read.document import CHUNK_BYTES, SETTLE, DocumentScanner, Layout
 from tracestream.read.hashing import ReadStats
@@ -161,10 +162,12 @@ class _Replay:
 
 
 def restore(trace, output, report: str | None = None, *, compress: str | None = None,
-            compress_level: int | None = None, max_event_bytes: int | None = None) -> dict:
+            compress_level: int | None = None, max_event_bytes: int | None = None,
+            progress: Progress | None = None) -> dict:
     """Write the source trace, byte for byte, from an annotated trace and its report.
 
-    `max_event_bytes`: the longest single event read (None: read.document's default)."""
+    `max_event_bytes`: the longest single event read (None: read.document's default).
+    `progress` sees the phase "restore" (see tracestream.progress)."""
     trace, output = str(trace), str(output)
     refuse_writing_input(input_identity(trace), output, "output", trace)
     check_compress_level(compression_for(output, compress), compress_level)
@@ -174,7 +177,11 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
             OutputFile(output, compression=compression_for(output, compress),
                        level=compress_level) as out:
         writer = HashingWriter(out)
-        counts = splice_back(annotated, undo, writer)
+        meter = or_silent(progress).phase("restore", annotated.progress_total)
+        try:
+            counts = splice_back(annotated, undo, writer, meter=meter)
+        finally:
+            meter.close()
         digest = writer.hexdigest()
         if digest != undo.sha256:
             raise TraceError(
@@ -187,7 +194,7 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
 
 def splice_back(annotated: TraceSource, undo: Undo, writer, *,
                 chunk_bytes: int = CHUNK_BYTES, quick: bool = False,
-                speculative: bool = False) -> dict:
+                speculative: bool = False, meter: Meter = SILENT) -> dict:
     """Write the source's bytes to `writer` (anything with `write`); the counts of events
     restored, moved back, re-inserted and dropped. TraceError where the annotated trace
     does not match the report. (`chunk_bytes`: how much the scanner cuts at once.)
@@ -199,7 +206,9 @@ def splice_back(annotated: TraceSource, undo: Undo, writer, *,
     `speculative` (quick only): the annotated trace is cut where events seem to end and
     not decoded, a chunk's events counted by the `}` `,` `{` between them (an array of
     objects or such text in a string inside an event counts too many: the restored bytes
-    then differ). Only a chunk with more to undo than relocations is decoded."""
+    then differ). Only a chunk with more to undo than relocations is decoded.
+
+    `meter` is moved on after each chunk (see tracestream.progress)."""
     stats = ReadStats()
     replay = _Replay(annotated.read(stats))
     scanner = DocumentScanner(replay.read(), chunk_bytes=chunk_bytes,
@@ -217,11 +226,13 @@ def splice_back(annotated: TraceSource, undo: Undo, writer, *,
         state.chunk(chunk)
         if chunk.events is None:
             scanner.confirm(chunk)
+        meter.advance_to(stats.position(chunk.offset + chunk.length))
     layout = scanner.layout
     if state.events == 0 and not state.appended:
         state.top_level(layout, before_events=True)
     state.finish(layout)
     annotated.finish_read(stats)
+    meter.advance_to(stats.raw_bytes)  # (the bytes after the last event too)
     return {"events": state.restored, "relocated": state.relocated,
             "retired": len(undo.retired), "dropped": state.appended}
 

@@ -44,6 +44,7 @@ from tracestream.index.records import RecordStore
 from tracestream.model import KERNEL
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
+from tracestream.progress import Meter, Progress, or_silent
 from tracestream.read.document import (
     CHUNK_BYTES,
     SETTLE,
@@ -462,30 +463,33 @@ def _chunk_error(exc: ChunkError, base: int) -> TraceError:
     return TraceError(f"{where}: {exc.message}")
 
 
-def run_index(source: TraceSource, options: IndexOptions, *, progress=None,
+def run_index(source: TraceSource, options: IndexOptions, *, progress: Progress | None = None,
               pool=None) -> TraceIndex:
-    """Stream the source once and build its index (chunks observed in `pool` if given)."""
+    """Stream the source once and build its index (chunks observed in `pool` if given;
+    `progress` sees the phase "index", see tracestream.progress)."""
     stats = ReadStats()
     builder = IndexBuilder(options)
     context = builder.context
+    meter = or_silent(progress).phase("index", source.progress_total)
     with collector_paused():
-        return _run_index(source, options, stats, builder, context, progress, pool)
+        try:
+            return _run_index(source, options, stats, builder, context, meter, pool)
+        finally:
+            meter.close()
 
 
-def _run_index(source, options, stats, builder, context, progress, pool) -> TraceIndex:
+def _run_index(source, options, stats, builder, context, meter: Meter, pool) -> TraceIndex:
     try:
         pool = pool if pool is not None else InlinePool()
         by_path = source.plain_path if pool.workers else None
         # one pass over a file the workers read: the scanner reads only what it decodes
         blocks: Iterable[bytes] | None = (
-            source.read_skipping(stats) if by_path is not None and progress is None else None)
+            source.read_skipping(stats) if by_path is not None else None)
         by_parts = blocks is not None and not source.read_once
         if by_parts:  # checksummed from each chunk's bytes, where they are decoded
             context = dataclasses.replace(context, checksum=True)
         if blocks is None:
             blocks = source.read(stats)
-            if progress is not None:
-                blocks = progress.wrap(blocks, "index")
         # a file the workers read themselves: the scanner reads only the bytes near each cut
         scanner = DocumentScanner(blocks, speculative=True, chunk_bytes=options.chunk_bytes,
                                   max_event_bytes=source.max_event_bytes,
@@ -514,6 +518,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
                     pool.slots.release(slot)
             builder.add(facts, chunk)
             scanner.confirm(chunk)
+            meter.advance_to(stats.position(chunk.offset + chunk.length))
             if len(builder.chunks) % _TRIM_EVERY == 0:
                 release_memory()
             return True
@@ -533,6 +538,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
             except ChunkError as exc:
                 raise _chunk_error(exc, builder.event_count) from None
             builder.add(facts, chunk)
+            meter.advance_to(stats.position(chunk.offset + chunk.length))
         while inflight:
             if not settle(*inflight.popleft()):  # pragma: no cover - needs a final decode
                 raise TraceError("internal error: rewind after the last chunk")
@@ -540,6 +546,7 @@ def _run_index(source, options, stats, builder, context, progress, pool) -> Trac
             source.checksum_by_parts(stats, ((c.offset, c.length, c.crc32)
                                              for c in builder.chunks))
         source.finish_read(stats)
+        meter.advance_to(stats.raw_bytes)  # (the bytes after the last event too)
     except BaseException:
         builder.close()
         raise

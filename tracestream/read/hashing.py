@@ -27,6 +27,15 @@ class ReadStats:
     crc32: int = 0
     data_sha256: str = ""  # of the decompressed bytes; the first read only
     checksummed: bool = True  # False: a skipping read (`TraceSource.read_skipping`)
+    # while the read goes on: the raw bytes decompressed so far (a compressed read only)
+    raw_read: int = 0
+    compressed: bool = False
+
+    def position(self, data_offset: int) -> int:
+        """How far the read is in its raw bytes, given the decompressed offset a consumer
+        reached (progress counts the bytes on disk: for a compressed read, the raw bytes
+        its decoder took so far, a block or two ahead of the consumer)."""
+        return self.raw_read if self.compressed else data_offset
 
 
 class PieceChecksum:

@@ -150,6 +150,16 @@ class TraceSource:
         return self._stdin is not None
 
     @property
+    def progress_total(self) -> int | None:
+        """What a read's progress counts to (see ReadStats.position): the file's size, the
+        stream's once it is spooled, None for the first read of a stream."""
+        if self._spool is not None and self.first_stats is not None:
+            return self.first_stats.raw_bytes  # (a plain stream's: its decompressed bytes)
+        if self.is_stdin:
+            return None
+        return self.fingerprint.size
+
+    @property
     def plain_path(self) -> str | None:
         """The path of an uncompressed file on disk (worker processes can read spans of it
         themselves), else None."""
@@ -501,9 +511,11 @@ def _decode_blocks(raw: Iterator[bytes], stats: ReadStats, compression: str, sou
         decoder = ZstdDecoder(source.name)
     else:
         decoder = None
+    stats.compressed = decoder is not None
     for block in raw:
         crc = isal_zlib.crc32(block, crc)  # ISA-L: ~7x zlib's speed, same value
         raw_total += len(block)
+        stats.raw_read = raw_total
         if decoder is None:
             data_total += len(block)
             if digest is not None:

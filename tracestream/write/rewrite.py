@@ -28,6 +28,7 @@ from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
 from tracestream.parallel.slots import deliver, received, slot_buffer, write_result
 from tracestream.plan.planner import DELETE, KEEP, Plan
+from tracestream.progress import Meter, Progress, or_silent
 from tracestream.read.hashing import PieceChecksum, ReadStats
 from tracestream.read.source import PLAIN_BLOCK, TraceSource, read_span
 from tracestream.write.relocate import relocate
@@ -349,17 +350,21 @@ def chunk_edits(index: TraceIndex, plan: Plan) -> Iterator[tuple[object, np.ndar
 
 
 def rewrite(source: TraceSource, index: TraceIndex, plan: Plan, out: OutputFile,
-            *, progress=None, pool=None, report_rows=None) -> None:
+            *, progress: Progress | None = None, pool=None, report_rows=None) -> None:
     """The rewrite pass into `out`. `report_rows`: (the report's guide rows, where they go),
-    to make each block of guides' report rows with its events (AppendedEvents.texts)."""
+    to make each block of guides' report rows with its events (AppendedEvents.texts).
+    `progress` sees the phase "rewrite" (see tracestream.progress)."""
+    meter = or_silent(progress).phase("rewrite", source.progress_total)
     with collector_paused():
         try:
-            _rewrite(source, index, plan, out, progress,
+            _rewrite(source, index, plan, out, meter,
                      pool if pool is not None else InlinePool(), report_rows)
         except Exception:
             if not out.failed:
                 _refuse_if_changed(source)
             raise
+        finally:
+            meter.close()
 
 
 def _refuse_if_changed(source: TraceSource) -> None:
@@ -375,28 +380,33 @@ def _refuse_if_changed(source: TraceSource) -> None:
     source.finish_read(stats)
 
 
-def _rewrite(source, index, plan, out, progress, pool, report_rows) -> None:
+def _rewrite(source, index, plan, out, meter: Meter, pool, report_rows) -> None:
     stats = ReadStats()
     by_path = source.plain_path if pool.workers else None
-    if by_path is not None and progress is None:  # the workers read what they rewrite
+
+    def written(offset: int) -> None:  # the output holds the source's bytes up to `offset`
+        meter.advance_to(stats.position(offset))
+
+    if by_path is not None:  # the workers read what they rewrite
         cursor = FileCursor(source.open_plain(), PieceChecksum())
         try:
-            _rewrite_from(cursor, index, plan, out, pool, by_path, report_rows)
+            _rewrite_from(cursor, index, plan, out, pool, by_path, report_rows, written)
         finally:
             cursor.close()
         cursor.checksum.finish(stats)
     else:
         blocks: Iterable[bytes] = source.read(stats)
-        if progress is not None:
-            blocks = progress.wrap(blocks, "rewrite")
-        _rewrite_from(StreamCursor(blocks), index, plan, out, pool, by_path, report_rows)
+        _rewrite_from(StreamCursor(blocks), index, plan, out, pool, by_path, report_rows,
+                      written)
     source.finish_read(stats)
+    meter.advance_to(stats.raw_bytes)  # (the bytes after the last event too)
 
 
 def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
-                  by_path: str | None, report_rows=None) -> None:
+                  by_path: str | None, report_rows=None, written=lambda offset: None) -> None:
     """The rewrite pass over `cursor`; chunks with edits go to the workers, which read them
-    themselves from `by_path` when it is given."""
+    themselves from `by_path` when it is given. `written(offset)`: the output holds the
+    source's bytes up to `offset` (decompressed), after each chunk."""
     layout = index.layout
     member = _member_edit(index, plan)
     if member is not None and member[0] < layout.events_open:
@@ -419,7 +429,7 @@ def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
         flushed += 1
         if flushed % _TRIM_EVERY == 0:
             release_memory()
-        separator, payload, conditional, slot, span = pending.popleft()
+        separator, payload, conditional, slot, span, end = pending.popleft()
         if conditional and ends_dropped:
             separators[-1] = separator  # left out with the event before it
         else:
@@ -434,6 +444,7 @@ def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
             separators.extend(dropped)
             ends_dropped = dropped_last(dropped)
             write_result(out, result, slot, pool.slots)
+        written(end)
 
     for chunk, rows, actions in chunk_edits(index, plan):
         separator = cursor.take(chunk.offset - cursor.pos)
@@ -453,7 +464,7 @@ def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
                                       plan.targets, slot)
         else:
             payload = cursor.take(chunk.length)
-        pending.append((separator, payload, not first, slot, span))
+        pending.append((separator, payload, not first, slot, span, chunk.offset + chunk.length))
         first = False
         while len(pending) > window:
             flush_one()

@@ -97,15 +97,9 @@ def result_line(result: dict) -> str:
     return orjson.dumps(result).decode()
 
 
-def progress_text(outcome: BatchOutcome, width: int = 24) -> str:
-    """`[#####-----] 12/64 done, 1 failed, 45.3 MB/s, 0:42` for a terminal."""
-    done = len(outcome.results)
-    total = max(outcome.total, 1)
-    filled = int(width * done / total)
-    elapsed = int(outcome.seconds)
-    return (f"[{'#' * filled}{'-' * (width - filled)}] {done}/{outcome.total} done, "
-            f"{outcome.count('failed')} failed, {outcome.mb_per_s:,.1f} MB/s, "
-            f"{elapsed // 60}:{elapsed % 60:02d}")
+def progress_note(outcome: BatchOutcome) -> str:
+    """`1 failed, 45.3 MB/s`: what the progress bar or log line says after its count."""
+    return f"{outcome.count('failed')} failed, {outcome.mb_per_s:,.1f} MB/s"
 
 
 def final_line(outcome: BatchOutcome, kind: str) -> str:

@@ -37,6 +37,7 @@ from tracestream.parallel.memory import release_memory
 from tracestream.parallel.pool import outcome
 from tracestream.plan.planner import DELETE, KEEP, Plan
 from tracestream.plan.report import find_report, load_report
+from tracestream.progress import SILENT, Meter, Progress, or_silent
 from tracestream.read.document import SETTLE, DocumentScanner, Layout, iter_events
 from tracestream.read.hashing import ReadStats
 from tracestream.read.jsonbytes import SEPARATOR
@@ -52,10 +53,14 @@ def _events(source: TraceSource, stats: ReadStats) -> tuple[DocumentScanner, Ite
 
 
 def verify(trace, output, report: str | None = None, *, tmpdir: str | None = None,
-           workers: int | None = None, max_event_bytes: int | None = None) -> Verdict:
+           workers: int | None = None, max_event_bytes: int | None = None,
+           progress: Progress | None = None) -> Verdict:
     """Check `output` against its source `trace`; TraceError if either cannot be read.
 
-    `max_event_bytes`: the longest single event read (None: read.document's default)."""
+    `max_event_bytes`: the longest single event read (None: read.document's default).
+    `progress` sees the phases index and plan (of the source) and verify (the output's
+    bytes compared), see tracestream.progress."""
+    progress = or_silent(progress)
     trace, output = str(trace), str(output)
     report_path = find_report(output, report)
     data, retired = load_report(report_path)
@@ -71,7 +76,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
                 report_name=data.get("report_file", report_path.name),
-                command=data.get("command", ""), tmpdir=tmpdir, pool=pool,
+                command=data.get("command", ""), tmpdir=tmpdir, pool=pool, progress=progress,
                 source_name=data.get("source_file"), after_index=restoring.start,
                 hashes_source=not restoring.hashes_source,
             )
@@ -85,10 +90,15 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             # the source's sha256 is asked for last (and listed first): its thread goes on
             # hashing while the output is compared, where waiting for it left the cores idle
             compared = Verdict()
-            if not _fast_compare(source, annotated, index, plan, data, retired, compared,
-                                 tmpdir, pool, restoring):
-                source.start_hashing()  # (where restore's check was to hash the source)
-                _compare(source, annotated, index, plan, data, retired, compared, tmpdir)
+            meter = progress.phase("verify", annotated.progress_total)
+            try:
+                if not _fast_compare(source, annotated, index, plan, data, retired, compared,
+                                     tmpdir, pool, restoring, meter):
+                    source.start_hashing()  # (where restore's check was to hash the source)
+                    _compare(source, annotated, index, plan, data, retired, compared, tmpdir,
+                             meter)
+            finally:
+                meter.close()
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
             verdict.checks.extend(compared.checks)
@@ -148,7 +158,8 @@ class _Restoring:
 
 
 def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
-                  verdict: Verdict, tmpdir, pool, restoring: _Restoring) -> bool:
+                  verdict: Verdict, tmpdir, pool, restoring: _Restoring,
+                  meter: Meter = SILENT) -> bool:
     """Every check, when the output is byte for byte what the plan makes of the source
     (True); else False with nothing added to `verdict`, and `_compare` names what differs.
 
@@ -170,10 +181,13 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
     try:
         # cut where events seem to end, not decoded: each chunk is compared with the
         # planned bytes, which the workers decode (see `PlannedStream`)
-        out_scan = DocumentScanner(annotated.read(ReadStats()), speculative=True,
+        out_stats = ReadStats()
+        out_scan = DocumentScanner(annotated.read(out_stats), speculative=True,
                                    max_event_bytes=annotated.max_event_bytes)
-        if not _as_planned(out_scan, planned) or not checks.sources_complete:
+        compared = partial(_compared, meter, out_stats)
+        if not _as_planned(out_scan, planned, compared) or not checks.sources_complete:
             return False
+        meter.advance_to(out_stats.raw_bytes)  # (the output's bytes after its last event)
         # restore's splice ran in a worker meanwhile (it reads the output file itself)
         restored = restoring.outcome()
         if restored is None:
@@ -190,9 +204,16 @@ def _fast_compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, 
         checks.close()
 
 
-def _as_planned(out_scan: DocumentScanner, planned: PlannedStream) -> bool:
+def _compared(meter: Meter, stats: ReadStats, offset: int) -> None:
+    """The output is compared up to `offset` (decompressed; see tracestream.progress)."""
+    meter.advance_to(stats.position(offset))
+
+
+def _as_planned(out_scan: DocumentScanner, planned: PlannedStream,
+                compared=lambda offset: None) -> bool:
     """Whether the output's events and the separators between them are the planned bytes
-    (whose events the output-only checks observe as they are made, see `PlannedStream`)."""
+    (whose events the output-only checks observe as they are made, see `PlannedStream`).
+    `compared(offset)`: the output is compared up to `offset`, after each chunk."""
     expected = Sequential(planned.pieces())
     base = None
     end = 0  # where the last chunk ended, from the first event on
@@ -209,6 +230,7 @@ def _as_planned(out_scan: DocumentScanner, planned: PlannedStream) -> bool:
             end = chunk.offset - base + chunk.length
             if chunk.events is None:
                 out_scan.confirm(chunk)
+            compared(chunk.offset + chunk.length)
     except TraceError:  # a cut inside a string, or a malformed output: `_compare` says which
         return False
     return (base is not None and expected.ended() and planned.retired_ok
@@ -230,14 +252,14 @@ def _chunk_as_planned(chunk, base: int | None, end: int, expected: Sequential) -
 
 
 def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retired,
-             verdict: Verdict, tmpdir) -> None:
+             verdict: Verdict, tmpdir, meter: Meter = SILENT) -> None:
     src_stats, out_stats = ReadStats(), ReadStats()
     src_scan, src_events = _events(source, src_stats)
     out_scan, out_events = _events(annotated, out_stats)
     checks = OutputChecks(data, tmpdir)
     try:
         event_problems, in_step = _lockstep(src_events, out_events, index, plan, retired,
-                                            checks)
+                                            checks, lambda: meter.advance_to(out_stats.raw_read))
         restore_problems, digest = restoration_problems(source, annotated, data, retired)
         _add_checks(verdict, restore_problems, digest, event_problems, in_step,
                     src_scan.layout, out_scan.layout, plan, checks, data)
@@ -272,8 +294,10 @@ def _add_checks(verdict: Verdict, restore_problems: list[str], digest: str,
                     if "groups" in data.get("compaction", data) else "no lanes expected")
 
 
-def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[list[str], bool]:
-    """(plan problems, whether source and output stayed in step).
+def _lockstep(src_events, out_events, index, plan, retired, checks,
+              tick=lambda: None) -> tuple[list[str], bool]:
+    """(plan problems, whether source and output stayed in step; `tick()` every 65,536
+    source events, for progress).
 
     An output event that is not what the plan makes of its source event is reported
     once, and the output-only checks see the planned event instead, so one tampered
@@ -290,6 +314,7 @@ def _lockstep(src_events, out_events, index, plan, retired, checks) -> tuple[lis
     for ordinal, raw in src_events:
         if not ordinal & 0xFFFF:
             release_memory()  # chunk buffers come and go: give their pages back
+            tick()
         raw = bytes(raw)
         action = KEEP
         if next_edit is not None and next_edit[0] == ordinal:
