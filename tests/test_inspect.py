@@ -330,6 +330,31 @@ def test_inspect_generated_trace(decode):
     assert "peak overlap" in text and ANCHOR in text
 
 
+def test_inspect_shows_each_gpus_occupancy_strip_up_to_its_peak(tmp_path):
+    """Per GPU, a strip of the most activities at once per column of its span: in the
+    JSON its columns (their maximum is the peak overlap), their width and first start as
+    exact µs text; in the text one line per GPU, its peak drawn as a full block."""
+    path = tmp_path / "two.json"
+    generate(path, TraceConfig(gpus=2, iterations=3, layers=4))
+    report = run_json("inspect", "--trace", str(path))
+    assert len(report["gpus"]) == 2
+    text = run("inspect", "--trace", str(path)).stdout.splitlines()
+    for gpu in report["gpus"]:
+        strip = gpu["occupancy"]
+        assert len(strip["columns"]) == 60
+        assert max(strip["columns"]) == gpu["max_overlap"] == 3
+        assert re.fullmatch(r"\d+\.\d{3}", strip["start_us"])
+        assert re.fullmatch(r"\d+\.\d{3}", strip["column_us"])
+        span_us = Decimal(strip["column_us"]) * 60
+        assert span_us >= Decimal(str(gpu["span_ms"])) * 1000 - 1
+        title = next(i for i, line in enumerate(text)
+                     if line.startswith(f"  pid {gpu['pid']} device {gpu['device']}: peak 3"))
+        drawn = text[title + 1].strip()
+        assert len(drawn) == 62 and drawn[0] == drawn[-1] == "|"
+        assert [c == "█" for c in drawn[1:-1]] == [n == 3 for n in strip["columns"]]
+        assert all((c == " ") == (n == 0) for c, n in zip(drawn[1:-1], strip["columns"]))
+
+
 _GPU_CATS = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
              "cuda_sync": "sync", "Kernel": "kernels", "Memcpy": "memcpy", "Memset": "memset"}
 
