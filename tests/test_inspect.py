@@ -666,6 +666,21 @@ def test_json_lines_write_every_number_form_exactly(tmp_path, backend, times):
     assert json.loads(rows.json_lines(0, 1))["ts_us"] == times[0]
 
 
+def test_json_lines_from_an_origin_with_digits_below_a_ns(tmp_path, backend):
+    """A CPU op's ts sets the origin, 0.1 ns past a whole ns: every rel_ms has its digits
+    below the ns, whole-ns matches (written a column at a time) and others alike."""
+    cpu_op = {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 9, "tid": 9, "ts": "99.0000001",
+              "dur": "0.5"}
+    times = ["100", "100.5", "101.125", "101.0000005", "5000"]
+    trace = anchor_trace(tmp_path / "t.json", times, dur="2", extra=[cpu_op])
+    report = find_anchors(trace, "^a$", workers=0)
+    assert report["origin_us"] == "99.0000001"
+    rows = report["matches"]
+    assert rows.json_lines(0, len(rows)).split(b"\n") == _expected_lines(trace, "a", report)
+    assert [row["rel_ms"] for row in rows] == [
+        "0.0009999999", "0.0014999999", "0.0020000004", "0.0021249999", "4.9009999999"]
+
+
 @pytest.mark.parametrize("times", [
     ["1764400000005000", "1764400000005012", "1764400000009030", "1764400000009031"],
     ["1764400000005000.5", "1764400000005000.5000001", "1764400000009001.25", "1764400000009002"],

@@ -61,6 +61,12 @@ class MatchRows(StreamedRows):
         self.first = first  # each cluster's first index
         self.origin = origin if origin is not None else Decimal10(0, 0)
         self.origin_ns = self.origin.floor_ns()
+        below_ns = _minus(self.origin, Decimal10(self.origin_ns, -3))
+        # an origin with digits below a ns (a CPU event's ts may have them): a whole-ns
+        # time is then 1 ns less than its floor difference, plus these digits below the ns
+        rest = _minus(Decimal10(1, -3), below_ns)
+        self._origin_complement = (decimal_text(Decimal10(rest.mantissa, rest.exponent - 3), 6)
+                                   [len("0.000000"):] if below_ns.mantissa else None)
 
     def __len__(self) -> int:
         return len(self.anchors)
@@ -175,13 +181,10 @@ class MatchRows(StreamedRows):
         else:
             ts_texts, dur_texts = table.texts_of(picked, rows)
             ts, dur = (_native.TEXTS, ts_texts), (_native.TEXTS, dur_texts)
-        gap = () if start == 0 else (self._exact_column(
-            self._gaps(start, stop), 3, start - 1, stop,
-            lambda k: _minus(self._exact_start(k), self._exact_start(k - 1))),)
+        gap = () if start == 0 else (self._gap_column(start, stop),)
         return (
             (_native.INTEGERS, np.arange(start, stop, dtype=np.int64)), ts, dur,
-            self._exact_column(self._times(start, stop) - self.origin_ns, 6, start, stop,
-                               self._exact_ms, relative=True),
+            self._since_origin_column(start, stop),
             *gap,
             _coded(rows["stream"], table.streams.__getitem__),
             _coded(rows["track"], table.tid_of),
@@ -189,23 +192,34 @@ class MatchRows(StreamedRows):
             (_native.INTEGERS, np.ascontiguousarray(rows["ordinal"], np.int64)),
         )
 
-    def _exact_column(self, ns: np.ndarray, decimals: int, first: int, stop: int, exact,
-                      relative: bool = False) -> tuple:
-        """A time column of rows first..stop (ns: its floor ns values, `decimals` of them
-        a unit): written from the ns where the times involved are whole ns, `exact(k)`
-        (a Decimal10) for row k where not. A gap involves its row and the one before
-        (`first` is then that one); a time from the origin, its row and the origin."""
-        as_text = self.anchors.table.as_text(self.anchors.order[first:stop])
-        whole_origin = not relative or self.origin.floor_ns() == self.origin.ceil_ns()
-        if whole_origin and not as_text.any():
-            return _native.FIXED, np.ascontiguousarray(ns, np.int64), decimals
-        if not relative:  # a gap: row k with k or k - 1 kept as text
-            as_text = as_text[1:] | as_text[:-1]
-        inexact = np.flatnonzero(as_text) if whole_origin else range(len(ns))
-        texts = fixed_texts(ns, decimals)
-        offset = stop - len(ns)
-        for k in inexact:
-            texts[k] = decimal_text(exact(offset + int(k)), decimals)
+    def _since_origin_column(self, start: int, stop: int) -> tuple:
+        """rel_ms of rows start..stop: from the floor ns where the row and the origin are
+        whole ns, exact where the row is kept as text (it may have digits below a ns)."""
+        since = self._times(start, stop) - self.origin_ns
+        as_text = self.anchors.table.as_text(self.anchors.order[start:stop])
+        if self._origin_complement is None:
+            if not as_text.any():
+                return _native.FIXED, np.ascontiguousarray(since), 6
+            texts = fixed_texts(since, 6)
+        else:
+            texts = [text + self._origin_complement
+                     for text in fixed_texts(since - 1, 6)]
+        for k in np.flatnonzero(as_text).tolist():
+            texts[k] = decimal_text(self._exact_ms(start + k), 6)
+        return _native.TEXTS, texts
+
+    def _gap_column(self, start: int, stop: int) -> tuple:
+        """gap_us of rows start..stop (start > 0): from the floor ns where both matches
+        are whole ns, exact where either is kept as text."""
+        gaps = self._gaps(start, stop)
+        as_text = self.anchors.table.as_text(self.anchors.order[start - 1 : stop])
+        inexact = np.flatnonzero(as_text[1:] | as_text[:-1])
+        if not len(inexact):
+            return _native.FIXED, np.ascontiguousarray(gaps), 3
+        texts = fixed_texts(gaps, 3)
+        for k in inexact.tolist():
+            texts[k] = decimal_text(
+                _minus(self._exact_start(start + k), self._exact_start(start + k - 1)), 3)
         return _native.TEXTS, texts
 
     def _exact_start(self, k: int) -> Decimal10:
