@@ -299,13 +299,13 @@ def _gap_histogram_lines(histogram: dict, factor: float) -> Iterator[str]:
 
 def _size_histogram_lines(histogram: dict) -> Iterator[str]:
     buckets = histogram["buckets"]
-    yield f"cluster sizes: {histogram['clusters']:,} cluster(s)"
+    yield f"cluster sizes (matches in a cluster): {histogram['clusters']:,} cluster(s)"
     labels = [f"{b['from_size']:,}" if b["from_size"] == b["to_size"]
               else f"{b['from_size']:,}-{b['to_size']:,}" for b in buckets]
     width = max(map(len, labels))
     most = max(b["clusters"] for b in buckets)
     for bucket, label in zip(buckets, labels):
-        yield (f"  {label:>{width}} matches  "
+        yield (f"  {label:>{width}}  "
                f"{bar(bucket['clusters'], most, BAR_WIDTH):<{BAR_WIDTH}}  {bucket['clusters']:,}")
 
 
