@@ -18,7 +18,8 @@ such as `real` or `real:hta_train_6streams` selects every row under it):
 * `compact`: `compact --max-gpu-lanes 10` on the nightly trace;
 * `gpus8`: the nightly job on a trace of eight GPUs (`gpus=8`; anchors of
   pid 0, every GPU compacted);
-* `inspect`, `anchors` (with `--cross-check` of the terminal): on the nightly trace;
+* `inspect`, `anchors` (with `--cross-check` of the terminal, `--json-rows`: every match
+  written, as the baseline does): on the nightly trace;
 * `verify`: `verify` of the nightly output (its own row; every other output
   is verified too, in its row's verify column);
 * `real:<trace>:compact`, `real:<trace>:layers`: each real Kineto trace with
@@ -426,7 +427,7 @@ def ours_argv(row: Row, inp: Input, out: Path, out_fmt: str) -> list[str]:
         argv = ["inspect", *trace, "--json"]
     else:
         argv = ["anchors", *trace, "--anchor-regex", NIGHTLY_ANCHOR,
-                "--cross-check", NIGHTLY_TERMINAL, "--json"]
+                "--cross-check", NIGHTLY_TERMINAL, "--json-rows"]  # every match, as the baseline
     if row.writes and out_fmt != "plain":
         argv += ["--compress", COMPRESS[out_fmt]]
     return tool() + argv

@@ -29,7 +29,7 @@ def command(kind: str, trace: Path, folder: Path, run: int) -> list[str]:
     if kind == "layers":
         return tool + ["--output", str(folder / f"out{run}.json"), *LAYERS]
     if kind == "anchors":
-        return tool + ["--anchor-regex", ANCHOR, "--json"]
+        return tool + ["--anchor-regex", ANCHOR, "--json-rows"]  # every match row written
     return tool + ["--json"]
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import subprocess
 import sys
 import tracemalloc
 from collections import Counter, defaultdict
 from decimal import Decimal
+from itertools import chain
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,18 +20,27 @@ import numpy as np
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import events_of, load_exact
+from conftest import events_of
 from kineto import anchor_trace, kernel, write_trace
 
 from samples.generate import ANCHOR, DRAFT_ANCHOR, TERMINAL, TraceConfig, generate
 from tracestream.cli import main
 from tracestream.commands.evidence.anchors import (
+    HEAD_ROWS,
+    TAIL_ROWS,
     _anchors_report,
-    anchors_json,
+    anchors_json_rows,
     anchors_lines,
+    anchors_summary_json,
     find_anchors,
 )
+from tracestream.commands.evidence.histograms import (
+    cluster_median_gaps,
+    gap_histogram,
+    size_histogram,
+)
 from tracestream.commands.evidence.readings import (
+    NO_GAP,
     after_last_anchor,
     cross_verdict,
     matches_before,
@@ -40,7 +51,7 @@ from tracestream.commands.evidence.readings import (
 from tracestream.commands.evidence.tables import format_table, table_lines
 from tracestream.index.matches import MATCH_DTYPE, MatchTable
 from tracestream.index.timebase import parse_decimal
-from tracestream.jsontext import RawNumber, dumps
+from tracestream.jsontext import dumps
 from tracestream.plan.cadence import cluster_starts
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
@@ -58,6 +69,11 @@ def run(*args: str, ok: bool = True):
 
 def run_json(*args: str) -> dict:
     return json.loads(run(*args, "--json").stdout)
+
+
+def run_json_rows(*args: str) -> list[dict]:
+    """`anchors --json-rows`: one object a line, each line parsed on its own."""
+    return [json.loads(line) for line in run(*args, "--json-rows").stdout.splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +127,49 @@ def test_verdict_states_readings_and_never_an_offset():
     assert "2 of 5" in tied and "4 at index 10" in tied  # a tie: the size seen first
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_cluster_median_gaps_are_each_clusters_own_median(seed):
+    """Each cluster's median gap, clusters sorted together a block at a time (blocks much
+    smaller than some clusters here), is the median of its own gaps, halves up."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 40, 300)
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    between = rng.integers(0, 10**12, int(sizes.sum()) - 1)
+    found = cluster_median_gaps(between, first, sizes, block=int(rng.integers(1, 100)))
+    for c, (lo, n) in enumerate(zip(first.tolist(), sizes.tolist())):
+        inner = between[lo : lo + n - 1]
+        assert found[c] == (NO_GAP if n == 1 else math.floor(np.median(inner) + 0.5))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gap_histogram_counts_each_gap_once_and_splits_at_the_threshold(seed):
+    rng = np.random.default_rng(seed)
+    between = np.concatenate([rng.integers(0, 3, 5), rng.integers(50_000, 70_000, 400),
+                              rng.integers(10**5, 10**9, 40)])
+    median = float(np.median(between))
+    histogram = gap_histogram(between, median, 3.0)
+    buckets = histogram["buckets"]
+    assert sum(b["count"] for b in buckets) == histogram["gaps"] == len(between)
+    for b in buckets:
+        low, high = round(b["from_us"] * 1000), round(b["to_us"] * 1000)
+        inside = (between <= high) & ((between > low) if high else (between == 0))
+        assert b["count"] == int(inside.sum()) > 0
+        breaks = between[inside] > 3 * median
+        assert bool(breaks.all()) if b["breaks"] else not breaks.any()
+    assert [b["to_us"] for b in buckets] == sorted(b["to_us"] for b in buckets)
+    assert sum(b["count"] for b in buckets if b["breaks"]) == int((between > 3 * median).sum())
+
+
+def test_cluster_sizes_are_grouped_by_powers_of_two_only_when_there_are_many():
+    assert size_histogram(np.array([9, 9, 4, 9]))["buckets"] == [
+        {"from_size": 4, "to_size": 4, "clusters": 1}, {"from_size": 9, "to_size": 9,
+                                                         "clusters": 3}]
+    many = size_histogram(np.arange(1, 41))
+    assert many["clusters"] == 40
+    assert [(b["from_size"], b["to_size"], b["clusters"]) for b in many["buckets"]] == [
+        (1, 1, 1), (2, 3, 2), (4, 7, 4), (8, 15, 8), (16, 31, 16), (32, 63, 9)]
+
+
 def test_format_table_aligns_columns():
     text = format_table(["n", "name"], [[1, "a"], [100, "bb"]], [True, False])
     assert text.splitlines() == ["    n  name", "    1  a", "  100  bb"]
@@ -159,25 +218,32 @@ def test_anchors_find_passes_as_clusters(decode):
     report = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)
     assert report["count"] == truth.anchors["0/0"] == 54
     assert (report["pid"], report["device"]) == (0, 0)
-    assert [m["index"] for m in report["matches"]] == list(range(54))
-    assert [(c["start_index"], c["count"]) for c in report["clusters"]] == [
-        (i * 9, 9) for i in range(6)
+    assert [(c["start_index"], c["last_index"], c["count"]) for c in report["clusters"]] == [
+        (i * 9, i * 9 + 8, 9) for i in range(6)
     ]
     assert report["rule"].startswith("a gap > 3 x the median gap")
     assert report["verdict"].startswith("6 clusters of 9")
-    ts = [float(m["ts_us"]) for m in report["matches"]]
-    assert ts == sorted(ts)
     assert report["median_gap_us"] == pytest.approx(62.625)
+    assert all(c["median_gap_us"] == pytest.approx(62.625) for c in report["clusters"])
+    matches = run_json_rows("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)
+    assert [m["index"] for m in matches] == list(range(54))
+    ts = [Decimal(m["ts_us"]) for m in matches]
+    assert ts == sorted(ts)
 
 
 def test_anchors_exact_timestamps_in_json(decode):
+    """--json-rows and the clusters of --json give every ts as the trace's own digits, in
+    a string (a double holds 16 of its 19)."""
     path, _ = decode
-    out = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX, "--json").stdout
-    texts = re.findall(r'"ts_us": ([0-9.]+)', out)
+    out = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
+              "--json-rows").stdout
+    texts = re.findall(r'"ts_us":"([0-9.]+)"', out)
     raw = path.read_text()
     assert len(texts) == 54
     assert all(re.fullmatch(r"\d{16}\.\d{3}", t) for t in texts)
     assert all(f'"ts": {t},' in raw for t in texts)
+    clusters = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)["clusters"]
+    assert [c["start_us"] for c in clusters] == texts[::9]
 
 
 def test_draft_anchor_reports_its_own_count(decode):
@@ -262,6 +328,31 @@ def test_inspect_generated_trace(decode):
     assert report["guides"]["count"] == 0 and not report["compaction_provenance"]["present"]
     text = run("inspect", "--trace", str(path), "--top", "3").stdout
     assert "peak overlap" in text and ANCHOR in text
+
+
+def test_inspect_shows_each_gpus_occupancy_strip_up_to_its_peak(tmp_path):
+    """Per GPU, a strip of the most activities at once per column of its span: in the
+    JSON its columns (their maximum is the peak overlap), their width and first start as
+    exact µs text; in the text one line per GPU, its peak drawn as a full block."""
+    path = tmp_path / "two.json"
+    generate(path, TraceConfig(gpus=2, iterations=3, layers=4))
+    report = run_json("inspect", "--trace", str(path))
+    assert len(report["gpus"]) == 2
+    text = run("inspect", "--trace", str(path)).stdout.splitlines()
+    for gpu in report["gpus"]:
+        strip = gpu["occupancy"]
+        assert len(strip["columns"]) == 60
+        assert max(strip["columns"]) == gpu["max_overlap"] == 3
+        assert re.fullmatch(r"\d+\.\d{3}", strip["start_us"])
+        assert re.fullmatch(r"\d+\.\d{3}", strip["column_us"])
+        span_us = Decimal(strip["column_us"]) * 60
+        assert span_us >= Decimal(str(gpu["span_ms"])) * 1000 - 1
+        title = next(i for i, line in enumerate(text)
+                     if line.startswith(f"  pid {gpu['pid']} device {gpu['device']}: peak 3"))
+        drawn = text[title + 1].strip()
+        assert len(drawn) == 62 and drawn[0] == drawn[-1] == "|"
+        assert [c == "█" for c in drawn[1:-1]] == [n == 3 for n in strip["columns"]]
+        assert all((c == " ") == (n == 0) for c, n in zip(drawn[1:-1], strip["columns"]))
 
 
 _GPU_CATS = {"kernel": "kernels", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -363,15 +454,119 @@ def long_decode(tmp_path_factory):
 def test_thousands_of_matches_stream_whole_and_in_order(long_decode):
     """Rows are written in batches of 4096: every row arrives once, in order, valid JSON."""
     path = long_decode
-    report = run_json("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)
-    assert report["count"] == 500 * 9 > 4096
-    assert [m["index"] for m in report["matches"]] == list(range(500 * 9))
-    text = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX).stdout
-    table = [line.split() for line in text.splitlines() if re.match(r"\s+\d+\s+\d", line)]
-    assert [int(row[0]) for row in table[: 500 * 9]] == list(range(500 * 9))
+    matches = run_json_rows("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)
+    assert [m["index"] for m in matches] == list(range(500 * 9))
+    assert 500 * 9 > 4096
+    text = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX, "--all").stdout
+    table = _table_after(text, "matches:")
+    assert [int(row[0]) for row in table] == list(range(500 * 9))
 
 
-@pytest.mark.parametrize("json_flag", ["", "--json"])
+def _table_after(text: str, title: str) -> list[list[str]]:
+    """The cells of the table that follows the line `title` (up to the first blank line),
+    without its header; the line saying how many rows are left out is kept whole."""
+    lines = text.splitlines()
+    start = lines.index(title) + 2
+    stop = lines.index("", start) if "" in lines[start:] else len(lines)
+    return [[line.strip()] if "…" in line else line.split() for line in lines[start:stop]]
+
+
+def test_long_tables_show_their_first_and_last_rows_and_all_shows_every_one(long_decode):
+    """A long match or cluster table shows its first HEAD_ROWS and last TAIL_ROWS rows
+    around one line that says how many are left out; --all shows them all."""
+    args = ("anchors", "--trace", str(long_decode), "--anchor-regex", ANCHOR_RX)
+    capped = run(*args).stdout
+    matches = _table_after(capped, "matches:")
+    count = 500 * 9
+    assert [int(row[0]) for row in matches if len(row) > 1] == [
+        *range(HEAD_ROWS), *range(count - TAIL_ROWS, count)]
+    hidden = count - HEAD_ROWS - TAIL_ROWS
+    assert matches[HEAD_ROWS] == [f"… {hidden:,} more matches (--all shows every one)"]
+    clusters = [line for line in capped.splitlines() if "more clusters" in line]
+    assert clusters == [f"  … {500 - HEAD_ROWS - TAIL_ROWS:,} more clusters (--all shows "
+                        "every one)"]
+    every = run(*args, "--all").stdout
+    assert "more matches" not in every and "more clusters" not in every
+    assert [int(row[0]) for row in _table_after(every, "matches:")] == list(range(count))
+    assert len(every.splitlines()) > count + 500 > len(capped.splitlines()) + 4000
+
+
+def test_anchors_text_puts_the_verdict_and_clusters_before_the_matches(decode):
+    path, _ = decode
+    text = run("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX,
+               "--cross-check", TERMINAL_RX).stdout
+    lines = text.splitlines()
+    assert lines[0].startswith(f"anchor {ANCHOR_RX!r} on pid 0 device 0: 54 matches")
+    assert lines[1].startswith("verdict: 6 clusters of 9")
+    assert lines[2].startswith("cross-check verdict: every cluster has 8 windows")
+    order = [next(i for i, line in enumerate(lines) if line.startswith(title))
+             for title in ("verdict:", "clusters:", "gaps between consecutive matches:",
+                           "cluster sizes (", "cross-check '", "matches:")]
+    assert order == sorted(order)
+    assert lines[lines.index("matches:") + 1].split() == [
+        "index", "t", "ms", "stream", "dur", "us", "gap", "us", "cluster"]
+
+
+def test_anchors_histograms_count_every_gap_and_every_cluster(decode):
+    """The gap histogram holds each of the count - 1 gaps once; the rows above the rule's
+    threshold hold exactly the gaps that start a cluster; the size histogram holds each
+    cluster once. The text shows the same counts."""
+    path, _ = decode
+    args = ("anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX)
+    report = run_json(*args)
+    gaps = report["gap_histogram"]
+    assert gaps["gaps"] == sum(b["count"] for b in gaps["buckets"]) == 53
+    assert gaps["break_above_us"] == pytest.approx(3 * 62.625, abs=0.001)
+    assert sum(b["count"] for b in gaps["buckets"] if b["breaks"]) == 5  # 6 clusters
+    assert all(b["from_us"] < b["to_us"] for b in gaps["buckets"])
+    assert report["cluster_sizes"] == {
+        "clusters": 6, "buckets": [{"from_size": 9, "to_size": 9, "clusters": 6}]}
+    text = run(*args).stdout.splitlines()
+    start = text.index("gaps between consecutive matches: 53 (a row counts the gaps above "
+                       "its first bound, up to and including its second)")
+    rows = text[start + 1 : text.index("", start)]
+    counts = [int(row.split()[-1]) for row in rows if not row.lstrip().startswith("--")]
+    assert counts == [b["count"] for b in gaps["buckets"]] and sum(counts) == 53
+    assert any("a gap starts a new cluster" in row for row in rows)
+    assert "█" in rows[0]
+    sizes = text[text.index("cluster sizes (matches in a cluster): 6 cluster(s)") + 1]
+    assert sizes.split()[0] == "9" and sizes.split()[-1] == "6"
+
+
+def test_json_is_one_summary_object_without_match_rows(long_decode):
+    out = run("anchors", "--trace", str(long_decode), "--anchor-regex", ANCHOR_RX,
+              "--json").stdout
+    assert out.count("\n") == 1
+    report = json.loads(out)
+    assert "matches" not in report and '"index"' not in out
+    assert report["count"] == 500 * 9
+    assert len(report["clusters"]) == 500
+    assert {"verdict", "gap_histogram", "cluster_sizes", "separation"} <= set(report)
+
+
+def test_json_rows_write_every_time_as_the_traces_own_digits(tmp_path):
+    """ts and dur as the trace wrote them, rel_ms and gap_us as the exact differences (to
+    the ns at least, further where the trace's digits go), all in strings."""
+    times = ["1700000000123.4567", "1700000000131.111", "1700000000200", "1700000000250.25"]
+    trace = anchor_trace(tmp_path / "t.json", times, dur="2.0001")
+    lines = run("anchors", "--trace", str(trace), "--anchor-regex", "^a$",
+                "--json-rows").stdout.splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == len(times)
+    assert [r["ts_us"] for r in rows] == times
+    assert {r["dur_us"] for r in rows} == {"2.0001"}
+    assert [r["rel_ms"] for r in rows] == ["0.000000", "0.0076543", "0.0765433", "0.1267933"]
+    assert [r["gap_us"] for r in rows] == [None, "7.6543", "68.889", "50.250"]
+    assert all(isinstance(r[key], str) for r in rows for key in ("ts_us", "dur_us", "rel_ms"))
+
+
+def test_json_and_json_rows_together_are_refused(decode):
+    path, _ = decode
+    _refused(["anchors", "--trace", str(path), "--anchor-regex", ANCHOR_RX, "--json",
+              "--json-rows"], "--json prints one summary object and --json-rows one line")
+
+
+@pytest.mark.parametrize("json_flag", ["--all", "--json", "--json-rows"])
 def test_printing_into_a_closed_pipe_is_quiet(long_decode, json_flag):
     """`anchors ... | head`: far more than a pipe holds; exit 141 like any Unix tool, no noise."""
     done = subprocess.run(
@@ -414,43 +609,76 @@ def test_gzip_zstd_and_stdin_give_the_same_json(tmp_path):
     assert all(r == inspected[0] for r in inspected)
 
 
-def _reference_row(row: dict) -> bytes:
-    """A match row as JSON the obvious way: key order kept, exact numbers as their text."""
-    return b"{" + b", ".join(
-        orjson.dumps(k) + b": " + (v.encode() if isinstance(v, RawNumber) else orjson.dumps(v))
-        for k, v in row.items()) + b"}"
+def _exact_text(value: Decimal, decimals: int) -> str:
+    """`value`'s exact digits with at least `decimals` decimals."""
+    whole, _, fraction = format(value.normalize(), "f").partition(".")
+    return f"{whole}.{fraction.ljust(decimals, '0')}"
+
+
+def _expected_lines(path: Path, name: str, report: dict) -> list[bytes]:
+    """`--json-rows`' lines worked out from the trace itself: the matches in exact time
+    order (ties in file order), each with its event's ts/dur digits, tid and stream,
+    rel_ms from the origin and gap_us from the previous match in exact decimals, and the
+    cluster that holds its index."""
+    with open(path, "rb") as fh:
+        raw = gzip.decompress(fh.read()) if str(path).endswith(".gz") else fh.read()
+    events = events_of(json.loads(raw, parse_float=str, parse_int=str))
+    found = sorted((Decimal(e["ts"]), k) for k, e in enumerate(events) if e.get("name") == name)
+    origin = Decimal(report["origin_us"])
+    members = {i: c for c, r in enumerate(report["clusters"])
+               for i in range(r["start_index"], r["start_index"] + r["count"])}
+    lines = []
+    for i, (ts, k) in enumerate(found):
+        event = events[k]
+        lines.append(orjson.dumps({
+            "index": i, "ts_us": event["ts"], "dur_us": event["dur"],
+            "rel_ms": _exact_text((ts - origin) / 1000, 6),
+            "gap_us": _exact_text(ts - found[i - 1][0], 3) if i else None,
+            "stream": int(event["args"]["stream"]), "tid": int(event["tid"]),
+            "cluster": members[i], "event": k}))
+    return lines
 
 
 @pytest.mark.parametrize("bounds", [(0, 1), (0, 4096), (1, 7), (4090, 4500)])
-def test_json_rows_are_the_rows_written_one_by_one(long_decode, bounds):
+def test_json_lines_are_the_matches_the_trace_holds(long_decode, backend, bounds):
+    """What `anchors --json-rows` writes per batch (one call of `_native.json_rows`), read
+    against the trace itself; `rows()` are the same lines read back."""
     report = find_anchors(long_decode, ANCHOR_RX, workers=0)
     rows = report["matches"]
     start, stop = bounds
-    assert rows.json_rows(start, stop) == [_reference_row(rows[i]) for i in range(start, stop)]
-
-
-@pytest.mark.parametrize("bounds", [(0, 1), (0, 4096), (1, 7), (4090, 4500)])
-def test_json_text_is_the_rows_joined(long_decode, backend, bounds):
-    """What `anchors --json` writes per batch (one C call where the extension is built)."""
-    rows = find_anchors(long_decode, ANCHOR_RX, workers=0)["matches"]
-    start, stop = bounds
-    assert rows.json_text(start, stop) == b", ".join(
-        _reference_row(rows[i]) for i in range(start, stop))
+    expected = _expected_lines(long_decode, ANCHOR, report)[start:stop]
+    assert rows.json_lines(start, stop).split(b"\n") == expected
+    assert rows[start:stop] == [json.loads(line) for line in expected]
 
 
 @pytest.mark.parametrize("times", [
     ["1764400000005000", "1764400000005012", "1764400000005030"],  # integers
     ["1764400000005000.5", "1764400000005000.5000001", "1764400000005001.25"],  # as text
     ["-0.004", "0", "0.000", "0.003", "5.5"],  # around 0, mixed forms
-    ["5.000", "5.001", "5.009", "5.019"],  # rel_ms below 1e-5 (orjson writes 1e-6)
+    ["5.000", "5.001", "5.009", "5.019"],  # rel_ms below 1e-5
     ["10.5", "1000000000.75", "3000000000.125"],  # rel_ms of more than 15 digits
 ], ids=["integers", "long-decimals", "near-zero", "tiny-ms", "long-ms"])
-def test_json_text_writes_every_number_form_as_json_rows_does(tmp_path, backend, times):
+def test_json_lines_write_every_number_form_exactly(tmp_path, backend, times):
     trace = anchor_trace(tmp_path / "t.json", times, dur="2")
-    rows = find_anchors(trace, "^a$", workers=0)["matches"]
-    assert rows.json_text(0, len(rows)) == b", ".join(
-        _reference_row(rows[i]) for i in range(len(rows)))
-    assert json.loads(b"[" + rows.json_text(0, len(rows)) + b"]")[0]["ts_us"] == float(times[0])
+    report = find_anchors(trace, "^a$", workers=0)
+    rows = report["matches"]
+    assert rows.json_lines(0, len(rows)).split(b"\n") == _expected_lines(trace, "a", report)
+    assert json.loads(rows.json_lines(0, 1))["ts_us"] == times[0]
+
+
+def test_json_lines_from_an_origin_with_digits_below_a_ns(tmp_path, backend):
+    """A CPU op's ts sets the origin, 0.1 ns past a whole ns: every rel_ms has its digits
+    below the ns, whole-ns matches (written a column at a time) and others alike."""
+    cpu_op = {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 9, "tid": 9, "ts": "99.0000001",
+              "dur": "0.5"}
+    times = ["100", "100.5", "101.125", "101.0000005", "5000"]
+    trace = anchor_trace(tmp_path / "t.json", times, dur="2", extra=[cpu_op])
+    report = find_anchors(trace, "^a$", workers=0)
+    assert report["origin_us"] == "99.0000001"
+    rows = report["matches"]
+    assert rows.json_lines(0, len(rows)).split(b"\n") == _expected_lines(trace, "a", report)
+    assert [row["rel_ms"] for row in rows] == [
+        "0.0009999999", "0.0014999999", "0.0020000004", "0.0021249999", "4.9009999999"]
 
 
 @pytest.mark.parametrize("times", [
@@ -477,26 +705,13 @@ def test_cluster_rows_of_a_long_trace_are_written_as_dumps_writes_them(long_deco
 
 
 def test_match_rows_agree_with_the_events_they_name(long_decode):
-    """Every row, read against the trace itself: its event's exact ts/dur text, tid and
-    stream; rel_ms from the origin, gap_us from the previous row, its cluster's range."""
+    """Every row `anchors --json-rows` writes, read against the trace itself: its event's
+    exact ts/dur text, tid and stream; rel_ms from the origin, gap_us from the previous
+    row, its cluster's range."""
     report = find_anchors(long_decode, ANCHOR_RX, workers=0)
-    events = events_of(load_exact(long_decode))
-    origin = Decimal(report["origin_us"])
-    members = {i: c for c, r in enumerate(report["clusters"])
-               for i in range(r["start_index"], r["start_index"] + r["count"])}
-    previous = None
-    for text in report["matches"].json_rows(0, report["count"]):
-        row = json.loads(text, parse_float=lambda t: ("float", t))
-        event = events[row["event"]]
-        ts = Decimal(event["ts"][1])
-        assert (row["ts_us"], row["dur_us"]) == (event["ts"], event["dur"])
-        assert (row["tid"], row["stream"]) == (event["tid"], event["args"]["stream"])
-        assert float(row["rel_ms"][1]) == round(float((ts - origin) / 1000), 6)
-        gap = row["gap_us"]
-        assert (gap if gap is None else float(gap[1])) == (
-            None if previous is None else round(float(ts - previous), 3))
-        assert row["cluster"] == members[row["index"]]
-        previous = ts
+    written = b"".join(anchors_json_rows(report))
+    assert written.endswith(b"\n")
+    assert written[:-1].split(b"\n") == _expected_lines(long_decode, ANCHOR, report)
 
 
 # -- memory in kind: packed matches, rows made a batch at a time ------------------
@@ -533,7 +748,9 @@ def _report_peak(count: int, cross: bool, text: bool) -> int:
     tracemalloc.start()
     try:
         report = _anchors_report(index, "^a$", None, None, "^c$" if cross else None, 3.0)
-        for _ in anchors_lines(report) if text else anchors_json(report):
+        pieces = (anchors_lines(report, all_rows=True) if text else
+                  chain(anchors_summary_json(report), anchors_json_rows(report)))
+        for _ in pieces:
             pass
         return tracemalloc.get_traced_memory()[1]
     finally:
@@ -591,11 +808,11 @@ def test_anchors_table_widths_come_from_its_widest_rows_alone(widest_duration, t
         return table_columns(self, start, stop)
 
     monkeypatch.setattr(evidence.MatchRows, "table_columns", counted)
-    lines = list(anchors_lines(report))
+    lines = list(anchors_lines(report, all_rows=True))
     assert sum(formatted) - 120 < 120 // 3  # the widths pass: a few rows a batch, not all
     monkeypatch.setattr(evidence.MatchRows, "widest_columns", lambda self: (
         table_columns(self, start, stop) for start, stop in self.batches()))
-    assert lines == list(anchors_lines(report))
+    assert lines == list(anchors_lines(report, all_rows=True))
 
 
 def _ranges(count: int, size: int):

@@ -380,10 +380,9 @@ def test_a_flow_at_its_activitys_end_is_refused_only_where_its_lane_takes_it(c_s
 def test_inspect_peaks_from_spilled_rows_of_several_groups(seed):
     """`inspect`'s peak rows (index.PEAK_DTYPE, in index.PEAK_SORT order: ties within a
     group in no particular order), spilled in many runs and interleaved across GPUs, give
-    each GPU the lane count and peak time the allocator reaches on its slices alone."""
-    from types import SimpleNamespace
-
-    from tracestream.commands.evidence.inspect import peak_overlaps
+    each GPU the lane count and peak time the allocator reaches on its slices alone, and
+    the occupancy strip counted from them, each column's most slices at once."""
+    from tracestream.commands.evidence.occupancy import lane_occupancy
     from tracestream.index.builder import PEAK_DTYPE, PEAK_SORT
 
     rng = np.random.default_rng(seed)
@@ -396,13 +395,49 @@ def test_inspect_peaks_from_spilled_rows_of_several_groups(seed):
     for part in np.array_split(rows, 25):
         store.append(part)
     assert store.spilled
-    found = peak_overlaps(SimpleNamespace(sweep=store), set(slices))
+    spans = {g: (int(lo.min() // 4 * 4), int(hi.max())) for g, (lo, hi) in slices.items()}
+    found = lane_occupancy(store, spans, columns=int(rng.integers(1, 90)))
     for g in slices:
         mine = np.sort(rows[rows["group"] == g], order=["key", "hi"])
         allocator = GroupLanes()
         allocator.place_block(mine["key"], mine["hi"])
-        assert (found[g].lanes, found[g].peak_at_ns) == (allocator.lanes, allocator.peak_at_ns)
+        peak = found[g].peak
+        assert (peak.lanes, peak.peak_at_ns) == (allocator.lanes, allocator.peak_at_ns)
+        assert found[g].maxima.tolist() == _strip_by_hand(mine["key"], mine["hi"], found[g])
+        assert found[g].maxima.max() == peak.lanes
     store.close()
+
+
+def _strip_by_hand(lo, hi, strip) -> list[int]:
+    """Each column's most slices occupying one nanosecond at once (a slice occupies
+    [lo, max(hi, lo + 1))), counted at the column's start and at each start inside it."""
+    ends = np.maximum(hi, lo + 1)
+    maxima = []
+    for k in range(len(strip.maxima)):
+        first = strip.start_ns + k * strip.width_ns
+        last = first + strip.width_ns if k < len(strip.maxima) - 1 else max(ends.max(), first + 1)
+        times = [first, *lo[(lo >= first) & (lo < last)].tolist()]
+        maxima.append(max(int(((lo <= t) & (ends > t)).sum()) for t in times))
+    return maxima
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_occupancy_strip_in_any_blocks_is_each_columns_most_at_once(seed):
+    """Fed in blocks of any size, the strip's columns are the most slices at once in each
+    slice of the span (activity running across a column's start counts there), its
+    maximum the peak."""
+    from tracestream.commands.evidence.occupancy import LaneOccupancy
+
+    rng = np.random.default_rng(seed)
+    lo, hi = _random_slices(rng, 300)
+    hi = np.where(rng.random(300) < 0.05, hi + 600, hi)  # a few long ones cross many columns
+    strip = LaneOccupancy.over(int(lo.min()), int(hi.max()), int(rng.integers(1, 120)))
+    cuts = np.sort(rng.choice(np.arange(1, 300), rng.integers(0, 12), replace=False))
+    for block_lo, block_hi in zip(np.split(lo, cuts), np.split(hi, cuts)):
+        strip.add_block(block_lo, block_hi)
+    strip.finish()
+    assert strip.maxima.tolist() == _strip_by_hand(lo, hi, strip)
+    assert strip.maxima.max() == strip.peak.lanes == peak_overlap(lo, hi)
 
 
 def test_same_rows_compares_whole_records_byte_for_byte():

@@ -12,7 +12,11 @@ import pytest
 from conftest import assert_verified
 
 from samples.generate import ANCHOR, TERMINAL, TraceConfig, generate
-from tracestream.commands.evidence.anchors import anchors_json, find_anchors
+from tracestream.commands.evidence.anchors import (
+    anchors_json_rows,
+    anchors_summary_json,
+    find_anchors,
+)
 from tracestream.commands.evidence.inspect import inspect_trace
 from tracestream.engine import add_layer_guides, compact
 from tracestream.jsontext import dumps
@@ -50,7 +54,8 @@ def test_inspect_and_anchors_report_the_same_with_workers(several_chunks):
     found = [find_anchors(several_chunks, f"^{re.escape(ANCHOR)}$", cross_check=TERMINAL,
                           workers=w) for w in (0, 2)]
     assert found[0]["count"] > 500
-    assert b"".join(anchors_json(found[0])) == b"".join(anchors_json(found[1]))
+    for written in (anchors_summary_json, anchors_json_rows):
+        assert b"".join(written(found[0])) == b"".join(written(found[1]))
 
 
 def test_read_only_commands_hash_nothing_and_leave_a_files_bytes_to_the_workers(

@@ -59,20 +59,38 @@ def register(main) -> None:
     @click.option("--gap-factor", type=float, default=None, metavar="F",
                   help="A gap larger than F x the median gap starts a new cluster "
                        "[default: 3].")
-    @_json_option
+    @click.option("--all", "all_rows", is_flag=True,
+                  help="Show every row of the match, cluster and flagged-window tables "
+                       "(default: the first and last rows of a long one).")
+    @click.option("--json", "as_json", is_flag=True,
+                  help="Print one JSON object: the verdict, counts, clusters and histograms, "
+                       "without the per-match rows.")
+    @click.option("--json-rows", is_flag=True,
+                  help="Print every match as one JSON object a line (times as exact decimal "
+                       "text) instead of tables.")
     @workers_option
     @quiet_option
-    def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, as_json,
-                        workers, quiet):
-        """Every match of an anchor on one GPU in time order, its clusters and gaps (evidence
-        for `layers --anchor-offset/--num-layers`; nothing is chosen for you)."""
+    def anchors_command(trace, anchor_regex, pid, device, cross_check, gap_factor, all_rows,
+                        as_json, json_rows, workers, quiet):
+        """The verdict, clusters and gap histograms of an anchor's matches on one GPU, then
+        the matches in time order (evidence for `layers --anchor-offset/--num-layers`;
+        nothing is chosen for you)."""
         from tracestream.cli.guard import refuse_stdout_on_inputs
         from tracestream.cli.options import pid_value
         from tracestream.cli.progress import progress_for
-        from tracestream.commands.evidence.anchors import anchors_json, anchors_lines, find_anchors
+        from tracestream.commands.evidence.anchors import (
+            anchors_json_rows,
+            anchors_lines,
+            anchors_summary_json,
+            find_anchors,
+        )
+        from tracestream.errors import TraceError
         from tracestream.parallel.memory import collector_paused
         from tracestream.plan.cadence import GAP_FACTOR
 
+        if as_json and json_rows:
+            raise TraceError("--json prints one summary object and --json-rows one line per "
+                             "match: give one of them")
         refuse_stdout_on_inputs([trace], "output")
         with collector_paused():  # thousands of match rows: full collections would walk them all
             report = find_anchors(
@@ -81,11 +99,13 @@ def register(main) -> None:
                 progress=progress_for(quiet), workers=workers,
                 max_event_bytes=event_limit(),
             )
-            if as_json:
-                for piece in anchors_json(report):
+            if as_json or json_rows:
+                pieces = anchors_summary_json(report) if as_json else anchors_json_rows(report)
+                for piece in pieces:
                     click.echo(piece, nl=False)  # bytes: written as they are
-                click.echo()
+                if as_json:
+                    click.echo()
             else:
-                lines = anchors_lines(report)
+                lines = anchors_lines(report, all_rows=all_rows)
                 while block := list(islice(lines, 4096)):  # one write per block, not per line
                     click.echo("\n".join(block))

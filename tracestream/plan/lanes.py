@@ -141,11 +141,16 @@ class PeakOverlap:
     peak_at_ns: int | None = None  # start of the slice that raised the overlap to `lanes`
     open_ends: np.ndarray = field(default_factory=lambda: _EMPTY)  # sorted
 
-    def add_block(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Count slices in start order with bounds [lo, hi] (int64 arrays)."""
+    def add_block(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Count slices in start order with bounds [lo, hi] (int64 arrays).
+
+        Returns each slice's overlap at its start and the sorted occupied ends it was
+        counted against (the carried slices' and the block's), for a caller that draws
+        the overlap over time, not only its peak (`inspect`'s occupancy strip).
+        """
         n = len(lo)
         if not n:
-            return
+            return _EMPTY, self.open_ends
         lo = np.asarray(lo, np.int64)
         ends = np.concatenate([self.open_ends, occupied_end(lo, np.asarray(hi, np.int64))])
         ends.sort()
@@ -158,6 +163,7 @@ class PeakOverlap:
             self.lanes = int(overlap[k])
             self.peak_at_ns = int(lo[k])
         self.open_ends = ends[np.searchsorted(ends, lo[-1], "right"):]
+        return overlap, ends
 
 
 def occupied_end(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

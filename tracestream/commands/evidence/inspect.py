@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from tracestream.commands.evidence.occupancy import LaneOccupancy, lane_occupancy
 from tracestream.commands.evidence.tables import (
     format_table,
     ms,
@@ -20,7 +21,6 @@ from tracestream.index.timebase import us_text
 from tracestream.jsontext import RawNumber
 from tracestream.model import GPU_SCOPE, KERNEL, MEMCPY, MEMSET, SYNC
 from tracestream.parallel.memory import collector_paused
-from tracestream.plan.lanes import PeakOverlap
 from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
 
@@ -33,20 +33,6 @@ def index_trace(trace, options: IndexOptions, stdin=None, progress=None,
             TraceSource(str(trace), stdin=stdin, read_once=True,
                         max_event_bytes=max_event_bytes) as source:
         return run_index(source, options, progress=progress, pool=pool)
-
-
-def peak_overlaps(index: TraceIndex, groups: set[int]) -> dict[int, PeakOverlap]:
-    """Per activity group, what the greedy lane allocator would reach: lanes = peak overlap
-    (= what compaction would need), and the time the last lane opened. The read-only
-    index's sweep holds slices only (index.PEAK_DTYPE)."""
-    states: dict[int, PeakOverlap] = {g: PeakOverlap() for g in groups}
-    for block in index.sweep.sorted_blocks():
-        for g in groups:
-            mask = block["group"] == g
-            if not mask.any():
-                continue
-            states[g].add_block(block["key"][mask], block["hi"][mask])
-    return states
 
 
 def process_kind(pid: Any, meta: dict, gpu: bool, host: bool) -> tuple[str, str]:
@@ -79,10 +65,12 @@ def _processes(index: TraceIndex, activity: Counter, scopes: Counter) -> list[di
     return rows
 
 
-def _gpu_row(index: TraceIndex, g: int, lanes: PeakOverlap, origin_ns: int, top: int) -> dict:
+def _gpu_row(index: TraceIndex, g: int, occupancy: LaneOccupancy, origin_ns: int,
+             top: int) -> dict:
     pid, device = index.groups[g]
     stats = index.group_stats[g]
     names = index.kernel_names.get(g, Counter())
+    lanes = occupancy.peak
     at = lanes.peak_at_ns
     return {
         "pid": pid,
@@ -97,6 +85,12 @@ def _gpu_row(index: TraceIndex, g: int, lanes: PeakOverlap, origin_ns: int, top:
         "max_overlap": lanes.lanes,
         "max_overlap_at_ms": ms(at, origin_ns),
         "max_overlap_at_us": RawNumber(us_text(at)) if at is not None else None,
+        "occupancy": {
+            "columns": occupancy.maxima.tolist(),
+            "start_us": us_text(occupancy.start_ns),
+            "start_ms": ms(occupancy.start_ns, origin_ns),
+            "column_us": us_text(occupancy.width_ns),
+        },
         "first_ms": ms(stats.first_ns, origin_ns),
         "last_ms": ms(stats.last_ns, origin_ns),
         "span_ms": ms(stats.last_ns, stats.first_ns) if stats.first_ns is not None else None,
@@ -111,7 +105,8 @@ def inspect_index(index: TraceIndex, *, top: int = 30) -> dict:
     gpu_groups = [g for g, (_, device) in enumerate(index.groups)
                   if device != SCOPES and index.group_stats[g].kinds]
     scope_groups = [g for g, (_, device) in enumerate(index.groups) if device == SCOPES]
-    lanes = peak_overlaps(index, set(gpu_groups))
+    lanes = lane_occupancy(index.sweep, {g: (index.group_stats[g].first_ns,
+                                             index.group_stats[g].last_ns) for g in gpu_groups})
     gpu_groups.sort(key=lambda g: (pid_order(index.groups[g][0]),
                                    pid_order(index.groups[g][1])))
     activity: Counter = Counter()
@@ -168,7 +163,8 @@ def _warnings(index: TraceIndex) -> list[dict]:
 
 def inspect_trace(trace, *, top: int = 30, stdin=None, progress=None,
                   workers: int | None = None, max_event_bytes: int | None = None) -> dict:
-    """One streamed pass: processes, GPUs (counts, streams, peak overlap), names, flows.
+    """One streamed pass: processes, GPUs (counts, streams, peak overlap and lane occupancy
+    over time), names, flows.
 
     `progress`: an object whose `wrap(blocks, label)` sees the blocks read (None: none).
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
@@ -183,6 +179,29 @@ def inspect_trace(trace, *, top: int = 30, stdin=None, progress=None,
             return inspect_index(index, top=top)
         finally:
             index.close()
+
+
+RAMP = " ▁▂▃▄▅▆▇█"
+"""The occupancy strip's characters: none running, then eighths of the peak."""
+
+
+def occupancy_strip(columns: list[int], peak: int) -> str:
+    """One character per column: blank for none, else its share of the peak rounded up
+    (any activity shows; only the peak fills a whole block)."""
+    return "".join(RAMP[-(-8 * n // peak)] if n else " " for n in columns)
+
+
+def _occupancy_lines(gpu: dict) -> list[str]:
+    strip = gpu["occupancy"]
+    columns = strip["columns"]
+    width_ms = float(strip["column_us"]) / 1000
+    start_ms = strip["start_ms"]
+    return [
+        f"  pid {pid_text(gpu['pid'])} device {gpu['device']}: peak {gpu['max_overlap']} at "
+        f"{three_places(gpu['max_overlap_at_ms'])} ms; {len(columns)} columns of "
+        f"{width_ms:,.3f} ms from {start_ms:,.3f} to {start_ms + len(columns) * width_ms:,.3f} ms",
+        f"    |{occupancy_strip(columns, max(gpu['max_overlap'], 1))}|",
+    ]
 
 
 def format_inspect(report: dict) -> str:
@@ -222,6 +241,11 @@ def format_inspect(report: dict) -> str:
                    "would need")
     for s in report["gpu_scopes"]:
         out.append(f"  GPU user scopes of pid {s['pid']}: {s['count']:,} on {s['streams']} row(s)")
+    if gpus:
+        out += ["", "lane occupancy over time (each column: the most GPU activities running "
+                    f"at once in that slice of the span; '{RAMP}' scaled to the peak):"]
+        for g in gpus:
+            out += _occupancy_lines(g)
     for g in gpus:
         out += ["", f"top kernels of pid {pid_text(g['pid'])} device {g['device']} "
                     f"({g['distinct_kernels']:,} distinct):"]

@@ -54,7 +54,7 @@ def verdict_text(count: int, first: np.ndarray, sizes: np.ndarray,
     if max_inside_ratio is not None and max_inside_ratio > INSIDE_VARIATION:
         text += (
             f"; gaps inside clusters reach {max_inside_ratio:g} x the median: a cluster may "
-            "hold several short passes or layers of different kinds (see the gap column)"
+            "hold several short passes or layers of different kinds (see the gap histogram)"
         )
     return text
 

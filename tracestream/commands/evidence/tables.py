@@ -13,6 +13,17 @@ from tracestream.index.timebase import relative_ms
 NAME_WIDTH = 110  # longest kernel/annotation name in human-readable tables
 
 
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar(count: int, most: int, width: int) -> str:
+    """A bar of block characters, `width` long for `most`, in eighths of a character; any
+    count above 0 shows at least one eighth."""
+    eighths = max(1, round(count * width * 8 / most)) if count else 0
+    full, part = divmod(eighths, 8)
+    return "█" * full + (_EIGHTHS[part] if part else "")
+
+
 def histogram(values: np.ndarray) -> dict[str, int]:
     distinct, counts = np.unique(values, return_counts=True)
     return {str(k): v for k, v in zip(distinct.tolist(), counts.tolist())}
