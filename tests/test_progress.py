@@ -265,6 +265,19 @@ def test_a_phase_that_passes_no_tenth_still_writes_every_30_seconds():
         "plan done: 1/3 steps in 1m11s"]
 
 
+def test_a_closed_stream_stops_the_lines_not_the_run():
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    clock = FakeClock()
+    meter = LogProgress(ClosedPipe(), clock=clock, wake=None).phase("index", 10)
+    clock.now += 5
+    for done in range(1, 11):
+        meter.advance_to(done)  # raises nothing
+    meter.close()
+
+
 def test_a_terminal_gets_a_bar():
     class Terminal(io.StringIO):
         def isatty(self):

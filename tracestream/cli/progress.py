@@ -89,6 +89,7 @@ class LogProgress:
         self.stream = stream
         self.clock = clock
         self.wake = wake  # how often a meter's thread calls `beat` (None: no thread)
+        self.broken = False  # the stream refused a line: progress is not worth a failed run
 
     def phase(self, name: str, total: int | None, unit: str = "B") -> LogMeter:
         return LogMeter(self, name, total, unit)
@@ -139,10 +140,15 @@ class LogMeter:
         if now - self._start < SHOW_AFTER:
             return
         with self._lock:
-            self._progress.stream.write(
-                log_line(self.name, self.done, self.total, self.unit, now - self._start,
-                         end=end, note=self.note) + "\n")
-            self._progress.stream.flush()
+            if self._progress.broken:
+                return
+            try:
+                self._progress.stream.write(
+                    log_line(self.name, self.done, self.total, self.unit, now - self._start,
+                             end=end, note=self.note) + "\n")
+                self._progress.stream.flush()
+            except (OSError, ValueError):  # a closed pipe (`2>&1 | head`): the run goes on
+                self._progress.broken = True
             self._last = now
             self._lines += 1
 
