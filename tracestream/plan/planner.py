@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from tracestream._version import __version__
-from tracestream.errors import Option, SpecError, TraceError
+from tracestream.errors import TraceError
 from tracestream.index.builder import FLOW, META, SCOPES, TraceIndex
 from tracestream.index.timebase import relative_ms, us_text
 from tracestream.jsontext import RawJSON, RawNumber, dumps
@@ -202,9 +202,8 @@ class Planner:
             )
         self._refuse_reannotation("layers")
         anchors_all = index.matches.get("anchor", [])
-        if not anchors_all:
-            raise SpecError("no kernel matches ", Option("anchor_regex"), f" {spec.anchor_regex!r}")
-        pid, device = select_gpu(anchors_all, spec.pid, spec.device, "anchor_regex")
+        pid, device = select_gpu(anchors_all, spec.pid, spec.device, "anchor_regex",
+                                 spec.anchor_regex, index.kernel_vocabulary)
         anchors = on_gpu(anchors_all, pid, device)
         names = anchor_names(anchors)
         check_anchor_names(names, spec, pid, device)
