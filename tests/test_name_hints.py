@@ -116,6 +116,18 @@ def test_a_trace_without_kernels_says_so(tmp_path, command):
                     "no kernels")
 
 
+def test_an_end_anchor_that_matches_nothing_on_the_gpu_gets_a_hint(tmp_path):
+    trace = two_gpus(tmp_path / "t.json")
+    out = tmp_path / "out.json"
+    line = assert_refused(_layers(trace, out, "^_q_rope_store$", "--pid", "0",
+                                  "--end-anchor-regex", "^gemm_bf16$"),
+                          "no kernel matches", out, Path(f"{out}.layers.json"))
+    assert line.endswith(
+        "no kernel matches --end-anchor-regex '^gemm_bf16$' on device 0 of pid 0 (the anchors' "
+        "GPU); closest kernel names in pid 0: 'gemm_bf16_kernel', '_k_rope_store', "
+        "'_q_rope_store'"), line
+
+
 # -- the index: names per pid, the same with both backends, capped ---------------------------
 
 
