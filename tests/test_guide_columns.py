@@ -32,7 +32,8 @@ def reference_guides(trace, spec: LayerSpec) -> list[dict]:
     with TraceSource(str(trace)) as source:
         index = run_index(source, IndexOptions(patterns=patterns))
     try:
-        pid, device = select_gpu(index.matches["anchor"], None, None, "anchor_regex")
+        pid, device = select_gpu(index.matches["anchor"], None, None, "anchor_regex",
+                                 spec.anchor_regex, index.kernel_vocabulary)
         anchors = list(on_gpu(index.matches["anchor"], pid, device))
         terminals = list(on_gpu(index.matches["terminal"], pid, device))
         origin = index.origin.floor_ns()

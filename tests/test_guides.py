@@ -8,6 +8,7 @@ import pytest
 
 from tracestream.errors import Option, SpecError, TraceError, flag_of
 from tracestream.index.builder import Match
+from tracestream.index.vocabulary import KernelVocabulary
 from tracestream.plan.anchors import (
     anchor_names,
     anchored_pattern,
@@ -129,14 +130,33 @@ def test_terminal_crossing_the_next_anchor_is_refused():
 
 
 def test_select_gpu_refuses_several_pids_and_devices():
+    names = KernelVocabulary()
     ms = [match("1", pid=0), match("2", pid=1), match("3", pid=1)]
     with pytest.raises(TraceError, match=r"^anchor_regex .*pid 0: 1, pid 1: 2.*with pid$"):
-        select_gpu(ms, None, None, "anchor_regex")
-    assert select_gpu(ms, 1, None, "x") == (1, 0)
+        select_gpu(ms, None, None, "anchor_regex", "a", names)
+    assert select_gpu(ms, 1, None, "x", "a", names) == (1, 0)
     ms = [match("1", device=0), match("2", device=1)]
     with pytest.raises(TraceError, match=r"device 0: 1, device 1: 1.*with device$"):
-        select_gpu(ms, None, None, "anchor_regex")
-    assert select_gpu(ms, None, 1, "x") == (0, 1)
+        select_gpu(ms, None, None, "anchor_regex", "a", names)
+    assert select_gpu(ms, None, 1, "x", "a", names) == (0, 1)
+
+
+def test_select_gpu_names_the_closest_kernels_of_the_pid_without_a_match():
+    names = KernelVocabulary()
+    names.add({0: {"a": 2, "attn": 1}, 1: {"ab": 3, "other": 1}})
+    ms = [match("1", pid=0)]
+    with pytest.raises(TraceError, match=r"^no kernel matches anchor_regex 'a' in pid 1; "
+                                         r"closest kernel names: 'ab', 'other'$"):
+        select_gpu(ms, 1, None, "anchor_regex", "a", names)
+    with pytest.raises(TraceError, match=r"^no kernel matches anchor_regex 'a' in pid 7; "
+                                         r"pid 7 has no kernels$"):
+        select_gpu(ms, 7, None, "anchor_regex", "a", names)
+    with pytest.raises(TraceError, match=r"^no kernel matches anchor_regex 'a' on device 3 of "
+                                         r"pid 0; closest kernel names in pid 0: 'a', 'attn'$"):
+        select_gpu(ms, None, 3, "anchor_regex", "a", names)
+    with pytest.raises(TraceError, match=r"^no kernel matches anchor_regex 'a'; the trace has "
+                                         r"no kernels$"):
+        select_gpu([], None, None, "anchor_regex", "a", KernelVocabulary())
 
 
 @pytest.mark.parametrize(

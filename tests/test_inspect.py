@@ -51,6 +51,7 @@ from tracestream.commands.evidence.readings import (
 from tracestream.commands.evidence.tables import format_table, table_lines
 from tracestream.index.matches import MATCH_DTYPE, MatchTable
 from tracestream.index.timebase import parse_decimal
+from tracestream.index.vocabulary import KernelVocabulary
 from tracestream.jsontext import dumps
 from tracestream.plan.cadence import cluster_starts
 
@@ -738,7 +739,8 @@ def _index_of(count: int, cross: bool) -> SimpleNamespace:
     if cross:
         matches["cross"] = table(5000)
     return SimpleNamespace(matches=matches, origin=parse_decimal("1764400000000000"),
-                           origin_text="1764400000000000", close=lambda: None)
+                           origin_text="1764400000000000", close=lambda: None,
+                           kernel_vocabulary=KernelVocabulary())
 
 
 def _report_peak(count: int, cross: bool, text: bool) -> int:

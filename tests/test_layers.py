@@ -214,7 +214,8 @@ def test_anchor_refusals(tmp_path, times, terminals, extra, fragment):
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
-        (dict(regex="^nothing$"), "no kernel matches --anchor-regex"),
+        (dict(regex="^nothing$"),
+         "no kernel matches --anchor-regex '^nothing$'; closest kernel names: 'a'"),
         (dict(regex="(unclosed"), "not a valid regular expression"),
         (dict(offset="-1"), "--anchor-offset must be >= 0"),
         (dict(evidence=""), "--evidence must not be empty"),
@@ -397,7 +398,8 @@ def test_real_traces_get_guides(name, tmp_path):
 def test_mtia_trace_without_gpu_has_no_anchor(tmp_path):
     trace = real_trace("hta_mtia_no_gpu.json.gz")
     out = tmp_path / "out.json"
-    assert_refused(_layers(trace, out, regex="."), "no kernel matches", out)
+    assert_refused(_layers(trace, out, regex="."),
+                   "no kernel matches --anchor-regex '.'; the trace has no kernels", out)
 
 
 def test_kernels_named_like_anchors_outside_kernel_category_do_not_count(tmp_path):

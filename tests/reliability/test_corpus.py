@@ -339,12 +339,13 @@ def _cases() -> list[Case]:
         both("string_pids_and_tids", document([_stringly(e) for e in base_events()]), Ok()),
         # -- nothing to do -------------------------------------------------------------------
         Case("empty_event_array", b'{"traceEvents": []}',
-             layers=refuse("no kernel matches", place=False),
+             layers=refuse("no kernel matches", "the trace has no kernels", place=False),
              compact=refuse("no GPU activity", place=False)),
-        Case("empty_bare_array", b"[]", layers=refuse("no kernel matches", place=False),
+        Case("empty_bare_array", b"[]",
+             layers=refuse("no kernel matches", "the trace has no kernels", place=False),
              compact=refuse("no GPU activity", place=False)),
         Case("cpu_only", document([e for e in base_events() if e.get("cat") != "kernel"]),
-             layers=refuse("no kernel matches", place=False),
+             layers=refuse("no kernel matches", "the trace has no kernels", place=False),
              compact=refuse("no GPU activity", place=False)),
     ]
     return cases

@@ -41,6 +41,7 @@ from tracestream.index.facts import (
 from tracestream.index.keyscan import SPLICE_FIELDS
 from tracestream.index.matches import Match, MatchTable
 from tracestream.index.records import RecordStore
+from tracestream.index.vocabulary import KernelVocabulary
 from tracestream.model import KERNEL
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
@@ -165,6 +166,8 @@ class TraceIndex:
     guides: list[GuideEvent]
     provenance_ordinal: int | None
     kernel_names: dict[int, Counter]
+    kernel_vocabulary: KernelVocabulary
+    """The kernel names per pid where patterns were matched: hints when one matches nothing."""
     cpu_annotations: Counter
     flow_categories: Counter
     phase_counts: Counter
@@ -230,6 +233,7 @@ class IndexBuilder:
         self.guides: list[GuideEvent] = []
         self.provenance_ordinal: int | None = None
         self.kernel_names: dict[int, Counter] = {}
+        self.kernel_vocabulary = KernelVocabulary()
         self.cpu_annotations: Counter = Counter()
         self.flow_categories: Counter = Counter()
         self.phase_counts: Counter = Counter()
@@ -319,6 +323,7 @@ class IndexBuilder:
             self.provenance_ordinal = facts.provenance + base
         for local, names in facts.kernel_names.items():
             self.kernel_names.setdefault(int(groups[local]), Counter()).update(names)
+        self.kernel_vocabulary.add(facts.kernel_vocabulary)
         self.cpu_annotations.update(facts.cpu_annotations)
         self.flow_categories.update(facts.flow_categories)
         self.phase_counts.update(facts.phase_counts)
@@ -429,6 +434,7 @@ class IndexBuilder:
             guides=self.guides,
             provenance_ordinal=self.provenance_ordinal,
             kernel_names=self.kernel_names,
+            kernel_vocabulary=self.kernel_vocabulary,
             cpu_annotations=self.cpu_annotations,
             flow_categories=self.flow_categories,
             phase_counts=self.phase_counts,

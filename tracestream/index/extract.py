@@ -129,6 +129,7 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
         self.inexact: set[int] = set()  # events whose ts or dur has digits below 1 ns
         self.odd: dict[int, str] = {}  # unread events with an odd ts/dur -> what is odd
         self._kernel_hits: dict | None = None  # name -> patterns, where `_anchor_kernels` ran
+        self.vocabulary: dict = {}  # pid -> {kernel name: count}, where patterns are matched
 
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray]:
@@ -262,6 +263,7 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
             guides=guide_events,
             provenance=self._provenance() if self.ctx.track_facts else None,
             kernel_names=kernel_names,
+            kernel_vocabulary=self.vocabulary,
             cpu_annotations=name_counts_of(annotations),
             flow_categories=flow_categories,
             phase_counts=phase_counts,

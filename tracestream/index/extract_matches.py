@@ -77,11 +77,16 @@ class MatchFinding:
         if _native.first_unhashable_device(events, slices, kind_a == GPU_SCOPE) is not None:
             return None
         kernels = np.flatnonzero(kind_a == KERNEL).tolist()
+        picked = [slices[k] for k in kernels]
+        # counted per pid (the hint of a pattern that matches nothing on a --pid names that
+        # pid's kernels): reading the pids costs what the one count over every slice saved
         try:
-            counted = _native.name_counts(events, slices, kernels, [0] * len(slices))
+            counted = _native.name_counts(events, picked, list(range(len(picked))),
+                                          _native.event_values(events, picked, "pid"))
         except TypeError:
             return None
-        self._kernel_hits = self._pattern_hits(counted.get(0, {}))
+        self.vocabulary = counted
+        self._kernel_hits = self._pattern_hits(distinct_names(counted))
         return _native.named(events, slices, kernels, self._kernel_hits)
 
     def _matching(self, slices, sev, kind_list) -> list[int]:
@@ -93,17 +98,19 @@ class MatchFinding:
         hits = self._hits(slices, sev, kernels, names)
         return [k for k, name in zip(kernels, names) if name in hits]
 
-    def _matched_kernels(self, slices, kernels) -> tuple[list[int], dict]:
+    def _matched_kernels(self, slices, kernels, groups) -> tuple[list[int], dict]:
         """The kernels whose name matches a pattern (positions among the slices, in order),
-        and the patterns each distinct name matches (see `_hits`)."""
+        and the patterns each distinct name matches (see `_hits`); the names per pid go to
+        `self.vocabulary` (`groups`: the slices' chunk-local group ids)."""
         if self._kernel_hits is not None:  # `_anchor_kernels` kept the matched kernels only
             return kernels, self._kernel_hits
         try:
-            counted = _native.name_counts(self.events, slices, kernels, [0] * len(slices))
+            counted = _native.name_counts(self.events, slices, kernels, groups)
         except TypeError:  # an object or array as a name: refused below
             pass
         else:
-            hits = self._pattern_hits(counted.get(0, {}))
+            self.vocabulary = by_pid(counted, list(self.groups))
+            hits = self._pattern_hits(distinct_names(counted))
             return _native.named(self.events, slices, kernels, hits), hits
         sev = [self.events[slices[k]] for k in kernels]
         names = [e.name for e in sev]
@@ -136,7 +143,7 @@ class MatchFinding:
     def _matches(self, slices, kernels, start, dur, tracks, groups) -> dict[str, tuple]:
         """Kernels whose name matches a pattern, packed (see matches.MatchTable)."""
         patterns = self.ctx.patterns
-        found, hits = self._matched_kernels(slices, kernels)  # positions among the slices
+        found, hits = self._matched_kernels(slices, kernels, groups)  # among the slices
         events = [slices[k] for k in found]
         self._check_duplicates(events)
         stream_codes, streams_list, name_codes, names_list = self._match_keys(events)
@@ -168,6 +175,26 @@ class MatchFinding:
                          if old in as_text} if as_text else {}
             out[p] = (rows, names_list, streams_list, texts)
         return out
+
+
+def distinct_names(counted: dict[object, dict]) -> dict | set:
+    """The names of `name_counts`' {group: {name: count}}, each once."""
+    if len(counted) == 1:
+        return next(iter(counted.values()))
+    return set().union(*counted.values())
+
+
+def by_pid(counted: dict[int, dict], groups: list[tuple]) -> dict:
+    """`name_counts`' {local group: {name: count}} as {pid: {name: count}} (`groups`: the
+    chunk's (pid, device) per local group id); devices of one pid are merged."""
+    merged: dict = {}
+    for group, counts in counted.items():
+        pid = groups[group][0]
+        if pid in merged:
+            merged[pid] = Counter(merged[pid]) + Counter(counts)
+        else:
+            merged[pid] = counts
+    return merged
 
 
 def name_counts_of(names: list) -> Counter:

@@ -110,6 +110,7 @@ class ChunkFacts:
     guides: list[GuideEvent]
     provenance: int | None
     kernel_names: dict[int, Counter]  # local group -> names
+    kernel_vocabulary: dict[Any, dict]  # pid -> {kernel name: count}, with patterns
     cpu_annotations: Counter
     flow_categories: Counter
     phase_counts: Counter

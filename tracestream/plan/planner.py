@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from tracestream._version import __version__
-from tracestream.errors import Option, SpecError, TraceError
+from tracestream.errors import TraceError
 from tracestream.index.builder import FLOW, META, SCOPES, TraceIndex
 from tracestream.index.timebase import relative_ms, us_text
 from tracestream.jsontext import RawJSON, RawNumber, dumps
@@ -31,8 +31,9 @@ from tracestream.plan.anchors import (
 )
 from tracestream.plan.guides import build_guides
 from tracestream.plan.guidetext import GuideEvents, GuideRows
+from tracestream.plan.hints import no_match
 from tracestream.plan.lanes import GroupLanes, Sweep
-from tracestream.plan.selection import on_gpu, same_id_filter, select_gpu
+from tracestream.plan.selection import id_text, on_gpu, same_id_filter, select_gpu
 from tracestream.plan.specs import (
     NAMES_IN_REPORT,
     CompactSpec,
@@ -202,9 +203,8 @@ class Planner:
             )
         self._refuse_reannotation("layers")
         anchors_all = index.matches.get("anchor", [])
-        if not anchors_all:
-            raise SpecError("no kernel matches ", Option("anchor_regex"), f" {spec.anchor_regex!r}")
-        pid, device = select_gpu(anchors_all, spec.pid, spec.device, "anchor_regex")
+        pid, device = select_gpu(anchors_all, spec.pid, spec.device, "anchor_regex",
+                                 spec.anchor_regex, index.kernel_vocabulary)
         anchors = on_gpu(anchors_all, pid, device)
         names = anchor_names(anchors)
         check_anchor_names(names, spec, pid, device)
@@ -220,6 +220,11 @@ class Planner:
         terminals = None
         if spec.end_anchor_regex is not None:
             terminals = on_gpu(index.matches.get("terminal", []), pid, device)
+            if not len(terminals):  # else every layer's window is refused, naming the first
+                raise no_match("end_anchor_regex", spec.end_anchor_regex,
+                               index.kernel_vocabulary, [pid],
+                               f" on device {id_text(device)} of pid {id_text(pid)} (the "
+                               "anchors' GPU)", scope=f" in pid {id_text(pid)}")
         guides = build_guides(anchors, terminals, spec)
         checks["selection"] = coverage(spec, len(anchors))
         (guide_tid,) = self._tids(pid, 1)

@@ -9,17 +9,24 @@ from typing import Any
 
 from tracestream.errors import Option, SpecError
 from tracestream.index.matches import MatchTable
+from tracestream.index.vocabulary import KernelVocabulary
+from tracestream.plan.hints import no_match
 
 
-def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
+def select_gpu(matches, pid: Any, device: Any, what: str, pattern: str,
+               vocabulary: KernelVocabulary) -> tuple[Any, Any]:
     """The one (pid, device) the matches are on, or a refusal that lists the candidates
-    (`what`: the spec field of the pattern, e.g. `anchor_regex`)."""
+    (`what`: the spec field of the pattern, e.g. `anchor_regex`; a pid or device without
+    a match is refused with the closest kernel names of that pid from `vocabulary`)."""
+    if not matches and pid is None:  # with a pid, the refusal below names its kernels
+        raise no_match(what, pattern, vocabulary)
     gpus = matches.gpus() if isinstance(matches, MatchTable) else Counter(
         (m.pid, m.device) for m in matches)
     if pid is not None:
         gpus = Counter({key: gpus[key] for key in same_id_filter(gpus, pid, lambda k: k[0])})
         if not gpus:
-            raise SpecError("no kernel matches ", Option(what), f" in pid {id_text(pid)}")
+            raise no_match(what, pattern, vocabulary, same_id_filter(vocabulary.pids(), pid),
+                           f" in pid {id_text(pid)}", f"pid {id_text(pid)} has no kernels")
     pids: Counter = Counter()
     for (p, _), n in gpus.items():
         pids[p] += n
@@ -33,9 +40,10 @@ def select_gpu(matches, pid: Any, device: Any, what: str) -> tuple[Any, Any]:
     chosen_pid = next(iter(pids))
     if device is not None:
         gpus = Counter({key: gpus[key] for key in same_id_filter(gpus, device, lambda k: k[1])})
-        if not gpus:
-            raise SpecError("no kernel matches ", Option(what),
-                            f" on device {id_text(device)} of pid {id_text(chosen_pid)}")
+        if not gpus:  # the vocabulary has names per pid: those of every device of it
+            raise no_match(what, pattern, vocabulary, [chosen_pid],
+                           f" on device {id_text(device)} of pid {id_text(chosen_pid)}",
+                           scope=f" in pid {id_text(chosen_pid)}")
     devices: Counter = Counter()
     for (_, d), n in gpus.items():
         devices[d] += n

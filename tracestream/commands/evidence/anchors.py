@@ -119,9 +119,8 @@ def _anchors_report(index: TraceIndex, anchor_regex: str, pid, device,
                     cross_check: str | None, factor: float) -> dict:
     try:
         found = index.matches["anchor"]
-        if not found:
-            raise SpecError("no kernel matches ", Option("anchor_regex"), f" {anchor_regex!r}")
-        pid, device = select_gpu(found, pid, device, "anchor_regex")
+        pid, device = select_gpu(found, pid, device, "anchor_regex", anchor_regex,
+                                 index.kernel_vocabulary)
         anchors = on_gpu(found, pid, device)
         between = start_gaps(anchors)
         if len(between):
