@@ -15,6 +15,10 @@ from tracestream.errors import Option, SpecError
 from tracestream.index.vocabulary import KernelVocabulary
 
 HINTS = 5
+CLOSE = 0.6
+"""The similarity (`_similarity`) a name needs to be named beside closer ones."""
+FAR_HINTS = 3
+"""Names given when none is close: the nearest few, so the line still shows what is there."""
 SHORTLIST = 200
 """Names compared by edit distance at most: difflib takes ~80 µs a long kernel name, so a
 trace with tens of thousands of names is first cut down by shared trigrams (cheap substring
@@ -126,8 +130,11 @@ def closest_names(pattern: str, names: Mapping[str, int] | Iterable[str],
     score = {name: max((_similarity(w, lowered[name]),
                         SequenceMatcher(None, w, lowered[name]).ratio()) for w in wanted)
              for name in others}
-    return picked + heapq.nsmallest(limit - len(picked), others,
-                                    key=lambda n: (-score[n][0], -score[n][1], -counts[n], n))
+    ranked = heapq.nsmallest(limit - len(picked), others,
+                             key=lambda n: (-score[n][0], -score[n][1], -counts[n], n))
+    close = [name for name in ranked if score[name][0] >= CLOSE]
+    # names far from the pattern only pad the line, unless nothing is close at all
+    return picked + close if picked or close else ranked[:FAR_HINTS]
 
 
 def no_match(what: str, pattern: str, vocabulary: KernelVocabulary, pids=None, where: str = "",
