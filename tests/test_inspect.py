@@ -850,3 +850,22 @@ def test_matches_in_one_ns_are_ordered_by_their_exact_digits(tmp_path):
     rows = find_anchors(trace, "^a$", workers=0)["matches"]
     assert [(str(r["ts_us"]), r["event"]) for r in rows] == [
         ("3", 2), ("7", 3), ("7.000", 4), ("7.0001", 1), ("7.0002", 0), ("12", 5)]
+
+
+@pytest.mark.parametrize("times, factor", [
+    ((0, 10, 20, 500), "1e15"),  # a threshold past every gap
+    ((0, 10, 20, 500), "1e308"),  # a threshold past every number (inf)
+    ((0, 5e15), "3"),  # a gap of 5e18 ns: the next decade of buckets is past int64
+    ((-4e15, 4e15), "3"),  # 8e18 ns
+], ids=["factor-1e15", "factor-1e308", "gap-5e18-ns", "gap-8e18-ns"])
+def test_anchors_gap_histogram_at_the_edges_of_int64(tmp_path, times, factor):
+    trace = anchor_trace(tmp_path / "t.json", [f"{t:.0f}" for t in times])
+    result = CliRunner().invoke(main, ["anchors", "--trace", str(trace), "--anchor-regex", "^a$",
+                                       "--gap-factor", factor, "--quiet"])
+    assert result.exit_code == 0, result.output
+    summary = CliRunner().invoke(main, ["anchors", "--trace", str(trace), "--anchor-regex",
+                                        "^a$", "--gap-factor", factor, "--json", "--quiet"])
+    histogram = orjson.loads(summary.stdout)["gap_histogram"]
+    assert sum(b["count"] for b in histogram["buckets"]) == len(times) - 1
+    # no gap is above a threshold that is past them all
+    assert not any(b["breaks"] for b in histogram["buckets"]) or factor == "3"

@@ -15,6 +15,8 @@ GAP_STEPS = (10, 15, 20, 30, 50, 70)
 """Bucket bounds per decade, in tenths (1, 1.5, 2, 3, 5, 7 x 10^k ns): steps of 1.3-1.7x
 keep one cadence in one or two rows, and a decade of breaks in a handful."""
 
+_LARGEST = int(np.iinfo(np.int64).max)
+
 MAX_EXACT_SIZES = 16
 """Up to this many distinct cluster sizes get a row each; more are grouped by powers of 2."""
 
@@ -25,8 +27,9 @@ def gap_bounds(largest_ns: int, threshold_ns: int | None) -> np.ndarray:
     that does not start a cluster), so no bucket mixes gaps inside and between clusters."""
     bounds = {0}
     scale = 1
-    while max(bounds) < largest_ns:
-        bounds.update(step * scale // 10 for step in GAP_STEPS if step * scale >= 10)
+    while max(bounds) < largest_ns:  # (a decade past int64's ns is its largest value)
+        bounds.update(min(step * scale // 10, _LARGEST)
+                      for step in GAP_STEPS if step * scale >= 10)
         scale *= 10
     if threshold_ns is not None:
         bounds.add(threshold_ns)
@@ -41,16 +44,20 @@ def gap_histogram(between: np.ndarray, median_ns: float | None, factor: float) -
     is the threshold (None without gaps)."""
     if not len(between):
         return {"gaps": 0, "break_above_us": None, "buckets": []}
-    # a whole number of ns: a gap is > factor x median exactly when it is > this
-    threshold = int(np.floor(factor * median_ns))
-    bounds = gap_bounds(int(between.max()), threshold)
+    largest = int(between.max())
+    above = factor * median_ns  # a float: a huge --gap-factor makes it inf
+    # a whole number of ns: a gap is > factor x median exactly when it is > this (None:
+    # no gap is, and no bound is needed for it)
+    threshold = int(np.floor(above)) if above < largest else None
+    bounds = gap_bounds(largest, threshold)
     counts = np.bincount(np.searchsorted(bounds, between, "left"), minlength=len(bounds))
     return {
         "gaps": len(between),
-        "break_above_us": threshold / 1000,
+        "break_above_us": float(np.floor(above)) / 1000 if np.isfinite(above) else None,
         "buckets": [
             {"from_us": (int(bounds[k - 1]) if k else 0) / 1000, "to_us": int(bounds[k]) / 1000,
-             "count": n, "breaks": k > 0 and int(bounds[k - 1]) >= threshold}
+             "count": n,
+             "breaks": k > 0 and threshold is not None and int(bounds[k - 1]) >= threshold}
             for k, n in enumerate(counts.tolist()) if n
         ],
     }
