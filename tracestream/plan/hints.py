@@ -15,8 +15,13 @@ from tracestream.errors import Option, SpecError
 from tracestream.index.vocabulary import KernelVocabulary
 
 HINTS = 5
-CLOSE = 0.6
-"""The similarity (`_similarity`) a name needs to be named beside closer ones."""
+CLOSE = 0.8
+"""The similarity (`_similarity`) a name needs to be named beside closer ones (at 0.6 or 0.75, a
+four-letter pattern found enough of itself in any long template name)."""
+COMPARED = 200
+"""Characters of a name and of the pattern that edit distance compares: difflib's cost grows
+with both lengths (a thousand-character pattern against templated names took minutes), and
+a mistyped name shows in its first characters."""
 FAR_HINTS = 3
 """Names given when none is close: the nearest few, so the line still shows what is there."""
 SHORTLIST = 200
@@ -127,8 +132,10 @@ def closest_names(pattern: str, names: Mapping[str, int] | Iterable[str],
         grams = _trigrams(w for w in wanted if w)
         others = heapq.nlargest(SHORTLIST, others, key=lambda n: (
             sum(g in lowered[n] for g in grams), -len(n)))
-    score = {name: max((_similarity(w, lowered[name]),
-                        SequenceMatcher(None, w, lowered[name]).ratio()) for w in wanted)
+    wanted = [w[:COMPARED] for w in wanted]
+    score = {name: max((_similarity(w, lowered[name][:COMPARED]),
+                        SequenceMatcher(None, w, lowered[name][:COMPARED]).ratio())
+                       for w in wanted)
              for name in others}
     ranked = heapq.nsmallest(limit - len(picked), others,
                              key=lambda n: (-score[n][0], -score[n][1], -counts[n], n))
