@@ -122,7 +122,34 @@ def test_an_end_anchor_that_matches_nothing_on_the_gpu_gets_a_hint(tmp_path):
                           "no kernel matches", out, Path(f"{out}.layers.json"))
     assert line.endswith(
         "no kernel matches --end-anchor-regex '^gemm_bf16$' on device 0 of pid 0 (the anchors' "
-        "GPU); closest kernel names in pid 0: 'gemm_bf16_kernel'"), line
+        "GPU); closest kernel names: 'gemm_bf16_kernel'"), line
+
+
+@pytest.mark.parametrize("command", ["layers", "anchors"])
+def test_a_device_without_the_match_says_where_it_matches(tmp_path, command):
+    """The name is right and the device is not: naming kernels would suggest the very name
+    the pattern matches."""
+    trace = two_gpus(tmp_path / "t.json")
+    out = tmp_path / "out.json"
+    if command == "layers":
+        result = _layers(trace, out, "^_q_rope_store$", "--pid", "0", "--device", "1")
+    else:
+        result = run("anchors", "--trace", trace, "--anchor-regex", "^_q_rope_store$",
+                     "--pid", "0", "--device", "1")
+    line = assert_refused(result, "no kernel matches", out, Path(f"{out}.layers.json"))
+    assert line == ("tracestream: error: no kernel matches --anchor-regex '^_q_rope_store$' on "
+                    "device 1 of pid 0; it matches on device 0 of pid 0 (3 matches)")
+
+
+def test_an_end_anchor_on_another_gpu_says_where_it_matches(tmp_path):
+    trace = two_gpus(tmp_path / "t.json")
+    out = tmp_path / "out.json"
+    line = assert_refused(_layers(trace, out, "^_q_rope_store$", "--pid", "0",
+                                  "--end-anchor-regex", "^flash_fwd_kernel$"),
+                          "no kernel matches", out, Path(f"{out}.layers.json"))
+    assert line == (
+        "tracestream: error: no kernel matches --end-anchor-regex '^flash_fwd_kernel$' on "
+        "device 0 of pid 0 (the anchors' GPU); it matches on device 1 of pid 1 (3 matches)")
 
 
 # -- the index: names per pid, the same with both backends, capped ---------------------------

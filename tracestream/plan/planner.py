@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from tracestream._version import __version__
-from tracestream.errors import TraceError
+from tracestream.errors import Option, SpecError, TraceError
 from tracestream.index.builder import FLOW, META, SCOPES, TraceIndex
 from tracestream.index.timebase import relative_ms, us_text
 from tracestream.jsontext import RawJSON, RawNumber, dumps
@@ -33,7 +33,14 @@ from tracestream.plan.guides import build_guides
 from tracestream.plan.guidetext import GuideEvents, GuideRows
 from tracestream.plan.hints import no_match
 from tracestream.plan.lanes import GroupLanes, Sweep
-from tracestream.plan.selection import id_text, on_gpu, same_id_filter, select_gpu
+from tracestream.plan.selection import (
+    gpu_counts,
+    gpu_listing,
+    id_text,
+    on_gpu,
+    same_id_filter,
+    select_gpu,
+)
 from tracestream.plan.specs import (
     NAMES_IN_REPORT,
     CompactSpec,
@@ -219,12 +226,17 @@ class Planner:
             checks["cadence"] = {**evidence, "allow_gaps": spec.allow_gaps}
         terminals = None
         if spec.end_anchor_regex is not None:
-            terminals = on_gpu(index.matches.get("terminal", []), pid, device)
+            everywhere = index.matches.get("terminal", [])
+            terminals = on_gpu(everywhere, pid, device)
             if not len(terminals):  # else every layer's window is refused, naming the first
+                where = (f" on device {id_text(device)} of pid {id_text(pid)} (the anchors' "
+                         "GPU)")
+                if len(everywhere):  # the name is right, the GPU is not
+                    raise SpecError("no kernel matches ", Option("end_anchor_regex"),
+                                    f" {spec.end_anchor_regex!r}{where}; it matches on "
+                                    f"{gpu_listing(gpu_counts(everywhere))}")
                 raise no_match("end_anchor_regex", spec.end_anchor_regex,
-                               index.kernel_vocabulary, [pid],
-                               f" on device {id_text(device)} of pid {id_text(pid)} (the "
-                               "anchors' GPU)", scope=f" in pid {id_text(pid)}")
+                               index.kernel_vocabulary, None, where)
         guides = build_guides(anchors, terminals, spec)
         checks["selection"] = coverage(spec, len(anchors))
         (guide_tid,) = self._tids(pid, 1)

@@ -20,8 +20,7 @@ def select_gpu(matches, pid: Any, device: Any, what: str, pattern: str,
     a match is refused with the closest kernel names of that pid from `vocabulary`)."""
     if not matches and pid is None:  # with a pid, the refusal below names its kernels
         raise no_match(what, pattern, vocabulary)
-    gpus = matches.gpus() if isinstance(matches, MatchTable) else Counter(
-        (m.pid, m.device) for m in matches)
+    gpus = gpu_counts(matches)
     if pid is not None:
         gpus = Counter({key: gpus[key] for key in same_id_filter(gpus, pid, lambda k: k[0])})
         if not gpus:
@@ -39,11 +38,12 @@ def select_gpu(matches, pid: Any, device: Any, what: str, pattern: str,
         )
     chosen_pid = next(iter(pids))
     if device is not None:
+        on_pid = gpus
         gpus = Counter({key: gpus[key] for key in same_id_filter(gpus, device, lambda k: k[1])})
-        if not gpus:  # the vocabulary has names per pid: those of every device of it
-            raise no_match(what, pattern, vocabulary, [chosen_pid],
-                           f" on device {id_text(device)} of pid {id_text(chosen_pid)}",
-                           scope=f" in pid {id_text(chosen_pid)}")
+        if not gpus:  # the name is right, the device is not: say where it matches
+            raise SpecError("no kernel matches ", Option(what),
+                            f" {pattern!r} on device {id_text(device)} of pid "
+                            f"{id_text(chosen_pid)}; it matches on {gpu_listing(on_pid)}")
     devices: Counter = Counter()
     for (_, d), n in gpus.items():
         devices[d] += n
@@ -56,6 +56,19 @@ def select_gpu(matches, pid: Any, device: Any, what: str, pattern: str,
             "pick one with ", Option("device"),
         )
     return chosen_pid, next(iter(devices))
+
+
+def gpu_counts(matches) -> Counter:
+    """{(pid, device): matches} of a match table (or a list of matches)."""
+    return matches.gpus() if isinstance(matches, MatchTable) else Counter(
+        (m.pid, m.device) for m in matches)
+
+
+def gpu_listing(gpus: Counter) -> str:
+    """`device 0 of pid 1 (126 matches), ...`: where a pattern matches, for a refusal."""
+    return ", ".join(f"device {id_text(d)} of pid {id_text(p)} ({n:,} "
+                     f"match{'' if n == 1 else 'es'})"
+                     for (p, d), n in sorted(gpus.items(), key=_order))
 
 
 def _same(value: Any, wanted: Any) -> bool:
