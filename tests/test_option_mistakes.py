@@ -87,3 +87,18 @@ def test_a_trace_from_a_terminal_is_refused_instead_of_waiting(tmp_path, args, o
     line = assert_refused(result, f"{option} reads stdin, which is a terminal", out)
     assert "pipe " in line and "or give a path" in line
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", [
+    ["compact"], ["layers", "--anchor-regex", "^_q_rope_store$", "--num-layers", "8",
+                  "--anchor-offset", "0", "--phase", "p", "--evidence", "e"],
+    ["restore"],
+], ids=["compact", "layers", "restore"])
+def test_json_with_the_trace_on_stdout_is_refused(tmp_path, command):
+    """--json's object and the trace would share stdout: one of them has to go elsewhere."""
+    source = ROOT / "samples" / "decode_8layers.trace.json.gz"
+    result = run(*command, "--trace", source, "--output", "-", "--report",
+                 tmp_path / "r.json", "--json")
+    assert_refused(result, "--output - and --json would both go to stdout; give the output a "
+                           "file or drop --json", tmp_path / "r.json")
+    assert result.stdout == b""

@@ -158,7 +158,13 @@ def test_verify_of_a_tampered_output_still_reports_its_comparison(big, tmp_path)
     out.write_bytes(data[:at] + b'"dur": 9' + data[at + len(b'"dur": ') + 1:])
     seen = Recorded()
     assert not verify(plain, out, progress=seen, workers=0).ok
-    assert seen.get("verify")["closed"] and seen.get("verify")["counts"]
+    # the bytes compared up to the difference, then the output again event by event: two
+    # phases, each counting up from its own start
+    assert seen.names() == ["index", "plan", "verify", "verify events"]
+    fast, events = seen.get("verify"), seen.get("verify events")
+    assert fast["closed"] and fast["counts"][-1] < fast["total"]
+    assert events["closed"] and events["counts"] == sorted(events["counts"])
+    assert events["total"] == out.stat().st_size and events["counts"][-1] > 0
 
 
 def test_restore_reports_its_one_pass(big, tmp_path):
@@ -236,6 +242,16 @@ def test_a_log_gets_a_line_per_tenth_and_one_at_the_end():
     assert len(lines) == 10
 
 
+def test_a_phase_that_ends_short_of_its_total_says_where_it_stopped():
+    clock, out = FakeClock(), io.StringIO()
+    meter = LogProgress(out, clock=clock, wake=None).phase("index", 1000)
+    clock.now += 5
+    meter.advance_to(450)
+    meter.close()  # an error or ^C
+    assert out.getvalue().splitlines() == [
+        "index 45% 450 B/1.0 kB 90 B/s eta 6s", "index stopped at 45%: 450 B/1.0 kB in 5s"]
+
+
 def test_a_short_phase_writes_nothing():
     clock, out = FakeClock(), io.StringIO()
     meter = LogProgress(out, clock=clock, wake=None).phase("index", 1000)
@@ -259,10 +275,11 @@ def test_a_phase_that_passes_no_tenth_still_writes_every_30_seconds():
     meter.advance_to(1)  # a third: past three tenths
     clock.now += 30
     meter.beat()
+    meter.advance_to(3)  # (the last step passes no tenth below the end: no line)
     meter.close()
     assert out.getvalue().splitlines() == [
         "plan 0% 0/3 steps (31s)", "plan 33% 1/3 steps (41s)", "plan 33% 1/3 steps (1m11s)",
-        "plan done: 1/3 steps in 1m11s"]
+        "plan done: 3/3 steps in 1m11s"]
 
 
 def test_a_closed_stream_stops_the_lines_not_the_run():
@@ -292,6 +309,25 @@ def test_a_terminal_gets_a_bar():
     meter.advance_to(5 * 10**7)
     meter.close()
     assert re.search(r"index: +50%\|.*\| 50\.0M/100M", out.getvalue())
+
+
+def test_batch_lines_above_a_terminal_bar(capsys):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar = Terminal()
+    meter = TerminalProgress(bar).phase("batch compact", 4, "traces")
+    meter.advance_to(1)
+    meter.echo('{"trace": "a"}')  # before the bar shows: the line alone, no early bar
+    assert capsys.readouterr().out == '{"trace": "a"}\n' and bar.getvalue() == ""
+    meter._start -= 5  # as if 5 s had gone by
+    meter._bar.start_t -= 5
+    meter.advance_to(2)
+    meter.echo('{"trace": "b"}')  # the bar is drawn with the count as of now
+    meter.close()
+    assert '{"trace": "b"}' in capsys.readouterr().out
+    assert "2/4" in bar.getvalue() and "0/4" not in bar.getvalue()
 
 
 def test_quiet_and_a_log_choose_their_progress():

@@ -325,7 +325,8 @@ def test_reading_a_closed_stdin_is_refused(small_trace, tmp_path, kind, trace):
     ["inspect"], ["compact", "--output", "-", "--report", "{tmp}/r.json"],
     ["compact", "--output", "{tmp}/o.json", "--json-summary"],
     ["restore", "--output", "-"], ["batch", "compact", "--output-dir", "{tmp}/out"],
-], ids=["inspect", "output-", "json-summary", "restore-", "batch"])
+    ["restore", "--output", "{tmp}/back.json", "--json"],
+], ids=["inspect", "output-", "json-summary", "restore-", "batch", "restore-json"])
 def test_printing_on_a_closed_stdout_is_refused(small_trace, tmp_path, args):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if args[0] == "batch":

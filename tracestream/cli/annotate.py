@@ -100,7 +100,7 @@ def register(main) -> None:
             CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
             if max_gpu_lanes is not None else None
         )
-        refuse_summary_on_input(trace, json_summary, report)
+        refuse_summary_on_input(trace, json_summary, report, output)
         result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                                   compress=compress, compress_level=compress_level,
                                   progress=progress_for(quiet), workers=workers,
@@ -127,7 +127,7 @@ def register(main) -> None:
         from tracestream.engine import compact as compact_trace
         from tracestream.plan.specs import CompactSpec
 
-        refuse_summary_on_input(trace, json_summary, report)
+        refuse_summary_on_input(trace, json_summary, report, output)
         spec = CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
         result = compact_trace(trace, output, spec, report=report, compress=compress,
                                compress_level=compress_level,

@@ -63,19 +63,21 @@ def register(main) -> None:
     @compress_option
     @level_option
     @click.option("--json", "as_json", is_flag=True,
-                  help="Print the counts as one JSON object (on stderr when the trace goes to "
-                       "stdout).")
+                  help="Print the counts as one JSON object on stdout (not with --output -).")
     @quiet_option
     def restore(trace, output, report, compress, compress_level, as_json, quiet):
         """Write the source trace back from an annotated one, byte for byte (decompressed)."""
+        from tracestream.cli.options import refuse_json_with_trace_on_stdout
         from tracestream.cli.progress import progress_for
         from tracestream.commands.restore import restore as restore_trace
 
+        if as_json:
+            refuse_json_with_trace_on_stdout(output)
         result = restore_trace(trace, output, report, compress=compress,
                                compress_level=compress_level, max_event_bytes=event_limit(),
                                progress=progress_for(quiet))
         if as_json:
-            click.echo(orjson_dumps({**result, "output": output}), err=output == "-")
+            click.echo(orjson_dumps({**result, "output": output}))
         elif not quiet:
             click.echo(
                 f"restored {result['events']:,} events to {output} ({result['relocated']:,} "

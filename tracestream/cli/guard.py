@@ -114,6 +114,7 @@ def refuse_closed_streams(command: str, params: dict) -> None:
                          f"(... | tracestream {command} {option} - ...) or give a path")
     if "stdout" in CLOSED:
         prints = (command.split()[0] not in _SILENT_COMMANDS or params.get("json_summary")
+                  or (command == "restore" and params.get("as_json"))
                   or (command != "restore" and params.get("report") == "-")
                   or (command != "verify" and params.get("output") == "-"))
         if prints:

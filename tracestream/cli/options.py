@@ -51,22 +51,31 @@ def emit_summary(report, json_summary: bool, quiet: bool) -> None:
     (the report without its per-guide rows, see Report.json_summary)."""
     from tracestream.jsontext import dumps
 
-    if json_summary and report.output != "-":
+    if json_summary:  # (not with --output -: refused before the run)
         click.echo(dumps(report.json_summary()).decode())
     if not quiet:
         click.echo(report.summary(), err=True)
 
 
-def refuse_summary_on_input(trace: str, json_summary: bool, report: str | None) -> None:
-    """`--json 1<> trace.json` would overwrite the source with the summary, and
-    with `--report -` stdout would carry two JSON documents."""
+def refuse_summary_on_input(trace: str, json_summary: bool, report: str | None,
+                            output: str) -> None:
+    """`--json 1<> trace.json` would overwrite the source with the summary; with `--report -`
+    or `--output -` stdout would carry two documents."""
     from tracestream.cli.guard import refuse_stdout_on_inputs
 
     if json_summary:
         if report == "-":
             raise TraceError("--report - and --json would both go to stdout; "
                              "give the report a file or drop --json")
+        refuse_json_with_trace_on_stdout(output)
         refuse_stdout_on_inputs([trace], "JSON summary")
+
+
+def refuse_json_with_trace_on_stdout(output: str) -> None:
+    """--json prints on stdout, which `--output -` gives to the trace."""
+    if output == "-":
+        raise TraceError("--output - and --json would both go to stdout; "
+                         "give the output a file or drop --json")
 
 
 class PassesType(click.ParamType):

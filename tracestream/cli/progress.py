@@ -60,7 +60,8 @@ def duration(seconds: float) -> str:
 def log_line(name: str, done: int, total: int | None, unit: str, seconds: float,
              *, end: bool = False, note: str = "") -> str:
     """One progress line of a phase for a log: `index 40% 412 MB/1.0 GB 160 MB/s eta 4s`,
-    at the end `index done: 1.0 GB in 6s, 160 MB/s`; without a total, no percent or eta.
+    at the end `index done: 1.0 GB in 6s, 160 MB/s` (`index stopped at 40%: ...` short of
+    its total: failed or interrupted); without a total, no percent or eta.
     Other units are counted (`batch 40% 4/10 traces eta 1m30s`), and steps get no eta
     (a plan's steps are not equal work). `note` goes at the end (`, 1 failed`)."""
     note = f", {note}" if note else ""
@@ -71,6 +72,9 @@ def log_line(name: str, done: int, total: int | None, unit: str, seconds: float,
     else:
         count = f"{done:,}/{total:,} {unit}" if total else f"{done:,} {unit}"
         speed = ""
+    if end and total and done < total:  # failed, interrupted, or a comparison cut short
+        return (f"{name} stopped at {min(99, 100 * done // total)}%: {count} in "
+                f"{duration(seconds)}{note}")
     if end:
         return f"{name} done: {amount(done) if unit == 'B' else count} in " \
                f"{duration(seconds)}{speed.replace(' ', ', ', 1)}{note}"
@@ -192,6 +196,7 @@ class TerminalMeter:
                          unit_scale=scaled, unit_divisor=1000, file=stream, delay=SHOW_AFTER,
                          mininterval=DRAW_EVERY, dynamic_ncols=sized,
                          ncols=None if sized else 80, nrows=None if sized else 24, leave=True)
+        self._lock = threading.Lock()  # the bar is drawn here and from `echo`
         self._stop = threading.Event()
         self._draw = threading.Thread(target=self._drawing, daemon=True,
                                       name=f"progress {name}")
@@ -205,6 +210,10 @@ class TerminalMeter:
             self._catch_up()
 
     def _catch_up(self) -> None:
+        with self._lock:
+            self._draw_now()
+
+    def _draw_now(self) -> None:
         bar = self._bar
         if self.note != bar.postfix:
             bar.set_postfix_str(self.note, refresh=False)
@@ -220,7 +229,14 @@ class TerminalMeter:
         self._bar.close()
 
     def echo(self, line: str) -> None:
-        """A line on stdout above the bar (tqdm clears the bar, writes, draws it again)."""
+        """A line on stdout above the bar (tqdm clears the bar, writes, draws it again with
+        the count as of now); before the bar shows, just the line (tqdm's redraw would show
+        it early)."""
         from tqdm import tqdm
 
-        tqdm.write(line, file=sys.stdout)
+        with self._lock:
+            if time.monotonic() - self._start < SHOW_AFTER:
+                print(line, flush=True)
+                return
+            self._draw_now()
+            tqdm.write(line, file=sys.stdout)

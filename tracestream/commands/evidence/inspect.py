@@ -166,7 +166,7 @@ def inspect_trace(trace, *, top: int = 30, stdin=None, progress=None,
     """One streamed pass: processes, GPUs (counts, streams, peak overlap and lane occupancy
     over time), names, flows.
 
-    `progress`: an object whose `wrap(blocks, label)` sees the blocks read (None: none).
+    `progress`: sees the phase "index" (see tracestream.progress; None: none).
     `workers`: processes for the per-chunk work (None: by input size; 0: none).
     `max_event_bytes`: the longest single event read (None: 64 MiB).
     """

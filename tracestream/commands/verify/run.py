@@ -58,8 +58,9 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     """Check `output` against its source `trace`; TraceError if either cannot be read.
 
     `max_event_bytes`: the longest single event read (None: read.document's default).
-    `progress` sees the phases index and plan (of the source) and verify (the output's
-    bytes compared), see tracestream.progress."""
+    `progress` sees the phases index and plan (of the source), verify (the output's bytes
+    compared with the planned ones) and, where they differ, verify events (the output
+    read again, event by event, to name what differs); see tracestream.progress."""
     progress = or_silent(progress)
     trace, output = str(trace), str(output)
     report_path = find_report(output, report)
@@ -92,13 +93,18 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
             compared = Verdict()
             meter = progress.phase("verify", annotated.progress_total)
             try:
-                if not _fast_compare(source, annotated, index, plan, data, retired, compared,
-                                     tmpdir, pool, restoring, meter):
-                    source.start_hashing()  # (where restore's check was to hash the source)
-                    _compare(source, annotated, index, plan, data, retired, compared, tmpdir,
-                             meter)
+                as_planned = _fast_compare(source, annotated, index, plan, data, retired,
+                                           compared, tmpdir, pool, restoring, meter)
             finally:
                 meter.close()
+            if not as_planned:  # the output again, event by event: a phase of its own
+                source.start_hashing()  # (where restore's check was to hash the source)
+                meter = progress.phase("verify events", annotated.progress_total)
+                try:
+                    _compare(source, annotated, index, plan, data, retired, compared, tmpdir,
+                             meter)
+                finally:
+                    meter.close()
             verdict.add("source sha256", _sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
             verdict.checks.extend(compared.checks)
@@ -260,6 +266,7 @@ def _compare(source, annotated, index: TraceIndex, plan: Plan, data: dict, retir
     try:
         event_problems, in_step = _lockstep(src_events, out_events, index, plan, retired,
                                             checks, lambda: meter.advance_to(out_stats.raw_read))
+        meter.advance_to(out_stats.raw_read)
         restore_problems, digest = restoration_problems(source, annotated, data, retired)
         _add_checks(verdict, restore_problems, digest, event_problems, in_step,
                     src_scan.layout, out_scan.layout, plan, checks, data)
