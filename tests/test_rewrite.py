@@ -38,7 +38,10 @@ SHAPES = {
                           b'"meta": {"pid": 5, "tid": 6, "x": 1}, "ts": 1000.%03d, '
                           b'"args": {"stream": %d}}',
 }
-TARGETS = {1: (b"1000", None), 2: (b"1001", None), 3: (b"7", b"1000000")}
+TARGETS = {1: (b"1000", None, None), 2: (b"1001", None, None), 3: (b"7", b"1000000", None),
+           4: (b"1002", None, b', "group": "communication"'),
+           5: (b"1003", None, b', "group": "compute"')}
+"""lane code -> (tid, pid, lane group member), as the plan's targets: 4 and 5 with lane groups"""
 
 
 def _chunk(shapes: list[str]) -> tuple[bytes, np.ndarray]:
@@ -67,9 +70,9 @@ def _one_by_one(data: bytes, rows: np.ndarray, actions: list[int]) -> bytes:
     for row, action in zip(rows, actions):
         start = int(row["offset"]) - 5000
         end = start + int(row["length"])
-        new_tid, new_pid = TARGETS[action]
+        new_tid, new_pid, group = TARGETS[action]
         out += [data[pos:start], relocate(data[start:end], new_tid, int(row["ordinal"]),
-                                          new_pid)]
+                                          new_pid, group=group)]
         pos = end
     return b"".join(out + [data[pos:]])
 
@@ -87,7 +90,7 @@ def _one_by_one(data: bytes, rows: np.ndarray, actions: list[int]) -> bytes:
     # empty args and no args among them, go by the positions the index found
     ["empty args", "args first", "spaced empty args", "no args"],
 ])
-@pytest.mark.parametrize("actions", [[1, 2, 1, 2], [3, 1, 3, 3]])
+@pytest.mark.parametrize("actions", [[1, 2, 1, 2], [3, 1, 3, 3], [4, 5, 5, 4]])
 def test_chunk_rewrite_equals_relocating_each_event(shapes, actions):
     data, rows = _chunk(shapes)
     acts = np.array(actions[: len(shapes)], np.uint16)

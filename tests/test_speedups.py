@@ -207,11 +207,11 @@ def test_splice_writes_into_a_slot_that_holds_the_chunk():
     parts = (b"<", b"|", b"|", b">")
     spliced = b'{"pid": 0, "tid": 99, "args": {<0|7|1>, "a": 1}}'
     slot = bytearray(b"#" * (len(spliced) + 3))
-    written = C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts, slot)
+    written = C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts, None, slot)
     assert written == len(spliced)
     assert slot == spliced + b"###"
     small = bytearray(len(spliced) - 1)
-    assert C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts,
+    assert C.splice(data, columns, np.array([True]), [b"99"], [None], parts, parts, None,
                     small) == spliced
     assert small == bytearray(len(spliced) - 1)
 
@@ -249,18 +249,26 @@ def _splice_columns(chunk_events: list[int]) -> tuple:
 @needs_c
 @given(st.lists(st.integers(0, len(_SPLICED) - 1), min_size=1, max_size=6),
        st.lists(st.one_of(st.none(), st.sampled_from([b"1000001", b'"lane"'])), min_size=6,
-                max_size=6))
-def test_the_splice_twin_writes_the_c_splice_bytes(chunk_events, new_pids):
+                max_size=6),
+       st.one_of(st.none(), st.lists(st.sampled_from(
+           [None, b', "group": "communication"', b', "group": "x%"']), min_size=6, max_size=6)))
+def test_the_splice_twin_writes_the_c_splice_bytes(chunk_events, new_pids, groups):
     """The numpy twin (what verify rebuilds the planned output with) writes the C splice's
-    bytes: members with and without args, empty args, moved pids, and a key where the tid
-    usually is."""
+    bytes: members with and without args, empty args, moved pids, a key where the tid
+    usually is, and lane groups' members (a `%` in one is not a template's)."""
     from tracestream.write.rewrite import _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS
 
     data, columns, with_args = _splice_columns(chunk_events)
     n = len(chunk_events)
     args = (data, columns, with_args, [b"%d" % (900 + k) for k in range(n)], new_pids[:n],
-            _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS)
+            _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS, None if groups is None else groups[:n])
     assert _native.reference.splice(*args) == C.splice(*args)
+    # restore's quick undo and its twin agree on it, group members and all (where the undo
+    # declines, e.g. the key where the tid usually is, both decline)
+    spliced = C.splice(*args)
+    assert C.undo_relocations(spliced) == _native.reference.undo_relocations(spliced)
+    if 3 not in chunk_events:
+        assert C.undo_relocations(spliced)[0] == data
 
 
 _ODD_ROWS = [

@@ -177,7 +177,9 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
             patterns["terminal"] = compile_pattern(
                 layer_spec.end_anchor_regex, "end_anchor_regex"
             )
-    options = IndexOptions(patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None)
+    options = IndexOptions(
+        patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None,
+        lane_groups=compact_spec.lane_group_set() if compact_spec is not None else None)
     index = run_index(source, options, progress=progress, pool=pool)
     if hashes_source:
         source.start_hashing()  # while the plan runs on one core (the report names the hash)
@@ -304,7 +306,13 @@ def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None)
     if layer_spec is not None:
         options["layers"] = dataclasses.asdict(layer_spec)
     if compact_spec is not None:
-        options["compact"] = dataclasses.asdict(compact_spec)
+        compact = dataclasses.asdict(compact_spec)
+        # recorded only when given: a report without them reads as before (and is unchanged)
+        if compact["lane_groups"] is None:
+            del compact["lane_groups"]
+        if not compact["lane_group"]:
+            del compact["lane_group"]
+        options["compact"] = compact
     return options
 
 

@@ -20,6 +20,7 @@ from tracestream.cli.options import (
     workers_option,
 )
 from tracestream.cli.progress import progress_for
+from tracestream.errors import Option, SpecError
 
 LAYERS_EXAMPLES = examples(
     "tracestream layers --trace TP-0.trace.json.gz --output TP-0.layers.trace.json.gz "
@@ -30,8 +31,37 @@ LAYERS_EXAMPLES = examples(
     "--phase target-verify --evidence 'anchors: one Q-store per layer'")
 COMPACT_EXAMPLES = examples(
     "tracestream compact --trace TP-0.trace.json.gz --output TP-0.compact.trace.json.gz",
+    "tracestream compact --trace TP-0.trace.json.gz --output TP-0.compact.trace.json.gz "
+    "--lane-groups auto --lane-group gemm='^(nvjet|sm90_xmma)'",
     "tracestream compact --trace TP-0.trace.json.gz --output TP-0.compact.json.zst "
     "--max-gpu-lanes 4")
+
+
+def lane_group_options(command):
+    """`--lane-groups auto` and `--lane-group NAME=REGEX` (compact, and layers with
+    --max-gpu-lanes)."""
+    command = click.option(
+        "--lane-group", "lane_group", multiple=True, metavar="NAME=REGEX",
+        help="A custom lane group: kernels whose name matches REGEX (re.search; the first "
+             "matching --lane-group wins) get lanes of their own, after the built-in groups. "
+             "Repeatable.")(command)
+    return click.option(
+        "--lane-groups", "lane_groups", type=click.Choice(["auto"]), default=None,
+        help="Give compute, communication (NCCL and collective kernels), memory (copies, "
+             "memsets) and sync activity lanes of their own, in that order; the lanes of a "
+             "device still add up to at most --max-gpu-lanes.")(command)
+
+
+def lane_group_fields(lane_groups, lane_group) -> dict:
+    """The CompactSpec fields of the two options (none when neither is given)."""
+    from tracestream.plan.specs import lane_group_option
+
+    fields = {}
+    if lane_groups is not None:
+        fields["lane_groups"] = lane_groups
+    if lane_group:
+        fields["lane_group"] = tuple(map(lane_group_option, lane_group))
+    return fields
 
 
 def register(main) -> None:
@@ -65,6 +95,7 @@ def register(main) -> None:
     @click.option("--device", default=None, metavar="D", help="args.device of the anchors.")
     @click.option("--max-gpu-lanes", type=int, default=None, metavar="N",
                   help="Also compact GPU activity into at most N (1-10) display lanes.")
+    @lane_group_options
     @click.option("--gap-factor", type=float, default=None, metavar="F",
                   help="A gap between two layers of a pass longer than F x the median layer gap is "
                        "a cadence break (the rule of `anchors`) [default: 3].")
@@ -82,8 +113,9 @@ def register(main) -> None:
     @json_summary_option
     def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
                extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
-               max_gpu_lanes, gap_factor, allow_gaps, allow_several_anchor_names, report, compress,
-               compress_level, workers, spool_dir, quiet, json_summary):
+               max_gpu_lanes, lane_groups, lane_group, gap_factor, allow_gaps,
+               allow_several_anchor_names, report, compress, compress_level, workers, spool_dir,
+               quiet, json_summary):
         """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
         from tracestream.engine import add_layer_guides
         from tracestream.plan.specs import CompactSpec, LayerSpec
@@ -96,8 +128,12 @@ def register(main) -> None:
             allow_gaps=allow_gaps, allow_several_anchor_names=allow_several_anchor_names,
             **({} if gap_factor is None else {"gap_factor": gap_factor}),
         )
+        groups = lane_group_fields(lane_groups, lane_group)
+        if groups and max_gpu_lanes is None:
+            raise SpecError(Option(next(iter(groups))), " groups the lanes of compaction: give "
+                            "it with ", Option("max_lanes"))
         compact_spec = (
-            CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
+            CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid), **groups)
             if max_gpu_lanes is not None else None
         )
         refuse_summary_on_input(trace, json_summary, report, output)
@@ -113,6 +149,7 @@ def register(main) -> None:
     @output_option
     @click.option("--max-gpu-lanes", type=int, default=10, show_default=True, metavar="N",
                   help="Display lanes per device (1-10); refused if the peak overlap is higher.")
+    @lane_group_options
     @click.option("--pid", default=None, metavar="PID", help="Compact only this GPU process.")
     @report_option
     @compress_option
@@ -121,14 +158,15 @@ def register(main) -> None:
     @spool_option
     @quiet_option
     @json_summary_option
-    def compact(trace, output, max_gpu_lanes, pid, report, compress, compress_level, workers,
-                spool_dir, quiet, json_summary):
+    def compact(trace, output, max_gpu_lanes, lane_groups, lane_group, pid, report, compress,
+                compress_level, workers, spool_dir, quiet, json_summary):
         """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
         from tracestream.engine import compact as compact_trace
         from tracestream.plan.specs import CompactSpec
 
         refuse_summary_on_input(trace, json_summary, report, output)
-        spec = CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid))
+        spec = CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid),
+                           **lane_group_fields(lane_groups, lane_group))
         result = compact_trace(trace, output, spec, report=report, compress=compress,
                                compress_level=compress_level,
                                progress=progress_for(quiet), workers=workers,

@@ -39,6 +39,7 @@ from tracestream.index.facts import (
     OtherOnTrack,
 )
 from tracestream.index.keyscan import SPLICE_FIELDS
+from tracestream.index.lanegroups import LaneGroups
 from tracestream.index.matches import Match, MatchTable
 from tracestream.index.records import RecordStore
 from tracestream.index.vocabulary import KernelVocabulary
@@ -77,6 +78,7 @@ SWEEP_DTYPE = np.dtype([
     ("group", "<i4"),
     ("kind", "i1"),
     ("cand", "<i8"),  # index into the span store
+    ("lane_group", "i1"),  # a slice's semantic lane group (index.lanegroups), 0 for flows
 ])
 """Slices and flows for the plan's time sweep (lane allocation and flow binding)."""
 
@@ -120,6 +122,7 @@ class IndexOptions:
     # the first other event per track and the first provenance key: inspect reports them,
     # the plan and verify check them; anchors does neither (~2-4% of its workers' time)
     track_facts: bool = True
+    lane_groups: LaneGroups | None = None  # compaction by semantic group: classify slices
 
     @property
     def slice_facts(self) -> bool:
@@ -246,7 +249,8 @@ class IndexBuilder:
     def context(self) -> Context:
         return Context(patterns=self.options.patterns, count_names=self.options.count_names,
                        moves_gpu=self.options.moves_gpu, records=self.options.records,
-                       bounds=self.options.slice_facts, track_facts=self.options.track_facts)
+                       bounds=self.options.slice_facts, track_facts=self.options.track_facts,
+                       lane_groups=self.options.lane_groups)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)
@@ -370,6 +374,7 @@ class IndexBuilder:
         batch["group"] = groups[local_group]
         batch["kind"] = kind
         batch["cand"] = cand
+        batch["lane_group"] = rows["lane_group"]
         self.sweep.append(batch)
 
     def _peak_rows(self, rows: np.ndarray, groups) -> None:

@@ -450,6 +450,8 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
             rows["cand"] = cand_of[idx]
             rows["start"] = start
             rows["end"] = end
+            rows["lane_group"] = (0 if self.ctx.lane_groups is None
+                                  else self._lane_group_codes(slices, kind_a))
         kernels = np.flatnonzero(kind_a == KERNEL).tolist()
         if not kernels:
             return rows, matches, kernel_names

@@ -33,6 +33,31 @@ class MatchFinding:
                     name for name, g in zip(names, kernel_groups) if g == group])
                 for group in distinct}
 
+    def _lane_group_codes(self, slices: list[int], kinds: np.ndarray) -> np.ndarray:
+        """Each slice's lane group (ctx.lane_groups' code): by its category, and a kernel's
+        by its name. Each distinct name is classified once; the kernels of a group are then
+        picked by name in one pass (`_native.named`), not one Python step per kernel."""
+        groups = self.ctx.lane_groups
+        codes = groups.kind_codes()[kinds]
+        kernels = np.flatnonzero(kinds == KERNEL).tolist()
+        if not kernels:
+            return codes
+        try:
+            counted = _native.name_counts(self.events, slices, kernels, [0] * len(slices))
+        except TypeError:  # an object or array as a name: no pattern matches it (compute)
+            for k in kernels:
+                name = self.events[slices[k]].name
+                codes[k] = groups.of_kernel(name) if hashable(name) else 0
+            return codes
+        wanted: dict[int, dict] = {}
+        for name in counted.get(0, {}):
+            code = groups.of_kernel(name)
+            if code:
+                wanted.setdefault(code, {})[name] = True
+        for code, names in wanted.items():
+            codes[_native.named(self.events, slices, kernels, names)] = code
+        return codes
+
     def _slice_ids(self, slices: list[int], kinds: np.ndarray) -> tuple[list, list] | None:
         """The slices' track and group ids, as `_intern` gives them (`kinds`: their category
         kinds; None where a device cannot be a key: the caller refuses it)."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tracestream.index.keyscan import SPLICE_FIELDS
+from tracestream.index.lanegroups import LaneGroups
 
 FLOW = 8  # candidate kind of flow events
 NEXT_FLOW = 10  # sweep kind of an `f` without "bp": "e" (binds to the next slice, not its own)
@@ -24,6 +25,7 @@ CANDIDATE_DTYPE = np.dtype([("index", "<i4"), ("offset", "<i8"), ("length", "<i4
 SLICE_DTYPE = np.dtype([
     ("cand", "<i4"), ("track", "<i4"), ("group", "<i4"), ("kind", "i1"),
     ("start", "<i8"), ("end", "<i8"), ("lo", "<i8"), ("hi", "<i8"),
+    ("lane_group", "i1"),  # its semantic lane group's code (index.lanegroups; 0 without)
 ])
 SLICE_SUMMARY_DTYPE = np.dtype([
     ("track", "<i4"), ("group", "<i4"), ("kind", "i1"), ("lo", "<i8"), ("hi", "<i8"),
@@ -48,6 +50,7 @@ class Context:
     bounds: bool = True  # the importer bounds of GPU slices (lanes, peaks, time spans)
     checksum: bool = False  # the CRC-32 of the chunk's bytes (the pass is checksummed by parts)
     track_facts: bool = True  # other events on tracks and the provenance key (not anchors)
+    lane_groups: LaneGroups | None = None  # classify each slice into its lane group (compact)
 
 
 @dataclass

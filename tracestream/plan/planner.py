@@ -117,7 +117,8 @@ class AppendedEvents:
 @dataclass
 class Plan:
     actions: np.ndarray  # uint16 per span candidate
-    targets: dict[int, tuple[bytes, bytes | None]]  # lane code -> (tid json, new pid json)
+    targets: dict[int, tuple[bytes, bytes | None, bytes | None]]
+    """lane code -> (tid json, new pid json or None, the provenance's group member or None)"""
     appended: AppendedEvents
     top_level_member: bytes | None
     report: dict  # its `layers` rows (GuideRows) are made as the report is written
@@ -165,7 +166,7 @@ class Planner:
         self.report_name = report_name
         self.origin_ns = index.origin.floor_ns() if index.origin is not None else 0
         self.actions = np.zeros(len(index.spans), dtype=np.uint16)
-        self.targets: dict[int, tuple[bytes, bytes | None]] = {}
+        self.targets: dict[int, tuple[bytes, bytes | None, bytes | None]] = {}
         self.reserved_tids: dict[Any, set] = {}
         self.guide_track: tuple[Any, int, str] | None = None
         self.guide_events: GuideEvents | None = None
@@ -295,24 +296,36 @@ class Planner:
         ]
         self._check_guides(pids)
         compacted = activity_groups + scope_groups
-        if len(compacted) * _LANE_SLOTS >= DELETE:
-            raise TraceError(f"too many GPU groups to compact ({len(compacted)})")
-        slot = {g: i for i, g in enumerate(compacted)}
+        lane_groups = spec.lane_group_set()
+        names = lane_groups.names if lane_groups is not None else (None,)
+        # the sweep packs each (device, lane group) apart: its key is group * k + lane group
+        # (k = 1 without lane groups: the device's group itself, as before)
+        k = len(names)
+        keys = [g * k + s for g in activity_groups for s in range(k)] + [
+            g * k for g in scope_groups]
+        if len(keys) * _LANE_SLOTS >= DELETE:
+            raise TraceError(f"too many GPU groups to compact ({len(compacted)}"
+                             + (f" devices and scopes, {k} lane groups each)" if k > 1 else ")"))
+        slot = {key: i for i, key in enumerate(keys)}
         relocated = set()
         for g in compacted:
             relocated |= index.group_stats[g].tracks
         self._check_other_events(relocated)
         self._check_flow_duplicates(relocated)
 
-        sweep = Sweep(set(compacted))
-        base_code = {group: s * _LANE_SLOTS + 1 for group, s in slot.items()}
-        sweep.run(index.sweep.sorted_blocks(), self.actions, base_code,
+        sweep = Sweep(set(keys))
+        base_code = {key: s * _LANE_SLOTS + 1 for key, s in slot.items()}
+        sweep.run(_by_lane_group(index.sweep.sorted_blocks(), k), self.actions, base_code,
                   index.flow_tracks & relocated)
-        self._check_lanes(sweep.groups, spec.max_lanes)
+        if k == 1:
+            self._check_lanes(sweep.groups, spec.max_lanes)
+        else:
+            self._check_lane_groups(sweep.groups, spec.max_lanes, compacted, names)
         sweep.at_ends(index.sweep.sorted_blocks(), self.actions)
         self._check_flows(sweep)
         retired = self._retire_metadata(relocated)
-        return self._lane_tracks(spec, activity_groups, scope_groups, sweep.groups, slot, retired)
+        return self._lane_tracks(spec, activity_groups, scope_groups, sweep.groups, slot, retired,
+                                 names)
 
     def _check_guides(self, pids: list) -> None:
         required = {"pass_index", "layer_id", "boundary_kind", "start_us", "end_us"}
@@ -369,6 +382,32 @@ class Planner:
                     f"{max_lanes}; capture a narrower window or omit compaction"
                 )
 
+    def _check_lane_groups(self, states: dict[int, GroupLanes], max_lanes: int,
+                           compacted: list[int], names: tuple[str, ...]) -> None:
+        """With lane groups, a device's lanes are the sum of its groups' peaks: refused above
+        `max_lanes`, naming each group's peak and where it happens, so the user sees which
+        group to fold back (scopes are one group, checked as before)."""
+        k = len(names)
+        for g in compacted:
+            pid, device = self.index.groups[g]
+            if device == SCOPES:
+                self._check_lanes({g * k: states[g * k]} if g * k in states else {}, max_lanes)
+                continue
+            parts = [(name, states[g * k + s]) for s, name in enumerate(names)
+                     if g * k + s in states]
+            total = sum(state.lanes for _, state in parts)
+            if total <= max_lanes:
+                continue
+            peaks = "; ".join(
+                f"{name} {state.lanes} (peak at {self.relative_ms(state.peak_at_ns):.3f} ms, "
+                f"ts {us_text(state.peak_at_ns)} µs)" for name, state in parts)
+            raise TraceError(
+                f"pid {pid} device {device} needs {total} display lanes with its lane groups "
+                f"apart ({peaks}) but --max-gpu-lanes is {max_lanes}; use fewer groups "
+                "(fewer --lane-group, or no --lane-groups auto), raise --max-gpu-lanes, or "
+                "capture a narrower window"
+            )
+
     def _check_flows(self, sweep: Sweep) -> None:
         if not sweep.flow_problems:
             return
@@ -393,31 +432,56 @@ class Planner:
                 retired.append({"source_event_index": meta.ordinal, "event": RawJSON(meta.raw)})
         return retired
 
-    def _lane_tracks(self, spec, activity_groups, scope_groups, states, slot, retired) -> dict:
+    def _lane_tracks(self, spec, activity_groups, scope_groups, states, slot, retired,
+                     group_names: tuple) -> dict:
         index = self.index
         group_rows = []
         used_pids = set(index.pids)
+        k = len(group_names)
         for g in activity_groups + scope_groups:
             pid, device = index.groups[g]
             stats = index.group_stats[g]
-            state = states.get(g, GroupLanes())
             is_scope = device == SCOPES
+            # (key, lane group name, allocator state) of each lane group with lanes, in order
+            parts = [(g * k + s, name, states[g * k + s])
+                     for s, name in enumerate((None,) if is_scope else group_names)
+                     if g * k + s in states]
+            lanes = sum(state.lanes for _, _, state in parts)
             if is_scope:
                 (display_pid,) = _free_ids(used_pids, 1, FIRST_SYNTHETIC_PID)
                 used_pids.add(display_pid)
                 self._scope_process(display_pid, pid)
-                tids = _free_ids(set(), state.lanes, 1)
+                tids = _free_ids(set(), lanes, 1)
                 names = [f"GPU scope lane {i} (synthetic; original PID {pid})"
-                         for i in range(state.lanes)]
+                         for i in range(lanes)]
             else:
                 display_pid = pid
-                tids = self._tids(pid, state.lanes)
-                names = [f"GPU lane {i} (synthetic; device {device})" for i in range(state.lanes)]
+                tids = self._tids(pid, lanes)
+                labels = [name for _, name, state in parts for _ in range(state.lanes)]
+                names = [f"GPU lane {i} (synthetic; device {device}"
+                         + (f"; {label})" if label is not None else ")")
+                         for i, label in enumerate(labels)]
             pid_json = json_value(display_pid)
-            for lane, (tid, name) in enumerate(zip(tids, names)):
-                self.lane_tracks.append({"pid": display_pid, "tid": tid, "name": name})
-                code = slot[g] * _LANE_SLOTS + lane + 1
-                self.targets[code] = (json_value(tid), pid_json if is_scope else None)
+            first = 0
+            lane_group_rows = []
+            for key, name, state in parts:
+                group_text = (b', "group": "' + name.encode() + b'"') if name is not None else None
+                for lane in range(state.lanes):
+                    tid = tids[first + lane]
+                    self.lane_tracks.append({"pid": display_pid, "tid": tid,
+                                             "name": names[first + lane]})
+                    code = slot[key] * _LANE_SLOTS + lane + 1
+                    self.targets[code] = (json_value(tid), pid_json if is_scope else None,
+                                          group_text)
+                if name is not None:
+                    at = state.peak_at_ns
+                    lane_group_rows.append({
+                        "group": name, "lanes": state.lanes,
+                        "lane_tids": tids[first : first + state.lanes],
+                        "peak_overlap_at_us": RawNumber(us_text(at)) if at is not None else None,
+                    })
+                first += state.lanes
+            state = parts[0][2] if len(parts) == 1 else GroupLanes()
             at = state.peak_at_ns
             group_rows.append({
                 "pid": pid,
@@ -431,9 +495,10 @@ class Planner:
                 "memcpy_count": stats.kinds.get(MEMCPY, 0),
                 "memset_count": stats.kinds.get(MEMSET, 0),
                 "sync_count": stats.kinds.get(SYNC, 0),
-                "lanes": state.lanes,
+                "lanes": lanes,
                 "lane_tids": tids,
                 "peak_overlap_at_us": RawNumber(us_text(at)) if at is not None else None,
+                **({"lane_groups": lane_group_rows} if k > 1 and not is_scope else {}),
             })
         events, flows = self._relocated_counts()
         return {
@@ -553,6 +618,19 @@ def gpu_summary(index: TraceIndex) -> list[dict]:
             "kernel_streams": len(stats.kernel_tracks),
         })
     return rows
+
+
+def _by_lane_group(blocks: Iterator[np.ndarray], k: int) -> Iterator[np.ndarray]:
+    """The sweep's blocks with each slice's group the key of its (device group, lane group):
+    group * k + its lane group (flows keep -1). With k = 1 the blocks are as they were."""
+    if k == 1:
+        yield from blocks
+        return
+    for block in blocks:
+        block = block.copy()  # the store's own rows are read again (`at_ends`)
+        slices = block["group"] >= 0
+        block["group"][slices] = block["group"][slices] * k + block["lane_group"][slices]
+        yield block
 
 
 def _span_row(index: TraceIndex, cand: int):

@@ -9,6 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracestream.errors import Option, SpecError, compile_pattern, require_utf8
+from tracestream.index.lanegroups import (
+    AUTO,
+    BUILT_IN,
+    GROUP_NAME,
+    MAX_CUSTOM_GROUPS,
+    LaneGroups,
+)
 from tracestream.plan.cadence import GAP_FACTOR, gap_factor_problem
 
 GUIDE_NOTICE = (
@@ -139,15 +146,65 @@ MAX_LANES_LIMIT = 10
 @dataclass(frozen=True)
 class CompactSpec:
     """The compact view asked for: at most `max_lanes` lanes per device, of one GPU process
-    (`pid`) or of every one (None)."""
+    (`pid`) or of every one (None).
+
+    `lane_groups="auto"` and `lane_group` (custom groups: (name, pattern) pairs, tried in
+    order on each kernel's name) give each semantic group of a device lanes of its own (see
+    index.lanegroups); both absent, the device's activity shares its lanes as before."""
 
     max_lanes: int = MAX_LANES_LIMIT
     pid: Any = None
+    lane_groups: str | None = None
+    lane_group: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        # a report's options hold JSON arrays: the same groups as tuples (hashable, equal)
+        if isinstance(self.lane_group, (list, tuple)) and all(
+                isinstance(g, (list, tuple)) for g in self.lane_group):
+            object.__setattr__(self, "lane_group", tuple(tuple(g) for g in self.lane_group))
 
     def validate(self) -> None:
         if not 1 <= self.max_lanes <= MAX_LANES_LIMIT:
             raise SpecError(Option("max_lanes"), f" must be between 1 and 10, got {self.max_lanes}")
         require_utf8(self.pid, "pid")
+        self.lane_group_set()
+
+    def lane_group_set(self) -> LaneGroups | None:
+        """The lane groups asked for, validated and compiled; None for the one shared set of
+        lanes per device (neither option given)."""
+        if self.lane_groups is not None and self.lane_groups != AUTO:
+            raise SpecError(Option("lane_groups"), f" must be {AUTO!r}, got {self.lane_groups!r}")
+        if not isinstance(self.lane_group, tuple) or not all(
+                isinstance(g, tuple) and len(g) == 2 and all(isinstance(x, str) for x in g)
+                for g in self.lane_group):
+            raise SpecError(Option("lane_group"), " must be NAME=REGEX pairs")
+        if len(self.lane_group) > MAX_CUSTOM_GROUPS:
+            raise SpecError(Option("lane_group"), f" is given {len(self.lane_group)} times; "
+                            f"at most {MAX_CUSTOM_GROUPS} custom groups fit in 10 lanes")
+        custom = []
+        for name, pattern in self.lane_group:
+            require_utf8(pattern, "--lane-group")
+            if not GROUP_NAME.fullmatch(name):
+                raise SpecError(Option("lane_group"), f" {name!r}: a group name is a letter "
+                                "then up to 31 letters, digits, '_', '.' or '-'")
+            if name in BUILT_IN or name in (n for n, _ in custom):
+                raise SpecError(Option("lane_group"), f" {name!r}: the name of "
+                                + ("a built-in group (" + ", ".join(BUILT_IN) + ")"
+                                   if name in BUILT_IN else "another --lane-group")
+                                + "; choose another name")
+            custom.append((name, compile_pattern(pattern, "lane_group")))
+        if self.lane_groups is None and not custom:
+            return None
+        return LaneGroups(auto=self.lane_groups == AUTO, custom=tuple(custom))
+
+
+def lane_group_option(text: str) -> tuple[str, str]:
+    """A `--lane-group NAME=REGEX` value as its (name, pattern) pair (split at the first
+    `=`: a pattern may hold more)."""
+    name, equals, pattern = text.partition("=")
+    if not equals:
+        raise SpecError(Option("lane_group"), f" {text!r} must be NAME=REGEX")
+    return name, pattern
 
 
 def validate_specs(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> None:

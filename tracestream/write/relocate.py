@@ -28,7 +28,8 @@ _JSON_SCALAR = rb'(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null)'
 _PROVENANCE_MEMBER = re.compile(
     rb'"' + PROVENANCE_KEY.encode() + rb'": \{"pid": (?P<pid>' + _JSON_SCALAR + rb'), '
     rb'"tid": (?P<tid>' + _JSON_SCALAR + rb'), '
-    rb'"source_event_index": (?P<index>[0-9]+), "had_args": (?P<had>true|false)\}(?P<trail>, )?',
+    rb'"source_event_index": (?P<index>[0-9]+)(?:, "group": "(?P<group>[^"\\]*)")?, '
+    rb'"had_args": (?P<had>true|false)\}(?P<trail>, )?',
     re.S,
 )
 _PROVENANCE_MARK = b'"' + PROVENANCE_KEY.encode() + b'": {"pid": '
@@ -155,11 +156,12 @@ def _rstrip_end(raw: bytes, pos: int) -> int:
 
 
 def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = None,
-             positions: tuple | None = None) -> bytes:
+             positions: tuple | None = None, group: bytes | None = None) -> bytes:
     """The event moved to (`new_pid`, `new_tid`), with its provenance first in `args`.
 
     `positions` (pid span, tid span, args brace, args empty), when the index pass
-    found them, saves searching the event again.
+    found them, saves searching the event again. `group`: the lane group's member the
+    provenance holds after the source index (`, "group": "NAME"`), with lane groups.
     """
     found = positions or locate_members(raw)
     if found == "args":
@@ -168,7 +170,7 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
         raise TraceError(f"event {ordinal}: cannot locate its pid/tid to relocate it")
     (p0, p1), (t0, t1), brace, empty = found
     if brace >= 0:
-        member = MEMBER_WITH_ARGS % (raw[p0:p1], raw[t0:t1], ordinal)
+        member = with_group(MEMBER_WITH_ARGS % (raw[p0:p1], raw[t0:t1], ordinal), group)
         if not empty:
             member += b", "
         if brace > t1:  # Kineto's order: pid, tid, ..., args
@@ -177,11 +179,24 @@ def relocate(raw: bytes, new_tid: bytes, ordinal: int, new_pid: bytes | None = N
         edits = [(t0, t1, new_tid), (brace + 1, brace + 1, member)]
     else:
         edits = [(t0, t1, new_tid),
-                 (len(raw) - 1, len(raw) - 1, MEMBER_WITHOUT_ARGS % (raw[p0:p1], raw[t0:t1],
-                                                                       ordinal))]
+                 (len(raw) - 1, len(raw) - 1, with_group(
+                     MEMBER_WITHOUT_ARGS % (raw[p0:p1], raw[t0:t1], ordinal), group))]
     if new_pid is not None:
         edits.append((p0, p1, new_pid))
     return _apply_edits(raw, edits)
+
+
+def with_group(member: bytes, group: bytes | None) -> bytes:
+    """A provenance member with its lane group's member (or None) just before `had_args`,
+    where the splice writes it (a pid or tid text, a JSON scalar, cannot hold the unescaped
+    `, "had_args"` this looks for)."""
+    if group is None:
+        return member
+    at = member.rindex(_HAD_ARGS)
+    return member[:at] + group + member[at:]
+
+
+_HAD_ARGS = b', "had_args": '
 
 
 def locate_members(raw: bytes, *, kineto_first: bool = True):

@@ -198,11 +198,13 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
     codes = actions.tolist()
     new_tids = [targets[c][0] if c != DELETE else b"" for c in codes]
     new_pids = [targets[c][1] if c != DELETE else None for c in codes]
+    groups = [targets[c][2] if c != DELETE else None for c in codes]
     empty_args = {m.start() for m in _EMPTY_ARGS.finditer(data)}
     columns = [starts.tolist(), ends.tolist(), rows["ordinal"].tolist(), codes, new_tids,
                new_pids, pid[0].tolist(), pid[1].tolist(), tid[0].tolist(), tid[1].tolist(),
-               braces.tolist()]
-    for start, end, ordinal, action, new_tid, new_pid, p0, p1, t0, t1, brace in zip(*columns):
+               braces.tolist(), groups]
+    for (start, end, ordinal, action, new_tid, new_pid, p0, p1, t0, t1, brace,
+         group) in zip(*columns):
         if action == DELETE:
             append(data[pos:start])
             pos = _after_separator(data, end)
@@ -216,7 +218,7 @@ def rewrite_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarra
                          brace - 1 - start if brace > t1 else -1,
                          brace - _ARGS_LENGTH in empty_args)
         append(data[pos:start])
-        append(relocate(data[start:end], new_tid, ordinal, new_pid, positions))
+        append(relocate(data[start:end], new_tid, ordinal, new_pid, positions, group))
         pos = end
     append(data[pos:])
     return b"".join(out), tuple(dropped)
@@ -236,7 +238,8 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     The common case, every changed event relocated with its keys in Kineto's order
     (pid, tid, ..., args), is assembled from whole columns: four pieces per event
     (the bytes up to its tid value, the new tid, the bytes up to the inside of
-    its args, the provenance member; a new pid is spliced into the first piece), by
+    its args, the provenance member, with its lane group's where the plan has lane groups;
+    a new pid is spliced into the first piece), by
     `splice` (`_native.splice` unless one is given).
     """
     p0, p1 = pid
@@ -254,12 +257,16 @@ def _splice_in_place(data: bytes, ordinals, actions, targets, ends, pid, tid,
     previous[1:] = resume[:-1]
     codes = actions.tolist()
     lane = {code: targets[code] for code in set(codes)}
-    new_tids = list(map({code: tid for code, (tid, _) in lane.items()}.__getitem__, codes))
-    new_pids = list(map({code: pid for code, (_, pid) in lane.items()}.__getitem__, codes))
+    new_tids = list(map({code: tid for code, (tid, _, _) in lane.items()}.__getitem__, codes))
+    new_pids = list(map({code: pid for code, (_, pid, _) in lane.items()}.__getitem__, codes))
+    groups = None  # without lane groups no member has one (the splice's usual bytes)
+    if any(group is not None for _, _, group in lane.values()):
+        groups = list(map({code: group for code, (_, _, group) in lane.items()}.__getitem__,
+                          codes))
     columns = tuple(np.ascontiguousarray(column, np.int64)
                     for column in (previous, p0, p1, t0, t1, resume, ordinals))
     return (splice or _native.splice)(data, columns, with_args, new_tids, new_pids,
-                                      _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS,
+                                      _MEMBER_PARTS, _NO_ARGS_MEMBER_PARTS, groups,
                                       *(() if into is None else (into,)))
 
 

@@ -16,16 +16,17 @@ _CLOSE = 0x7D
 
 def splice(data: bytes, columns: tuple, with_args: np.ndarray, new_tids: list, new_pids: list,
            with_args_member: tuple[bytes, ...], no_args_member: tuple[bytes, ...],
-           into=None) -> bytes:
+           groups: list | None = None, into=None) -> bytes:
     """The chunk with n events spliced in place. `columns` holds seven int64 arrays of
     length n: previous, pid_start, pid_end, tid_start, tid_end, resume (where the
     original bytes go on: inside the args' brace, or at the event's `}`) and ordinal.
 
     Per event: data[previous:tid_start] (with data[pid_start:pid_end] replaced by
     new_pids[i] unless that is None), new_tids[i], data[tid_end:resume], and the member:
-    member[0] + pid + member[1] + tid + member[2] + ordinal + member[3], from
+    member[0] + pid + member[1] + tid + member[2] + ordinal + groups[i] + member[3], from
     `with_args_member` where with_args[i] (followed by `, ` unless the args are empty)
-    and from `no_args_member` elsewhere. data[resume[-1]:] ends the chunk.
+    and from `no_args_member` elsewhere; `groups` (per event the lane group's member, bytes
+    or None) is None where no event has one. data[resume[-1]:] ends the chunk.
 
     Assembled from whole columns, without a Python loop over the events. `into` is the C
     extension's (a slot to write into); here the bytes are returned.
@@ -34,6 +35,11 @@ def splice(data: bytes, columns: tuple, with_args: np.ndarray, new_tids: list, n
     view = np.frombuffer(data, np.uint8)
     with_args = np.asarray(with_args, bool)
     usual, without = _template(with_args_member), _template(no_args_member)
+    # the member's end after the ordinal, per event: its group's member, if any, then the end
+    # of the template (a `%b` value, so the templates keep one shape)
+    tails = [with_args_member[3]] * len(new_tids) if groups is None else [
+        (g or b"") + with_args_member[3] for g in groups]
+    usual = usual[: usual.rindex(b"%d") + 2] + b"%b"
     piece = data.__getitem__
     p0l, p1l, t0l, t1l = p0.tolist(), p1.tolist(), t0.tolist(), t1.tolist()
     previous_l, resume_l, ordinal_l = previous.tolist(), resume.tolist(), ordinals.tolist()
@@ -43,13 +49,19 @@ def splice(data: bytes, columns: tuple, with_args: np.ndarray, new_tids: list, n
                                                                         _PID_TO_TID):
         pid_to_tid = usual.replace(b"%b" + _PID_TO_TID + b"%b", b"%b") + b", "
         members = list(map(pid_to_tid.__mod__, zip(map(piece, map(slice, p0l, t1l)),
-                                                   ordinal_l)))
+                                                   ordinal_l, tails)))
     else:
         members = list(map((usual + b", ").__mod__, zip(
-            map(piece, map(slice, p0l, p1l)), map(piece, map(slice, t0l, t1l)), ordinal_l)))
+            map(piece, map(slice, p0l, p1l)), map(piece, map(slice, t0l, t1l)), ordinal_l,
+            tails)))
     for k in _other_members(data, view, resume, with_args):
-        kind = usual if with_args[k] else without
-        members[k] = kind % (data[p0l[k] : p1l[k]], data[t0l[k] : t1l[k]], ordinal_l[k])
+        member = (usual % (data[p0l[k] : p1l[k]], data[t0l[k] : t1l[k]], ordinal_l[k], tails[k])
+                  if with_args[k] else
+                  without % (data[p0l[k] : p1l[k]], data[t0l[k] : t1l[k]], ordinal_l[k]))
+        if not with_args[k] and groups is not None and groups[k]:
+            end = len(no_args_member[3])
+            member = member[:-end] + groups[k] + member[-end:]
+        members[k] = member
     out = [b""] * (4 * len(p0l) + 1)
     out[0:-1:4] = map(piece, map(slice, previous_l, t0l))  # the pid stays...
     for k, new_pid in enumerate(new_pids):
@@ -101,7 +113,8 @@ def _reversed_pattern(member_end: bytes, opener: bytes, *, keep_opener: bool) ->
     between = (w + rb'(?:(?:[0-9.eE+-]+|"[^"\\]*")' + w + rb":" + w
                + rb'"(?:st|rud|tac|eman|pb|s|di)"' + w + rb"," + w + rb")*")
     return re.compile(
-        re.escape(member_end) + rb'[0-9]+ :"xedni_tneve_ecruos" ,' + value + rb' :"dit" ,'
+        re.escape(member_end) + rb'(?:"[^"\\]*" :"puorg" ,)?'  # a lane group's member
+        + rb'[0-9]+ :"xedni_tneve_ecruos" ,' + value + rb' :"dit" ,'
         + value + rb' :"dip"\{ :"' + re.escape(PROVENANCE_MARK[::-1]) + rb'"'
         + (rb"(" + opener + between + rb")" if keep_opener else opener + rb"(" + between + rb")")
         + value + rb"(" + w + rb":" + w + rb'"dit"' + w + rb"," + w + rb")" + value

@@ -45,17 +45,18 @@ args_have_members(const char *data, Py_ssize_t size, int64_t inside)
 }
 
 SHARED_DOC(splice_doc,
-"splice(data, columns, with_args, new_tids, new_pids, with_args_member, no_args_member)\n"
-"-> bytes\n\n"
+"splice(data, columns, with_args, new_tids, new_pids, with_args_member, no_args_member,\n"
+"groups=None) -> bytes\n\n"
 "The chunk with n events spliced in place (reference.splice.splice). `columns`\n"
 "holds seven int64 arrays of length n: previous, pid_start, pid_end, tid_start,\n"
 "tid_end, resume (where the original bytes go on: inside the args' brace, or\n"
 "at the event's `}`) and ordinal. Per event: data[previous:tid_start] (with\n"
 "data[pid_start:pid_end] replaced by new_pids[i] unless that is None), new_tids[i],\n"
 "data[tid_end:resume], and the member: template[0] + pid + template[1] + tid +\n"
-"template[2] + ordinal + template[3], from with_args_member where with_args[i]\n"
-"(followed by `, ` unless the args are empty) and from no_args_member elsewhere.\n"
-"data[resume[-1]:] ends the chunk.\n\n"
+"template[2] + ordinal + groups[i] + template[3], from with_args_member where\n"
+"with_args[i] (followed by `, ` unless the args are empty) and from no_args_member\n"
+"elsewhere; `groups` (per event bytes or None: the lane group's member) is None\n"
+"where no event has one. data[resume[-1]:] ends the chunk.\n\n"
 "With `into` (a writable buffer: a worker's shared slot), a chunk that fits is\n"
 "written there and its length returned instead (parallel.slots.deliver without a copy).");
 
@@ -84,9 +85,10 @@ splice(PyObject *module, PyObject *args)
 {
     Py_buffer buf, flags, into = {0};
     PyObject *columns_obj, *new_tids, *new_pids, *with_parts, *without_parts;
-    if (!PyArg_ParseTuple(args, "y*O!y*O!O!OO|w*:splice", &buf, &PyTuple_Type, &columns_obj,
+    PyObject *groups = Py_None;
+    if (!PyArg_ParseTuple(args, "y*O!y*O!O!OO|Ow*:splice", &buf, &PyTuple_Type, &columns_obj,
                           &flags, &PyList_Type, &new_tids, &PyList_Type, &new_pids,
-                          &with_parts, &without_parts, &into))
+                          &with_parts, &without_parts, &groups, &into))
         return NULL;
     Py_buffer col[COLUMNS];
     int held = 0;
@@ -101,6 +103,10 @@ splice(PyObject *module, PyObject *args)
         || PyList_GET_SIZE(new_pids) != n) {
         PyErr_SetString(PyExc_ValueError, "splice takes seven columns, flags, tids and pids "
                                           "for the same one event or more");
+        goto done;
+    }
+    if (groups != Py_None && (!PyList_Check(groups) || PyList_GET_SIZE(groups) != n)) {
+        PyErr_SetString(PyExc_TypeError, "groups is None or a list, one per event");
         goto done;
     }
     if (template(with_parts, &with) < 0 || template(without_parts, &without) < 0)
@@ -128,9 +134,16 @@ splice(PyObject *module, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "new tids are bytes, new pids bytes or None");
             goto done;
         }
+        PyObject *group = groups == Py_None ? Py_None : PyList_GET_ITEM(groups, i);
+        if (group != Py_None && !PyBytes_Check(group)) {
+            PyErr_SetString(PyExc_TypeError, "groups are bytes or None");
+            goto done;
+        }
         const Template *t = with_args[i] ? &with : &without;
         total += PyBytes_GET_SIZE(tid) - (t1 - t0) + t->fixed + (p1 - p0) + (t1 - t0)
                  + decimal_text(digits, c[ORDINAL][i]);
+        if (group != Py_None)
+            total += PyBytes_GET_SIZE(group);
         if (pid != Py_None)
             total += PyBytes_GET_SIZE(pid) - (p1 - p0);
         if (with_args[i] && args_have_members(data, buf.len, resume))
@@ -172,6 +185,9 @@ splice(PyObject *module, PyObject *args)
         PUT(data + t0, t1 - t0);
         PUT(t->part[2], t->len[2]);
         PUT(digits, len);
+        PyObject *group = groups == Py_None ? Py_None : PyList_GET_ITEM(groups, i);
+        if (group != Py_None)
+            PUT(PyBytes_AS_STRING(group), PyBytes_GET_SIZE(group));
         PUT(t->part[3], t->len[3]);
         if (with_args[i] && args_have_members(data, buf.len, resume))
             PUT(", ", 2);
@@ -341,6 +357,14 @@ locate_undo(const unsigned char *d, Py_ssize_t size, Py_ssize_t key, Undone *u)
         p++;
     if (p == digits)
         return -1;
+    if (STARTS(p, ", \"group\": \"")) { /* the lane group (--lane-groups): goes with it */
+        Py_ssize_t q = p + LEN(", \"group\": \"");
+        while (q < size && d[q] != '"' && d[q] != '\\')
+            q++;
+        if (q >= size || d[q] != '"')
+            return -1;
+        p = q + 1;
+    }
     Py_ssize_t between_end;
     if (STARTS(p, ", \"had_args\": true}")) {
         /* it had args: the member goes, with the `, ` after it */
