@@ -143,6 +143,7 @@ class Event(ReadEvent, gc=False):
 class Origin(msgspec.Struct, gc=False):
     pid: Any = None
     tid: Any = None
+    group: Any = None  # the lane group (--lane-groups), where the output has them
 
 
 class CheckArgs(msgspec.Struct, gc=False):

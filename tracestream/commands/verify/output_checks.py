@@ -6,6 +6,8 @@ Perfetto import rules are checked on the way."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -59,7 +61,7 @@ from tracestream.model import (
     binds_next,
     decode_head,
 )
-from tracestream.write.relocate import provenance_of
+from tracestream.write.relocate import provenance_match, provenance_of
 
 # Chunks between heap trims (parallel.memory.release_memory). Each trim hands freed pages back
 # and the next chunk's buffers fault them in again (page faults were most of verify's
@@ -71,6 +73,10 @@ WORKER_TRIM_EVERY = 32  # in a worker, whose heap keeps freed memory (keep_freed
 # 8, with restore's trims at 8 too, ~0.6 s more system time a nightly run for ~6 MiB less PSS
 _ROWS_HELD = 1 << 11  # check records held as tuples before they go to their store
 _CHECK_BUDGET = 4 << 20  # per store of output-only check records; the rest spills to disk
+_GROUP_TEXT = b', "group": "'
+_GROUP_MEMBER = re.compile(
+    rb'"source_event_index": [0-9]+(?:, "group": "([^"\\]*)")?, "had_args": (?:true|false)\}')
+"""A provenance member's end as the splice writes it, with its lane group, if any."""
 
 
 class OutputChecks:
@@ -112,6 +118,9 @@ class OutputChecks:
         self.streams: dict[tuple, set] = {}
         self.problems: list[str] = []
         self.lane_slices: dict[tuple, int] = {}  # slices per synthetic track
+        # per lane (pid, tid): how many relocated events name each lane group in their
+        # provenance (--lane-groups; empty without): each lane must hold one group
+        self.lane_groups: dict[tuple, dict[str, int]] = {}
         self.relocated_events = 0
         self.relocated_flows = 0
 
@@ -132,13 +141,13 @@ class OutputChecks:
         self._flush()
         return (list(self.track_ids), {v: kept.joined() for v, kept in self.depth.items()},
                 {v: kept.joined() for v, kept in self.binding.items()}, self.guides.columns(),
-                self.kernels, self.streams, self.lane_slices, self.problems,
+                self.kernels, self.streams, self.lane_slices, self.lane_groups, self.problems,
                 self.relocated_events, self.relocated_flows)
 
     def merge(self, facts: tuple) -> None:
         """Take a chunk's `facts` as if its events were observed here, in order."""
-        (tracks, depth, binding, guides, kernels, streams, lane_slices, problems, moved,
-         flows) = facts
+        (tracks, depth, binding, guides, kernels, streams, lane_slices, lane_groups, problems,
+         moved, flows) = facts
         self._flush()
         if self._flow_sources is not None:
             binding = {**binding, "source": self._on_flow_sources(tracks, binding["source"])}
@@ -159,6 +168,9 @@ class OutputChecks:
             self.streams.setdefault(key, set()).update(tids)
         for key, count in lane_slices.items():
             self.lane_slices[key] = self.lane_slices.get(key, 0) + count
+        for key, counts in lane_groups.items():
+            for group, count in counts.items():
+                self._lane_group(key, group, count)
         self.problems.extend(problems)
         self.relocated_events += moved
         self.relocated_flows += flows
@@ -184,6 +196,11 @@ class OutputChecks:
             out.append(take_rows(batch, flows | kept[batch["track"]]))
         return out
 
+    def _lane_group(self, lane: tuple, group, count: int = 1) -> None:
+        """`count` relocated events on `lane` whose provenance names lane group `group`."""
+        seen = self.lane_groups.setdefault(lane, {})
+        seen[group] = seen.get(group, 0) + count
+
     def _track(self, key: tuple) -> int:
         tid = self.track_ids.get(key)
         if tid is None:
@@ -195,6 +212,9 @@ class OutputChecks:
         prov = provenance_of(raw) if PROVENANCE_MARK in raw else None
         if prov is not None:
             self.relocated_events += 1
+            group = provenance_match(raw).group("group")
+            if group is not None:
+                self._lane_group((head.pid, head.tid), group.decode())
         if head.ph in FLOW_PHASES and prov is not None:
             self.relocated_flows += 1
             ts = timebase.parse_decimal(bytes(TIMING.decode(raw).ts)).floor_ns()
@@ -267,7 +287,7 @@ class OutputChecks:
             return
         timed = Timed(events)
         try:
-            observed = self._observe_columns(first, events, timed)
+            observed = self._observe_columns(first, events, timed, content)
         except TypeError:  # an object or array where a category, device or provenance pid or
             # tid is compared (`check_chunk_columns`): `observe` reads it, one event at a time
             for i, raw in enumerate(raw_events(content, document) if raws is None else raws):
@@ -280,7 +300,17 @@ class OutputChecks:
             self._observe_events(first, raw_events(content, document) if raws is None else raws,
                                  events, timed)
 
-    def _observe_columns(self, first: int, events, timed: Timed) -> bool:
+    def _lane_groups_of(self, content: bytes, moved: np.ndarray) -> list | None:
+        """The lane group each moved event's provenance names (None for none), in event order,
+        read from the chunk's bytes at once; [] when the chunk holds no lane group; None when
+        the members found are not one per moved event (a source's own text that looks like
+        one, in a nested object): the caller reads the chunk an event at a time."""
+        if _GROUP_TEXT not in content:
+            return []
+        found = [m.group(1) for m in _GROUP_MEMBER.finditer(content)]
+        return found if len(found) == int(moved.sum()) else None
+
+    def _observe_columns(self, first: int, events, timed: Timed, content: bytes) -> bool:
         """`observe_chunk` a column at a time; False (nothing observed) when the chunk has
         numbers `NumberColumn` leaves to timebase.
 
@@ -291,6 +321,9 @@ class OutputChecks:
         codes, devices = TrackCodes(), Interned()
         phase, kind, track, origin, moved, device = check_chunk_columns(events, self.kinds, codes,
                                                                    devices)
+        groups = self._lane_groups_of(content, moved)
+        if groups is None:
+            return False
         is_x, is_flow = phase == PH_X, phase == PH_FLOW
         flows = np.flatnonzero(moved & is_flow)
         on_synthetic = is_x & np.isin(track, codes.known(self.synthetic))
@@ -312,6 +345,11 @@ class OutputChecks:
         numbered = np.array(list(map(self._track, codes.keys(in_order))), np.int64)[by_code]
         self.relocated_events += int(moved.sum())
         self.relocated_flows += len(flows)
+        if groups:
+            lanes_of_moved = track[moved]
+            for (lane, group), count in Counter(zip(lanes_of_moved.tolist(), groups)).items():
+                if group is not None:
+                    self._lane_group(codes.key(lane), group.decode(), count)
         activity = np.flatnonzero(is_activity)
         self._count_streams(codes, devices, origin[activity], device[activity],
                             kind[activity] == KERNEL)
@@ -389,6 +427,8 @@ class OutputChecks:
                 continue
             if origin is not None:
                 self.relocated_events += 1
+                if origin.group is not None:
+                    self._lane_group(key, origin.group)
                 if ph in FLOW_PHASES:
                     self.relocated_flows += 1
                     mode = BIND_NEXT_FLOW if binds_next(ph, e.bp) else BIND_FLOW

@@ -339,7 +339,8 @@ def _lockstep(src_events, out_events, index, plan, retired, checks,
             return event_problems, False
         out_ordinal, out_raw = out[0], bytes(out[1])
         expected = raw if action == KEEP else relocate(raw, targets[action][0], ordinal,
-                                                       targets[action][1])
+                                                       targets[action][1],
+                                                       group=targets[action][2])
         if out_raw == expected:
             checks.observe(out_ordinal, out_raw)
             amiss = 0
@@ -463,10 +464,40 @@ def _lane_problems(checks: OutputChecks, data: dict) -> list[str]:
             problems.append(
                 f"pid {g.get('pid')} {g.get('kind')}: the report says {g.get('lanes')} lanes "
                 f"(tids {tids}), the output has slices on {len(used)} of them")
+        problems += _lane_group_problems(checks, g)
     for key, found in (("relocated_events", checks.relocated_events),
                        ("relocated_flows", checks.relocated_flows)):
         if section.get(key) != found:
             problems.append(f"the report's {key} is {section.get(key)}, the output holds {found}")
+    return problems
+
+
+def _lane_group_problems(checks: OutputChecks, group: dict) -> list[str]:
+    """With lane groups (the report's `lane_groups` of a device), each lane belongs to one
+    group (no two groups list it; together they list the device's lanes) and holds only
+    relocated events whose provenance names that group."""
+    rows = group.get("lane_groups")
+    if rows is None:
+        return []
+    where = f"pid {group.get('pid')} device {group.get('device')}"
+    owner: dict = {}
+    problems = []
+    for row in rows:
+        for tid in row.get("lane_tids", []):
+            if tid in owner:
+                problems.append(f"{where}: lane tid {tid} is listed for lane groups "
+                                f"{owner[tid]} and {row.get('group')}")
+            owner.setdefault(tid, row.get("group"))
+    if sorted(owner, key=str) != sorted(group.get("lane_tids", []), key=str):
+        problems.append(f"{where}: the lane groups list lane tids {list(owner)}, the device "
+                        f"{group.get('lane_tids')}")
+    for tid, name in owner.items():
+        seen = checks.lane_groups.get((group.get("display_pid"), tid), {})
+        others = {other: count for other, count in seen.items() if other != name}
+        if others:
+            held = ", ".join(f"{count} of {other}" for other, count in others.items())
+            problems.append(f"{where}: lane tid {tid} (lane group {name}) holds relocated "
+                            f"events of another group ({held})")
     return problems
 
 
