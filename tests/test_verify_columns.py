@@ -204,20 +204,22 @@ def _facts_one_at_a_time(events: list[bytes], first: int, synthetic: dict) -> tu
 
 def _comparable(facts: tuple) -> tuple:
     """A chunk's facts with every record batch as plain rows (tracks in the order met)."""
-    tracks, depth, binding, guides, kernels, streams, lanes, problems, moved, flows = facts
+    (tracks, depth, binding, guides, kernels, streams, lanes, lane_groups, problems, moved,
+     flows) = facts
     rows = {f"{side} {v}": np.concatenate(batches).tolist() if batches else []
             for side, kept in (("depth", depth), ("binding", binding))
             for v, batches in kept.items()}
     starts, ends, names = guides
     return (tracks, rows, list(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(), names)),
-            kernels, streams, lanes, problems, moved, flows)
+            kernels, streams, lanes, lane_groups, problems, moved, flows)
 
 
 def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
     """`observe_chunk`'s columns (each track a number, streams and lane slices counted in
     numpy) hand back what `observe` finds an event at a time: the tracks in the order
     met, every record, guide, kernel and stream count, for moved kernels and flows (`bp`
-    or not), string and integer pids and tids, several devices, events without `args`."""
+    or not), string and integer pids and tids, several devices, events without `args`,
+    moved events with and without a lane group in their provenance."""
     from tracestream.commands.verify.planned import _facts_of
     from tracestream.write.relocate import relocate
 
@@ -232,7 +234,9 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
         raw = (f'{{"ph": "X", "cat": "{["kernel", "gpu_memcpy", "cpu_op"][k % 4 % 3]}", '
                f'"name": "k{k}", "pid": 1, "tid": {stream!r}, "ts": {1000 + 10 * k}.250, '
                f'"dur": 2.5{args}}}').replace("'", '"').encode()
-        events.append(relocate(raw, b"100" if k % 4 else b"101", k) if k % 7 else raw)
+        group = [None, b', "group": "compute"', b', "group": "memory"'][k % 3]
+        events.append(relocate(raw, b"100" if k % 4 else b"101", k, group=group)
+                      if k % 7 else raw)
         if k % 6 == 0:  # a flow finishing on the kernel, moved with it
             bp = ', "bp": "e"' if k % 12 else ""
             flow = (f'{{"ph": "f", "id": {k}, "pid": 1, "tid": {stream!r}, '
@@ -251,7 +255,8 @@ def test_a_chunk_read_in_columns_has_the_facts_of_its_events_one_at_a_time():
         assert _comparable(_facts_of(b",\n".join(chunk), first, synthetic)) == _comparable(
             _facts_one_at_a_time(chunk, first, synthetic))
     whole = _facts_of(b",\n".join(events), 0, synthetic)
-    assert len(whole[4]) == len(whole[5]) == 3 and whole[9] == 10  # devices, flows
+    assert len(whole[4]) == len(whole[5]) == 3 and whole[10] == 10  # devices, flows
+    assert set(whole[7][(1, 100)]) == {"compute", "memory"}  # lane groups seen on a lane
     assert whole[3][2] == ["L0", "L3", "L4"]  # guides
 
 
