@@ -86,6 +86,15 @@ def test_each_group_gets_its_peak_in_lanes_of_its_own(tmp_path):
     assert_verified(trace, out)
 
 
+def test_the_summary_says_each_groups_lanes(tmp_path):
+    trace = _mixed(tmp_path / "mixed.json")
+    result = run("compact", "--trace", trace, "--output", tmp_path / "out.json",
+                 "--lane-groups", "auto")
+    assert result.returncode == 0, result.stderr.decode()
+    assert ("compact view: pid 0 device 0: 8 stream rows -> 8 synthetic lanes (compute 3, "
+            "communication 2, memory 2, sync 1)") in result.stderr.decode()
+
+
 def test_empty_groups_get_no_lane(tmp_path):
     trace = write_trace(tmp_path / "t.json", [kernel("gemm", 1, 10, tid=7),
                                               kernel("gemm", 2, 10, tid=8)])

@@ -352,9 +352,12 @@ def summarize(data: dict, output: str, report_path: str | None, *, trace: str | 
         for g in compaction["groups"]:
             where = (f"pid {g['pid']} device {g['device']}" if g["kind"] == "activity"
                      else f"GPU scopes of pid {g['pid']} -> pid {g['display_pid']}")
+            groups = ", ".join(f"{row['group']} {row['lanes']}"
+                               for row in g.get("lane_groups", ()))
             lines.append(
                 f"compact view: {where}: {g['original_streams']} stream rows -> "
-                f"{g['lanes']} synthetic lanes ({g['activity_count']:,} events)"
+                f"{g['lanes']} synthetic lanes{f' ({groups})' if groups else ''} "
+                f"({g['activity_count']:,} events)"
             )
     if seconds is not None:
         lines.append(f"elapsed: {seconds:,.1f} s")
