@@ -149,6 +149,10 @@ def test_custom_groups_alone_leave_the_rest_compute(tmp_path):
     (["--lane-group", "memory=copy"], "the name of a built-in group"),
     (["--lane-group", "a=x", "--lane-group", "a=y"], "the name of another --lane-group"),
     (["--lane-group", "two words=x"], "a group name is a letter"),
+    (["--lane-group", "Compute=x"], "the name of a built-in group"),
+    (["--lane-group", "a=x", "--lane-group", "A=y"], "the name of another --lane-group"),
+    (["--lane-group", "a="], "--lane-group 'a' has an empty pattern, which matches every "
+                             "kernel"),
 ])
 def test_bad_lane_groups_are_refused_in_one_line(tmp_path, options, fragment):
     trace = _mixed(tmp_path / "mixed.json")
@@ -246,3 +250,48 @@ def test_real_traces_with_nccl_compact_in_groups_and_verify(name, tmp_path):
     devices = [g for g in report["groups"] if g["kind"] == "activity"]
     assert any(r["group"] == "communication" for g in devices for r in g["lane_groups"])
     assert_verified(trace, out)
+
+
+def test_scopes_above_the_limit_are_refused_as_scopes_with_lane_groups(tmp_path):
+    """Three overlapping GPU user annotations need three scope lanes: the refusal names the
+    pid's scopes, with lane groups as without (it named another device, or failed)."""
+    events = [kernel("gemm", 1, 10, tid=7)]
+    events += [{"ph": "X", "cat": "gpu_user_annotation", "name": f"scope{i}", "pid": 0,
+                "tid": 7, "ts": str(1 + i), "dur": "20", "args": {"device": 0}}
+               for i in range(3)]
+    trace = write_trace(tmp_path / "scopes.json", events)
+    out = tmp_path / "out.json"
+    for options in ([], ["--lane-groups", "auto"]):
+        line = assert_refused(run("compact", "--trace", trace, "--output", out,
+                                  "--max-gpu-lanes", "2", *options),
+                              "GPU scopes of pid 0 needs 3", out)
+        assert "device" not in line.split("needs")[0], line
+
+
+def test_a_kernel_named_true_does_not_decide_the_group_of_one_named_1_0(tmp_path):
+    """Names are classified by their text: `true` and `1.0` are equal as Python keys, not
+    as names, and the order kernels come in must not change a group."""
+    numbers = [kernel(1.0, 100 + 20 * i, 5, tid=8) for i in range(3)]
+    first = write_trace(tmp_path / "a.json", numbers)
+    second = write_trace(tmp_path / "b.json", [kernel(True, 1, 5, tid=7), *numbers])
+    groups = []
+    for trace in (first, second):
+        out = tmp_path / f"{trace.stem}.out.json"
+        _compact(trace, out, "--lane-group", "num=^1")
+        _, by_lane = _lanes(out)
+        groups.append(set().union(*by_lane.values()))
+        assert_verified(trace, out)
+    assert groups[0] == {"num"} and groups[1] == {"num", "compute"}
+
+
+def test_a_malformed_lane_groups_row_in_the_report_is_refused(tmp_path):
+    trace = _mixed(tmp_path / "mixed.json")
+    out = tmp_path / "out.json"
+    report = _compact(trace, out, "--lane-groups", "auto")
+    for bad in (["x"], {"a": 1}, [{"group": "compute", "lanes": 1, "lane_tids": [[1]]}]):
+        report["groups"][0]["lane_groups"] = bad
+        Path(f"{out}.compact.json").write_text(json.dumps(report))
+        result = run("verify", "--trace", trace, "--output", out)
+        assert result.returncode == 2, result.stderr.decode()
+        assert b"Traceback" not in result.stderr
+        assert result.stderr.decode().count("\n") == 1

@@ -16,10 +16,17 @@ import msgspec
 from tracestream.errors import SpecError, malformed_report
 
 
+class _LaneGroupRow(msgspec.Struct):
+    group: str
+    lanes: int
+    lane_tids: list[Any] = []
+
+
 class _Group(msgspec.Struct):
     display_pid: Any = None
     lanes: Any = None
     lane_tids: list[Any] = []
+    lane_groups: list[_LaneGroupRow] = []  # (--lane-groups: a device's lanes per group)
 
 
 class _Compaction(msgspec.Struct):
@@ -88,6 +95,8 @@ def _require_hashable(report: _Report, guides: _Guides | None) -> None:
     groups = report.groups + (report.compaction.groups if report.compaction else [])
     values += [("groups[].display_pid", g.display_pid) for g in groups]
     values += [("groups[].lane_tids[]", tid) for g in groups for tid in g.lane_tids]
+    values += [("groups[].lane_groups[].lane_tids[]", tid) for g in groups
+               for row in g.lane_groups for tid in row.lane_tids]
     for where, value in values:
         if isinstance(value, (dict, list)):
             raise malformed_report(f"{where} must be a number or a string")

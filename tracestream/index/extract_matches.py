@@ -45,6 +45,9 @@ class MatchFinding:
         try:
             counted = _native.name_counts(self.events, slices, kernels, [0] * len(slices))
         except TypeError:  # an object or array as a name: no pattern matches it (compute)
+            counted = None
+        if counted is None or not all(isinstance(n, str) for n in counted.get(0, ())):
+            # one by one: an object is no key, and a dict of names takes True for 1 and 1.0
             for k in kernels:
                 name = self.events[slices[k]].name
                 codes[k] = groups.of_kernel(name) if hashable(name) else 0

@@ -64,11 +64,12 @@ class LaneGroups:
         """The code of a kernel by its name: the first custom pattern that matches it, else
         (with `auto`) communication when it looks like a collective, else compute. A name
         that is not a string is matched as its text (a number), as anchor patterns are."""
-        code = self._memo.get(name)
+        key = (type(name), name)  # True == 1 == 1.0, but their texts differ
+        code = self._memo.get(key)
         if code is None:
             code = self._classify(name if isinstance(name, str) else str(name))
             if len(self._memo) < 1 << 14:  # a trace has a few thousand kernel names
-                self._memo[name] = code
+                self._memo[key] = code
         return code
 
     def _classify(self, text: str) -> int:

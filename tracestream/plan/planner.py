@@ -42,6 +42,7 @@ from tracestream.plan.selection import (
     select_gpu,
 )
 from tracestream.plan.specs import (
+    MAX_LANES_LIMIT,
     NAMES_IN_REPORT,
     CompactSpec,
     LayerSpec,
@@ -390,8 +391,8 @@ class Planner:
         k = len(names)
         for g in compacted:
             pid, device = self.index.groups[g]
-            if device == SCOPES:
-                self._check_lanes({g * k: states[g * k]} if g * k in states else {}, max_lanes)
+            if device == SCOPES:  # (`_check_lanes` names a group by its index, g)
+                self._check_lanes({g: states[g * k]} if g * k in states else {}, max_lanes)
                 continue
             parts = [(name, states[g * k + s]) for s, name in enumerate(names)
                      if g * k + s in states]
@@ -401,11 +402,16 @@ class Planner:
             peaks = "; ".join(
                 f"{name} {state.lanes} (peak at {self.relative_ms(state.peak_at_ns):.3f} ms, "
                 f"ts {us_text(state.peak_at_ns)} µs)" for name, state in parts)
+            remedies = (["use fewer groups (fewer --lane-group, or no --lane-groups auto)"]
+                        if len(parts) > 1 else [])
+            if max_lanes < MAX_LANES_LIMIT:
+                remedies.append(f"raise --max-gpu-lanes (up to {MAX_LANES_LIMIT})")
+            remedies.append("capture a narrower window")
             raise TraceError(
                 f"pid {pid} device {device} needs {total} display lanes with its lane groups "
-                f"apart ({peaks}) but --max-gpu-lanes is {max_lanes}; use fewer groups "
-                "(fewer --lane-group, or no --lane-groups auto), raise --max-gpu-lanes, or "
-                "capture a narrower window"
+                f"apart ({peaks}) but --max-gpu-lanes is {max_lanes}; "
+                + ", ".join(remedies[:-1]) + (" or " if len(remedies) > 1 else "")
+                + remedies[-1]
             )
 
     def _check_flows(self, sweep: Sweep) -> None:

@@ -187,11 +187,15 @@ class CompactSpec:
             if not GROUP_NAME.fullmatch(name):
                 raise SpecError(Option("lane_group"), f" {name!r}: a group name is a letter "
                                 "then up to 31 letters, digits, '_', '.' or '-'")
-            if name in BUILT_IN or name in (n for n, _ in custom):
+            folded = name.casefold()  # `Compute` beside `compute` would read as one group
+            if folded in BUILT_IN or folded in (n.casefold() for n, _ in custom):
                 raise SpecError(Option("lane_group"), f" {name!r}: the name of "
                                 + ("a built-in group (" + ", ".join(BUILT_IN) + ")"
-                                   if name in BUILT_IN else "another --lane-group")
+                                   if folded in BUILT_IN else "another --lane-group")
                                 + "; choose another name")
+            if not pattern:
+                raise SpecError(Option("lane_group"), f" {name!r} has an empty pattern, which "
+                                "matches every kernel; give a REGEX after the =")
             custom.append((name, compile_pattern(pattern, "lane_group")))
         if self.lane_groups is None and not custom:
             return None
