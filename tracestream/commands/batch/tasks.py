@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from tracestream.engine import default_report_path
+from tracestream.engine import default_report_path, spec_options
 from tracestream.errors import SpecError, TraceError
 from tracestream.plan.selection import id_from_text
 from tracestream.plan.specs import ALL_PASSES, CompactSpec, LayerSpec, validate_specs
@@ -199,13 +199,14 @@ def _task(kind: str, trace: str, output: str, *, layers: LayerSpec | None,
     if trace == "-":
         raise TraceError("batch reads trace files; stdin (-) is for the single-trace commands")
     compression = compression_for(output, compress)  # the output's name carries the input's
+    options = spec_options(layers, compact)  # as the report records them (a retry compares)
     return {
         "kind": kind,
         "trace": os.path.abspath(trace),
         "output": os.path.abspath(output),
         "report": default_report_path(os.path.abspath(output), kind),
-        "layers": dataclasses.asdict(layers) if layers is not None else None,
-        "compact": dataclasses.asdict(compact) if compact is not None else None,
+        "layers": options.get("layers"),
+        "compact": options.get("compact"),
         "compress": compression,
         "compress_level": compress_level,
         "verify": verify,
