@@ -153,6 +153,8 @@ def test_custom_groups_alone_leave_the_rest_compute(tmp_path):
     (["--lane-group", "a=x", "--lane-group", "A=y"], "the name of another --lane-group"),
     (["--lane-group", "a="], "--lane-group 'a' has an empty pattern, which matches every "
                              "kernel"),
+    ([arg for i in range(7) for arg in ("--lane-group", f"g{i}=x{i}")],
+     "--lane-group is given 7 times; at most 6 custom groups fit in 10 lanes"),
 ])
 def test_bad_lane_groups_are_refused_in_one_line(tmp_path, options, fragment):
     trace = _mixed(tmp_path / "mixed.json")
@@ -295,3 +297,4 @@ def test_a_malformed_lane_groups_row_in_the_report_is_refused(tmp_path):
         assert result.returncode == 2, result.stderr.decode()
         assert b"Traceback" not in result.stderr
         assert result.stderr.decode().count("\n") == 1
+        assert "malformed" in result.stderr.decode(), result.stderr.decode()

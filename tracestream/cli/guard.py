@@ -113,8 +113,8 @@ def refuse_closed_streams(command: str, params: dict) -> None:
         raise TraceError(f"{option} {named} reads stdin, which is a terminal: pipe {what} in "
                          f"(... | tracestream {command} {option} - ...) or give a path")
     if "stdout" in CLOSED:
-        prints = (command.split()[0] not in _SILENT_COMMANDS or params.get("json_summary")
-                  or (command == "restore" and params.get("as_json"))
+        prints = (command.split()[0] not in _SILENT_COMMANDS
+                  or params.get("json_summary") or params.get("as_json")
                   or (command != "restore" and params.get("report") == "-")
                   or (command != "verify" and params.get("output") == "-"))
         if prints:
