@@ -38,6 +38,7 @@ from tracestream.plan.specs import (
     LayerSpec,
     validate_specs,
 )
+from tracestream.plan.window import WindowSpec, plan_window
 from tracestream.progress import Progress, or_silent
 from tracestream.read.compression import compression_for
 from tracestream.read.sizing import pool_for
@@ -51,6 +52,7 @@ from tracestream.write.sink import (
     input_identity,
     refuse_writing_input,
 )
+from tracestream.write.window import rewrite_window
 
 
 @dataclass
@@ -163,7 +165,7 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
                compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
                command: str, tmpdir: str | None = None, progress: Progress | None = None,
                pool=None, source_name: str | None = None, after_index=None,
-               hashes_source: bool = True):
+               hashes_source: bool = True, window: WindowSpec | None = None):
     """Index pass and plan: (index, plan). Every refusal happens here; nothing is written.
 
     `after_index()`, when given, is called between the two: the plan is made on one core,
@@ -179,7 +181,8 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
             )
     options = IndexOptions(
         patterns=patterns, tmpdir=tmpdir, moves_gpu=compact_spec is not None,
-        lane_groups=compact_spec.lane_group_set() if compact_spec is not None else None)
+        lane_groups=compact_spec.lane_group_set() if compact_spec is not None else None,
+        window=window is not None)
     index = run_index(source, options, progress=progress, pool=pool)
     if hashes_source:
         source.start_hashing()  # while the plan runs on one core (the report names the hash)
@@ -196,8 +199,13 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
         meter.advance_to(sum(steps[:1]))
         compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
         meter.advance_to(sum(steps[:2]))
+        window_plan = None
+        if window is not None:
+            guides = planner.guide_events.guides if planner.guide_events is not None else None
+            window_plan = plan_window(window, index, guides, planner.origin_ns)
         plan = planner.finish(command, layers, compaction,
-                              options=spec_options(layer_spec, compact_spec))
+                              options=spec_options(layer_spec, compact_spec, window),
+                              window=window_plan)
         meter.advance_to(sum(steps))
     except BaseException:
         index.close()
@@ -233,7 +241,7 @@ def write_report(rep: OutputFile, plan: Plan, source: TraceSource,
 
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
          compress=None, compress_level=None, progress=None, stdin=None, workers=None,
-         max_event_bytes=None, spool_dir=None) -> Report:
+         max_event_bytes=None, spool_dir=None, window=None) -> Report:
     started = time.monotonic()
     validate_specs(layer_spec, compact_spec)
     trace, output = str(trace), str(output)
@@ -252,15 +260,16 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
             report_name=os.path.basename(report_path), command=command,
             source_name=None if trace == "-" else name_in_report(trace, report_path),
             tmpdir=temp_dir_for(None if output == "-" else output), progress=progress,
-            pool=pool,
+            pool=pool, window=window,
         )
         try:
             plan.report["output_compression"] = compression
             with OutputFile(output, compression=compression, level=compress_level) as out, \
                     OutputFile(report_path, what="report") as rep:
                 report = PrettyWriter(plan.report, rep.write)
-                rewrite(source, index, plan, out, progress=progress, pool=pool,
-                        report_rows=report_rows(rep, report))
+                (rewrite if plan.window is None else rewrite_window)(
+                    source, index, plan, out, progress=progress, pool=pool,
+                    report_rows=report_rows(rep, report))
                 write_report(rep, plan, source, report)
                 commit_together([out, rep])
         finally:
@@ -272,7 +281,8 @@ def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = Non
                      compact: CompactSpec | None = None, compress: str | None = None,
                      compress_level: int | None = None, progress=None,
                      stdin=None, workers: int | None = None,
-                     max_event_bytes: int | None = None, spool_dir: str | None = None) -> Report:
+                     max_event_bytes: int | None = None, spool_dir: str | None = None,
+                     window: WindowSpec | None = None) -> Report:
     """Write `output`: the trace plus verified L0, L1, … guides (and lanes, with `compact`).
 
     `progress`: sees the phases index, plan and rewrite (see tracestream.progress; None:
@@ -281,28 +291,35 @@ def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = Non
     `max_event_bytes`: the longest single event read (None: 64 MiB).
     `spool_dir`: where a trace read from a stream (stdin, a pipe) is kept for the second
     pass, zstd-compressed when it is plain JSON (None: $TMPDIR).
+    `window`: write only that window of the trace (`pass_window("2:4")`,
+    `time_window("10:20")` from tracestream.plan.window; see docs/windows.md).
     """
     return _run(trace, output, report, "layers", "layers", layer_spec=spec,
                 compact_spec=compact, compress=compress, compress_level=compress_level,
                 progress=progress, stdin=stdin, workers=workers,
-                max_event_bytes=max_event_bytes, spool_dir=spool_dir)
+                max_event_bytes=max_event_bytes, spool_dir=spool_dir, window=window)
 
 
 def compact(trace, output, spec: CompactSpec | None = None, *, report: str | None = None,
             compress: str | None = None, compress_level: int | None = None,
             progress=None, stdin=None, workers: int | None = None,
-            max_event_bytes: int | None = None, spool_dir: str | None = None) -> Report:
+            max_event_bytes: int | None = None, spool_dir: str | None = None,
+            window: WindowSpec | None = None) -> Report:
     """Write `output`: the trace with GPU activity packed into at most N display lanes
-    (the other options as `add_layer_guides` takes them)."""
+    (the other options as `add_layer_guides` takes them; a `window` by time only)."""
     return _run(trace, output, report, "compact", "compact",
                 compact_spec=spec or CompactSpec(), compress=compress,
                 compress_level=compress_level, progress=progress, stdin=stdin, workers=workers,
-                max_event_bytes=max_event_bytes, spool_dir=spool_dir)
+                max_event_bytes=max_event_bytes, spool_dir=spool_dir, window=window)
 
 
-def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None) -> dict:
+def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None,
+                 window: WindowSpec | None = None) -> dict:
     """The options of a run, as the report records them (verify re-plans from these)."""
     options: dict = {}
+    if window is not None:
+        options["window"] = ({"passes": list(window.passes)} if window.passes is not None
+                             else {"times": list(window.times)})
     if layer_spec is not None:
         options["layers"] = dataclasses.asdict(layer_spec)
     if compact_spec is not None:

@@ -52,6 +52,26 @@ def lane_group_options(command):
              "device still add up to at most --max-gpu-lanes.")(command)
 
 
+def time_window_option(command):
+    return click.option(
+        "--time-window", "time_window", default=None, metavar="START:END",
+        help="Write only the events of this time range: milliseconds from the trace origin "
+             "(as the report and `anchors` count them; exact decimals; either end may be left "
+             "out). Metadata stays; a slice that crosses an edge is kept; a flow only whole. "
+             "See docs/windows.md.")(command)
+
+
+def window_spec(pass_window: str | None, time_window: str | None):
+    """The WindowSpec of --pass-window or --time-window (None: the whole trace)."""
+    from tracestream.plan import window
+
+    if pass_window is not None and time_window is not None:
+        raise SpecError("--pass-window and --time-window both choose the window: give one")
+    if pass_window is not None:
+        return window.pass_window(pass_window)
+    return window.time_window(time_window) if time_window is not None else None
+
+
 def lane_group_fields(lane_groups, lane_group) -> dict:
     """The CompactSpec fields of the two options (none when neither is given)."""
     from tracestream.plan.specs import lane_group_option
@@ -104,6 +124,12 @@ def register(main) -> None:
     @click.option("--allow-several-anchor-names", is_flag=True,
                   help="Accept a pattern that matches several kernel names (recorded in the "
                        "report).")
+    @click.option("--pass-window", "pass_window", default=None, metavar="FIRST:STOP",
+                  help="Write only passes FIRST … STOP-1 of the labelled selection: from pass "
+                       "FIRST's L0 anchor to pass STOP's (FIRST: to the trace's end), with "
+                       "whatever runs between the passes. Guides and lanes are planned on the "
+                       "whole trace. See docs/windows.md.")
+    @time_window_option
     @report_option
     @compress_option
     @level_option
@@ -114,8 +140,8 @@ def register(main) -> None:
     def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
                extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
                max_gpu_lanes, lane_groups, lane_group, gap_factor, allow_gaps,
-               allow_several_anchor_names, report, compress, compress_level, workers, spool_dir,
-               quiet, json_summary):
+               allow_several_anchor_names, pass_window, time_window, report, compress,
+               compress_level, workers, spool_dir, quiet, json_summary):
         """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
         from tracestream.engine import add_layer_guides
         from tracestream.plan.specs import CompactSpec, LayerSpec
@@ -136,11 +162,13 @@ def register(main) -> None:
             CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid), **groups)
             if max_gpu_lanes is not None else None
         )
+        window = window_spec(pass_window, time_window)
         refuse_summary_on_input(trace, json_summary, report, output)
         result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                                   compress=compress, compress_level=compress_level,
                                   progress=progress_for(quiet), workers=workers,
-                                  max_event_bytes=event_limit(), spool_dir=spool_dir)
+                                  max_event_bytes=event_limit(), spool_dir=spool_dir,
+                                  window=window)
         emit_summary(result, json_summary, quiet)
 
 
@@ -151,6 +179,7 @@ def register(main) -> None:
                   help="Display lanes per device (1-10); refused if the peak overlap is higher.")
     @lane_group_options
     @click.option("--pid", default=None, metavar="PID", help="Compact only this GPU process.")
+    @time_window_option
     @report_option
     @compress_option
     @level_option
@@ -158,8 +187,8 @@ def register(main) -> None:
     @spool_option
     @quiet_option
     @json_summary_option
-    def compact(trace, output, max_gpu_lanes, lane_groups, lane_group, pid, report, compress,
-                compress_level, workers, spool_dir, quiet, json_summary):
+    def compact(trace, output, max_gpu_lanes, lane_groups, lane_group, pid, time_window, report,
+                compress, compress_level, workers, spool_dir, quiet, json_summary):
         """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
         from tracestream.engine import compact as compact_trace
         from tracestream.plan.specs import CompactSpec
@@ -170,5 +199,6 @@ def register(main) -> None:
         result = compact_trace(trace, output, spec, report=report, compress=compress,
                                compress_level=compress_level,
                                progress=progress_for(quiet), workers=workers,
-                               max_event_bytes=event_limit(), spool_dir=spool_dir)
+                               max_event_bytes=event_limit(), spool_dir=spool_dir,
+                               window=window_spec(None, time_window))
         emit_summary(result, json_summary, quiet)

@@ -172,7 +172,9 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
     refuse_writing_input(input_identity(trace), output, "output", trace)
     check_compress_level(compression_for(output, compress), compress_level)
     report_path = find_report(trace, report)
-    undo = Undo.from_report(*load_report(report_path), name=trace)
+    data, retired = load_report(report_path)
+    refuse_window(data, trace)
+    undo = Undo.from_report(data, retired, name=trace)
     with TraceSource(trace, hashes_data=False, max_event_bytes=max_event_bytes) as annotated, \
             OutputFile(output, compression=compression_for(output, compress),
                        level=compress_level) as out:
@@ -190,6 +192,17 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
                 f"{trace} or its report {report_path} was edited")
         out.commit()
     return {**counts, "report": str(report_path)}
+
+
+def refuse_window(data: dict, trace: str) -> None:
+    """A window or piece is not the whole trace: nothing can give the source back from it."""
+    options = data.get("options")
+    window = data.get("window") or (options.get("window") if isinstance(options, dict) else None)
+    if window:
+        option = window.get("option") if isinstance(window, dict) else None
+        raise TraceError(f"{trace} holds a window of its source ({option or 'a window'}), not "
+                         "the whole trace: restore needs the output of a run without "
+                         "--pass-window/--time-window")
 
 
 def splice_back(annotated: TraceSource, undo: Undo, writer, *,

@@ -43,6 +43,7 @@ from tracestream.index.lanegroups import LaneGroups
 from tracestream.index.matches import Match, MatchTable
 from tracestream.index.records import RecordStore
 from tracestream.index.vocabulary import KernelVocabulary
+from tracestream.index.window import BEGIN, END, LINKED_DTYPE
 from tracestream.model import KERNEL
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
@@ -123,6 +124,7 @@ class IndexOptions:
     # the plan and verify check them; anchors does neither (~2-4% of its workers' time)
     track_facts: bool = True
     lane_groups: LaneGroups | None = None  # compaction by semantic group: classify slices
+    window: bool = False  # chunk time ranges and linked events, for a window (index.window)
 
     @property
     def slice_facts(self) -> bool:
@@ -139,6 +141,12 @@ class ChunkSpan:
     first_ordinal: int
     count: int
     crc32: int | None = None  # of its bytes, where the pass is checksummed by parts
+    # with IndexOptions.window: its placed events' first start and last end (ns), its
+    # events in every window and its linked events (see index.window)
+    first_ns: int = 0
+    last_ns: int = 0
+    always: int = 0
+    linked: int = 0
 
 
 @dataclass
@@ -161,6 +169,7 @@ class TraceIndex:
     flow_text_ids: dict[int, Any]
     flow_tracks: set[int]
     chunks: list[ChunkSpan]
+    linked: RecordStore | None  # with IndexOptions.window: LINKED_DTYPE by (key, ts)
     thread_meta: list[MetaEvent]
     process_meta: dict[Any, dict[str, Any]]
     other_on_track: dict[int, OtherOnTrack]
@@ -201,11 +210,15 @@ class TraceIndex:
         self.sweep.close()
         self.flow_id_store.close()
         self.matches.clear()
+        if self.linked is not None:  # decided by the plan (plan.window)
+            self.linked.close()
 
     def close(self) -> None:
         self.spans.close()
         self.sweep.close()
         self.flow_id_store.close()
+        if self.linked is not None:
+            self.linked.close()
 
 
 class IndexBuilder:
@@ -226,6 +239,8 @@ class IndexBuilder:
         self.flow_text_ids: dict[int, Any] = {}
         self.flow_tracks: set[int] = set()
         self.chunks: list[ChunkSpan] = []
+        self.linked = (RecordStore(LINKED_DTYPE, sort_keys=("key", "ts"), tmpdir=options.tmpdir)
+                       if options.window else None)
         self.thread_meta: list[MetaEvent] = []
         self.process_meta: dict[Any, dict[str, Any]] = {}
         self.other_on_track: dict[int, OtherOnTrack] = {}
@@ -250,7 +265,7 @@ class IndexBuilder:
         return Context(patterns=self.options.patterns, count_names=self.options.count_names,
                        moves_gpu=self.options.moves_gpu, records=self.options.records,
                        bounds=self.options.slice_facts, track_facts=self.options.track_facts,
-                       lane_groups=self.options.lane_groups)
+                       lane_groups=self.options.lane_groups, window=self.options.window)
 
     def _track(self, pid, tid) -> int:
         key = (pid, tid)
@@ -279,9 +294,17 @@ class IndexBuilder:
     def add(self, facts: ChunkFacts, chunk: EventChunk) -> None:
         """Merge one chunk's facts (chunk-local numbering) into the global index."""
         base = self.event_count
-        self.chunks.append(ChunkSpan(chunk.offset, chunk.length, base, facts.count,
-                                     facts.crc32))
+        span = ChunkSpan(chunk.offset, chunk.length, base, facts.count, facts.crc32)
+        self.chunks.append(span)
         tracks = np.array(self._tracks(facts.tracks) or [0], dtype=np.int32)
+        if facts.window is not None:
+            span.first_ns, span.last_ns, span.always, linked = facts.window
+            span.linked = len(linked)
+            if len(linked):
+                linked["ordinal"] += base
+                by_track = (linked["role"] == BEGIN) | (linked["role"] == END)
+                linked["key"][by_track] = tracks[linked["key"][by_track]]
+                self.linked.append(linked)
         groups = np.array([self._group(*g) for g in facts.groups] or [0], dtype=np.int32)
         cand_base = len(self.spans)
         if self.options.records and len(facts.candidates):
@@ -410,6 +433,8 @@ class IndexBuilder:
         self.spans.close()
         self.sweep.close()
         self.flow_id_store.close()
+        if self.linked is not None:
+            self.linked.close()
 
     def finish(self, source_name: str, compression: str, stats: ReadStats, layout: Layout):
         layout.event_count = self.event_count
@@ -431,6 +456,7 @@ class IndexBuilder:
             flow_text_ids=self.flow_text_ids,
             flow_tracks=self.flow_tracks,
             chunks=self.chunks,
+            linked=self.linked,
             thread_meta=self.thread_meta,
             process_meta=self.process_meta,
             other_on_track=self.other_on_track,

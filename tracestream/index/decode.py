@@ -134,6 +134,6 @@ def event_starts(data: bytes, count: int | None) -> list[int]:
 def decoder_for(ctx: Context) -> msgspec.json.Decoder:
     """The events' decoder: flows are bound (their `id` and `bp` read) only where the
     chunk's candidates are numbered for a rewrite (see `_Observer.run`)."""
-    return _EVENTS if ctx.records or ctx.moves_gpu else _READ_EVENTS
+    return _EVENTS if ctx.records or ctx.moves_gpu or ctx.window else _READ_EVENTS
 
 

@@ -62,6 +62,7 @@ from tracestream.index.numbers import (
     importer_bounds,
     time_value,
 )
+from tracestream.index.window import chunk_range, chunk_times, linked_rows
 from tracestream.model import (
     CPU_ANNOTATION,
     GPU_SCOPE,
@@ -246,6 +247,10 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
             for key, i in other.items()
         }
         guide_events = [self._guide(i) for i in guides]
+        window_facts = None
+        if self.ctx.window:
+            times = chunk_times(events)
+            window_facts = (*chunk_range(times), linked_rows(events, times, self.track))
         return ChunkFacts(
             count=n,
             origin=origin,
@@ -269,6 +274,7 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
             phase_counts=phase_counts,
             odd_values=len(self.odd),
             first_odd=min(self.odd.items()) if self.odd else None,
+            window=window_facts,
         )
 
     def _first_on_track(self, others: list[int]) -> dict[tuple, int]:

@@ -51,6 +51,7 @@ class Context:
     checksum: bool = False  # the CRC-32 of the chunk's bytes (the pass is checksummed by parts)
     track_facts: bool = True  # other events on tracks and the provenance key (not anchors)
     lane_groups: LaneGroups | None = None  # classify each slice into its lane group (compact)
+    window: bool = False  # each chunk's time range and linked events (index.window)
 
 
 @dataclass
@@ -120,6 +121,8 @@ class ChunkFacts:
     odd_values: int = 0  # events with a ts/dur nothing reads that is not a usable number
     first_odd: tuple[int, str] | None = None  # (local index, what is odd) of the first
     crc32: int | None = None  # of the chunk's bytes, with Context.checksum
+    window: tuple | None = None  # with Context.window: (first start, last end, events in
+    # every window, LINKED_DTYPE rows) (see index.window.chunk_range, linked_rows)
 
 
 class BadCut(Exception):

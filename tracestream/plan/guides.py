@@ -73,15 +73,31 @@ class GuideTable:
     anchors: MatchView
     terminals: MatchView | None
     terminal_at: np.ndarray  # view position of each pass's terminal (empty without)
+    first: int = 0  # the guides written: first … stop - 1 (a window writes some)
+    stop: int | None = None
+
+    @property
+    def count(self) -> int:
+        """The guides of the selection (a window writes `len(self)` of them)."""
+        return self.spec.passes * self.spec.num_layers
 
     def __len__(self) -> int:
-        return self.spec.passes * self.spec.num_layers
+        return (self.count if self.stop is None else self.stop) - self.first
+
+    def anchor_start(self, guide: int) -> tuple[int, bytes]:
+        """(floor ns, exact text) of the start of guide `guide` (of the selection)."""
+        _, _, index = _guide_positions(self.spec, guide, guide + 1)
+        rows = self.anchors.order[index]
+        packed = self.anchors.table.take(rows)
+        floor, _ = self.anchors.table.exact_times(rows, rows=packed)
+        return int(floor[0]), self.anchors.table.start_texts(rows, packed)[0]
 
     def blocks(self, size: int = GUIDE_BLOCK) -> Iterator[GuideBlock]:
         spec, view = self.spec, self.anchors
         table = view.table
-        for first in range(0, len(self), size):
-            p, layer, index = _guide_positions(spec, first, min(first + size, len(self)))
+        stop = self.first + len(self)
+        for first in range(self.first, stop, size):
+            p, layer, index = _guide_positions(spec, first, min(first + size, stop))
             last = layer == spec.num_layers - 1
             rows = view.order[index]
             packed = table.take(rows)

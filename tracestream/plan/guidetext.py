@@ -188,9 +188,10 @@ class GuideRows:
 
     def _ends_the_table(self, block: GuideBlock) -> bool:
         """Whether the block's last guide is the last guide (its row is the summary's)."""
-        spec = self.guides.spec
-        return (int(block.pass_index[-1]) == spec.passes - 1
-                and int(block.layer_id[-1]) == spec.first_layer + spec.num_layers - 1)
+        spec, guides = self.guides.spec, self.guides
+        number = (int(block.pass_index[-1]) * spec.num_layers
+                  + int(block.layer_id[-1]) - spec.first_layer)
+        return number == guides.first + len(guides) - 1
 
     def _joined_rows(self, block: GuideBlock, labels: _Labels) -> bytes:
         """The block's rows joined, by `_native.json_rows`. Where it cannot write a relative

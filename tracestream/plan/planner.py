@@ -50,6 +50,7 @@ from tracestream.plan.specs import (
     required_matches,
     with_passes,
 )
+from tracestream.plan.window import WindowPlan
 
 KEEP = 0
 DELETE = 0xFFFF
@@ -124,6 +125,7 @@ class Plan:
     top_level_member: bytes | None
     report: dict  # its `layers` rows (GuideRows) are made as the report is written
     summary: dict = field(default_factory=dict)
+    window: WindowPlan | None = None  # the output holds a window of the trace (plan.window)
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -558,7 +560,7 @@ class Planner:
     # -- assembling -----------------------------------------------------------
 
     def finish(self, command: str, layers: dict | None, compaction: dict | None,
-               options: dict | None = None) -> Plan:
+               options: dict | None = None, window: WindowPlan | None = None) -> Plan:
         index = self.index
         appended = self._appended_events()
         retired = len(compaction["retired_track_metadata"]) if compaction else 0
@@ -589,6 +591,8 @@ class Planner:
         previous = [v for v in index.layout.values if v.key == "tracestream"]
         if previous:
             report["source_tracestream"] = RawJSON(previous[0].raw)
+        if window is not None:
+            report["window"] = window.report
         if compaction is not None:
             compaction = {"notice": COMPACT_NOTICE, **compaction}
             if layers is None:
@@ -599,13 +603,12 @@ class Planner:
         if index.layout.shape == "object":
             view = VIEW_NOTICE if compaction is not None else (
                 "layer guides — anchor-to-anchor navigation intervals")
-            member = b'"tracestream": ' + dumps({
-                "tool": "tracestream",
-                "version": __version__,
-                "view": view,
-                "report": self.report_name,
-            })
-        return Plan(self.actions, self.targets, appended, member, report)
+            member = {"tool": "tracestream", "version": __version__, "view": view,
+                      "report": self.report_name}
+            if window is not None:  # not the whole trace: restore refuses it
+                member["window"] = window.spec.text
+            member = b'"tracestream": ' + dumps(member)
+        return Plan(self.actions, self.targets, appended, member, report, window=window)
 
 
 def gpu_summary(index: TraceIndex) -> list[dict]:

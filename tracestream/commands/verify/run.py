@@ -26,8 +26,10 @@ from tracestream.commands.verify.verdict import (
     TEXT_VALUES,
     Verdict,
     first_difference,
+    sha_problem,
     short_text,
 )
+from tracestream.commands.verify.window import verify_window
 from tracestream.engine import build_plan
 from tracestream.errors import TraceError
 from tracestream.index.builder import TraceIndex
@@ -65,6 +67,9 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     trace, output = str(trace), str(output)
     report_path = find_report(output, report)
     data, retired = load_report(report_path)
+    if isinstance(data.get("options"), dict) and data["options"].get("window"):
+        return verify_window(trace, output, data, report_path.name, tmpdir=tmpdir,
+                             workers=workers, max_event_bytes=max_event_bytes, progress=progress)
     verdict = Verdict()
     layer_spec, compact_spec = report_specs(data)
     # workers fork before the reader threads start
@@ -84,7 +89,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
         except TraceError as exc:
             if source.first_stats is None:
                 raise
-            verdict.add("source sha256", _sha_problem(source, data), "matches the report")
+            verdict.add("source sha256", sha_problem(source, data), "matches the report")
             verdict.add("re-plan from the source", [str(exc)], "")
             return verdict
         try:
@@ -105,21 +110,12 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
                              meter)
                 finally:
                     meter.close()
-            verdict.add("source sha256", _sha_problem(source, data),
+            verdict.add("source sha256", sha_problem(source, data),
                         f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
             verdict.checks.extend(compared.checks)
         finally:
             index.close()
     return verdict
-
-
-def _sha_problem(source: TraceSource, data: dict) -> list[str]:
-    actual = source.sha256()
-    expected = data.get("source_sha256")
-    if actual == expected:
-        return []
-    return [f"source sha256 {actual[:16]}… differs from the report's {str(expected)[:16]}… "
-            "(a report from another source?)"]
 
 
 class _Restoring:

@@ -51,6 +51,16 @@ class Verdict:
                 "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks]}
 
 
+def sha_problem(source, data: dict) -> list[str]:
+    """The source's sha256 against the report's (a TraceSource: its hash is waited for)."""
+    actual = source.sha256()
+    expected = data.get("source_sha256")
+    if actual == expected:
+        return []
+    return [f"source sha256 {actual[:16]}… differs from the report's {str(expected)[:16]}… "
+            "(a report from another source?)"]
+
+
 TEXT_VALUES = msgspec.json.Decoder(float_hook=lambda text: _Num(text))
 
 

@@ -1,0 +1,444 @@
+"""Windows of a trace (`--pass-window`, `--time-window`): the output holds exactly the
+events the membership rule admits (checked against a brute-force oracle that reads the
+whole trace), verify proves it, restore refuses it, and every mistake is refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from math import ceil, floor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, assert_refused, read_bytes, run
+from tests.kineto import kernel, thread_name, write_trace
+from tracestream.index.window import FOREVER, Window
+from tracestream.plan.window import decide_linked, pass_window, time_window
+
+SAMPLE = ROOT / "samples" / "decode_8layers.trace.json.gz"
+SAMPLE_LAYERS = ["--anchor-regex", "^_q_rope_store$", "--num-layers", "8", "--anchor-offset",
+                 "0", "--extra-anchors-per-pass", "1", "--phase", "decode", "--evidence", "e",
+                 "--passes", "all"]
+LINKED = {"s": "flow", "t": "flow", "f": "flow", **dict.fromkeys("benSTpF", "async"),
+          "B": "B", "E": "E"}
+
+
+# -- the oracle: the rule, read straight from the issue, over the whole trace ----------
+
+
+def _time(value) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
+        return None
+    return Decimal(value)
+
+
+def expected_members(events: list[dict], start_ns, end_ns) -> set[int]:
+    """Indices of the source events a window [start_ns, end_ns) holds (None: unbounded)."""
+    lo = Decimal(-(10**30)) if start_ns is None else Decimal(start_ns)
+    hi = Decimal(10**30) if end_ns is None else Decimal(end_ns)
+
+    def point(t):
+        return lo <= t < hi
+
+    def span(a, b):
+        return (a < hi and b > lo) if b > a else point(a)
+
+    keep: set[int] = set()
+    groups: dict = {}
+    tracks: dict = {}
+    for i, e in enumerate(events):
+        ph = e.get("ph")
+        ts = _time(e.get("ts"))
+        ns = None if ts is None else ts * 1000
+        kind = LINKED.get(ph) if isinstance(ph, str) else None
+        if ph == "M":
+            keep.add(i)
+        elif kind in ("flow", "async"):
+            groups.setdefault((kind, json.dumps([e.get("cat"), e.get("id")], default=str)),
+                              []).append((i, ns))
+        elif kind in ("B", "E") and ns is not None:
+            tracks.setdefault(json.dumps([e.get("pid"), e.get("tid")]), []).append(
+                (ns, i, kind))
+        elif ns is None:
+            keep.add(i)
+        elif ph == "X":
+            dur = _time(e.get("dur"))
+            end = ns + dur * 1000 if dur is not None and dur >= 0 else ns
+            if span(ns, end):
+                keep.add(i)
+        elif point(ns):
+            keep.add(i)
+    for (kind, _), members in groups.items():
+        times = [t for _, t in members if t is not None]
+        if kind == "flow":
+            whole = len(times) == len(members) and all(point(t) for t in times)
+        else:
+            whole = not times or span(min(times), max(times))
+        if whole:
+            keep.update(i for i, _ in members)
+    for rows in tracks.values():
+        stack = []
+        for ns, i, kind in sorted(rows):
+            if kind == "B":
+                stack.append((ns, i))
+            elif stack:
+                start, begin = stack.pop()
+                if span(start, ns):
+                    keep.update((begin, i))
+            elif point(ns):
+                keep.add(i)
+        keep.update(begin for start, begin in stack if start < hi)
+    return keep
+
+
+def expected_for(report: dict, source: list[dict], start_ns, end_ns) -> list[int]:
+    """The oracle's members, less the metadata of stream rows compaction emptied (retired:
+    kept in the report, in no output)."""
+    compaction = report.get("compaction", report)
+    retired = {row["source_event_index"]
+               for row in compaction.get("retired_track_metadata", ())}
+    return sorted(expected_members(source, start_ns, end_ns) - retired)
+
+
+def load_decimal(path: Path):
+    return json.loads(read_bytes(path), parse_float=Decimal)
+
+
+def source_indices(output: Path, report: dict, source_events: list[dict]) -> list[int]:
+    """The source index of each source event in the output, in order: a moved one by its
+    provenance, an unchanged one by finding it (equal as parsed) after the one before."""
+    out_events = load_decimal(output)
+    out_events = out_events["traceEvents"] if isinstance(out_events, dict) else out_events
+    written = out_events[: len(out_events) - report["added_event_count"]]
+    found, at = [], 0
+    for e in written:
+        origin = e.get("args", {}).get("_compact_gpu_track") if isinstance(
+            e.get("args"), dict) else None
+        if origin is not None:
+            at = origin["source_event_index"]
+        else:
+            while source_events[at] != e:
+                at += 1
+        found.append(at)
+        at += 1
+    return found
+
+
+# -- a hand-made trace with every kind of edge -------------------------------------------
+
+
+def edge_trace(path: Path) -> Path:
+    """Two layers per pass, anchor `a`, passes at 1000 µs steps (pass p's L0 at 1000p +
+    100); around the cut at pass 1 (1100 µs) and pass 3 (3100 µs): slices and events of
+    every kind, on both sides and across."""
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+        thread_name(0, 7, "stream 7"),
+        {"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "CPU"}},
+    ]
+    for p in range(5):
+        events += [kernel("a", f"{1000 * p + 100}.000", "5"),
+                   kernel("a", f"{1000 * p + 400}.000", "5")]
+    events += [
+        kernel("k_cross_start", "1090.5", "20", tid=8),  # crosses 1100
+        kernel("k_ends_at_cut", "1080", "20", tid=8),  # ends exactly at 1100: out
+        kernel("k_before", "1000", "10", tid=8),
+        kernel("k_cross_end", "3095", "10", tid=8),  # crosses 3100: in
+        kernel("k_after", "3100", "1", tid=8),  # starts at 3100: out
+        kernel("k_zero_at_start", "1100", "0", tid=8),  # a point at the start: in
+        kernel("k_sub_ns", "3099.9999", "0", tid=8),  # just before the end: in
+        kernel("k_flow_1", "1600", "5"), kernel("k_flow_2", "1200", "5"),
+        kernel("k_flow_3", "3150", "5"),
+        {"ph": "X", "name": "cpu_op_spans_all", "pid": 9, "tid": 1, "ts": 50, "dur": 5000},
+        {"ph": "i", "name": "at_start", "pid": 9, "tid": 1, "ts": 1100, "s": "t"},
+        {"ph": "i", "name": "at_end", "pid": 9, "tid": 1, "ts": 3100, "s": "t"},
+        {"ph": "C", "name": "mem", "pid": 9, "ts": 2000, "args": {"v": 1}},
+        {"ph": "C", "name": "mem", "pid": 9, "ts": 4000, "args": {"v": 2}},
+        {"ph": "i", "name": "no_ts", "pid": 9, "tid": 1, "s": "t"},
+        {"ph": "i", "name": "odd_ts", "pid": 9, "tid": 1, "ts": "\"soon\"", "s": "t"},
+        # flows: inside, across the start, across the end, one without a ts
+        {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 9, "tid": 1, "ts": 1500},
+        {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 1600,
+         "bp": "e"},
+        {"ph": "s", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 9, "tid": 1, "ts": 1050},
+        {"ph": "f", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 1200,
+         "bp": "e"},
+        {"ph": "s", "id": 3, "cat": "ac2g", "name": "ac2g", "pid": 9, "tid": 1, "ts": 3000},
+        {"ph": "t", "id": 3, "cat": "ac2g", "name": "ac2g", "pid": 9, "tid": 1, "ts": 3050},
+        {"ph": "f", "id": 3, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 3150,
+         "bp": "e"},
+        {"ph": "s", "id": 4, "cat": "ac2g", "name": "ac2g", "pid": 9, "tid": 1, "ts": 2000},
+        {"ph": "f", "id": 4, "cat": "ac2g", "name": "ac2g", "pid": 9, "tid": 6, "bp": "e"},
+        {"ph": "s", "id": 1, "cat": "other", "name": "x", "pid": 9, "tid": 1, "ts": 1300},
+        {"ph": "f", "id": 1, "cat": "other", "name": "x", "pid": 9, "tid": 1, "ts": 1400},
+        # B/E: a pair spanning the window, one inside, an orphan E inside, an open B
+        {"ph": "B", "name": "span_all", "pid": 9, "tid": 2, "ts": 500},
+        {"ph": "B", "name": "inside", "pid": 9, "tid": 2, "ts": 2000},
+        {"ph": "E", "pid": 9, "tid": 2, "ts": 2100},
+        {"ph": "E", "pid": 9, "tid": 2, "ts": 4500},
+        {"ph": "E", "pid": 9, "tid": 3, "ts": 2500},
+        {"ph": "E", "pid": 9, "tid": 3, "ts": 4600},
+        {"ph": "B", "name": "open", "pid": 9, "tid": 4, "ts": 1000},
+        {"ph": "B", "name": "before", "pid": 9, "tid": 5, "ts": 100},
+        {"ph": "E", "pid": 9, "tid": 5, "ts": 200},
+        # async: a slice across the start, one wholly after
+        {"ph": "b", "id": 7, "cat": "req", "name": "r", "pid": 9, "tid": 1, "ts": 900},
+        {"ph": "e", "id": 7, "cat": "req", "name": "r", "pid": 9, "tid": 1, "ts": 1200},
+        {"ph": "b", "id": 8, "cat": "req", "name": "r", "pid": 9, "tid": 1, "ts": 3500},
+        {"ph": "e", "id": 8, "cat": "req", "name": "r", "pid": 9, "tid": 1, "ts": 3600},
+    ]
+    return write_trace(path, events)
+
+
+EDGE_LAYERS = ["--anchor-regex", "^a$", "--num-layers", "2", "--anchor-offset", "0",
+               "--phase", "p", "--evidence", "e", "--passes", "all"]
+
+
+def _layers(trace, output, *extra):
+    result = run("layers", "--trace", trace, "--output", output, *EDGE_LAYERS, *extra)
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(Path(f"{output}.layers.json").read_text())
+
+
+@pytest.mark.parametrize("extra", [[], ["--max-gpu-lanes", "6"], ["--workers", "2"]],
+                         ids=["plain", "compacted", "workers"])
+def test_a_pass_window_holds_exactly_the_rules_events(tmp_path, extra):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    report = _layers(trace, output, "--pass-window", "1:3", *extra)
+    source = load_decimal(trace)["traceEvents"]
+    expected = expected_for(report, source, 1_100_000, 3_100_000)
+    assert source_indices(output, report, source) == expected
+    names = {source[i].get("name") for i in expected}
+    assert {"k_cross_start", "k_cross_end", "k_zero_at_start", "k_sub_ns", "cpu_op_spans_all",
+            "at_start", "span_all", "open", "inside", "no_ts", "odd_ts"} <= names
+    assert not {"k_ends_at_cut", "k_after", "k_before", "at_end", "before"} & names
+    window = report["window"]
+    assert window["passes"] == [1, 3]
+    assert window["guides"] == 4 and (window["first_guide"], window["last_guide"]) == (
+        "pass 1 L0", "pass 2 L1")
+    # flows 2 and 3 cross the edges, 4 has an event without a time (dropped too)
+    assert (window["flows_kept"], window["flows_dropped"], window["flows_without_time"]) == (
+        2, 3, 1)
+    out = load_decimal(output)
+    guides = [e for e in out["traceEvents"] if e.get("cat") == "layer_guide"]
+    assert sorted({(g["args"]["pass_index"], g["name"]) for g in guides}) == [
+        (1, "L0"), (1, "L1"), (2, "L0"), (2, "L1")]
+    assert out["tracestream"]["window"] == "--pass-window 1:3"
+    assert report["output_event_count"] == len(out["traceEvents"])
+
+
+def test_a_time_window_holds_exactly_the_rules_events(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    # the origin is the smallest ts: 50 µs; 1.05:2.95 ms from it is [1100, 3000) µs
+    report = _layers(trace, output, "--time-window", "1.05:2.95")
+    source = load_decimal(trace)["traceEvents"]
+    assert source_indices(output, report, source) == sorted(
+        expected_members(source, 1_100_000, 3_000_000))
+    assert report["window"]["start_us"] == "1100.000"
+    assert report["window"]["end_us"] == "3000.000"
+    # guides that overlap the window: pass 1 and pass 2 (pass 3's L0 starts at 3100)
+    assert (report["window"]["first_guide"], report["window"]["last_guide"]) == (
+        "pass 1 L0", "pass 2 L1")
+
+
+def test_open_ended_windows_run_to_the_edges_of_the_trace(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    source = load_decimal(trace)["traceEvents"]
+    tail = _layers(trace, tmp_path / "tail.json", "--pass-window", "3:")
+    assert tail["window"]["passes"] == [3, 5] and tail["window"]["end_us"] is None
+    assert source_indices(tmp_path / "tail.json", tail, source) == sorted(
+        expected_members(source, 3_100_000, None))
+    head = _layers(trace, tmp_path / "head.json", "--time-window", ":1")
+    assert head["window"]["start_us"] is None
+    assert source_indices(tmp_path / "head.json", head, source) == sorted(
+        expected_members(source, None, 1_050_000))
+
+
+def test_the_samples_pass_window_ends_before_the_next_passes_anchor(tmp_path):
+    """The edges are the anchors' exact ts, not the guides' whole µs."""
+    output = tmp_path / "w.json"
+    result = run("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
+                 "--max-gpu-lanes", "10", "--pass-window", "2:4")
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(Path(f"{output}.layers.json").read_text())
+    source = load_decimal(SAMPLE)["traceEvents"]
+    start = Decimal(report["window"]["start_us"]) * 1000
+    end = Decimal(report["window"]["end_us"]) * 1000
+    anchors = sorted(Decimal(e["ts"]) for e in source if e.get("name") == "_q_rope_store")
+    assert (anchors[18] * 1000, anchors[36] * 1000) == (start, end)  # 9 matches per pass
+    kept = source_indices(output, report, source)
+    retired = {row["source_event_index"]
+               for row in report["compaction"]["retired_track_metadata"]}
+    assert kept == expected_for(report, source, int(start), int(end))
+    kept_anchors = [source[i] for i in kept if source[i].get("name") == "_q_rope_store"]
+    assert len(kept_anchors) == 18
+    metadata = [i for i, e in enumerate(source) if e.get("ph") == "M"]
+    assert set(metadata) - retired <= set(kept)
+    verified = run("verify", "--trace", SAMPLE, "--output", output)
+    assert verified.returncode == 0, verified.stdout.decode() + verified.stderr.decode()
+    assert b"[ok] output as planned" in verified.stdout
+
+
+def test_verify_finds_a_window_that_is_not_as_planned(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    _layers(trace, output, "--pass-window", "1:3", "--max-gpu-lanes", "6")
+    assert run("verify", "--trace", trace, "--output", output).returncode == 0
+    text = output.read_bytes()
+    cut = output.with_name("cut.json")
+    # an event left out (the first crossing kernel), the report unchanged
+    start = text.index(b'"name": "k_cross_start"')
+    begin, end = text.rindex(b"{", 0, start), text.index(b"}", start) + 1
+    cut.write_bytes(text[:begin] + text[end + 2:])
+    Path(f"{cut}.layers.json").write_bytes(Path(f"{output}.layers.json").read_bytes())
+    result = run("verify", "--trace", trace, "--output", cut)
+    assert result.returncode == 1
+    assert b"[FAIL] output as planned" in result.stdout
+    # the report's counts edited
+    report = json.loads(Path(f"{output}.layers.json").read_text())
+    report["window"]["flows_dropped"] = 0
+    Path(f"{output}.layers.json").write_text(json.dumps(report))
+    result = run("verify", "--trace", trace, "--output", output)
+    assert result.returncode == 1
+    assert b"[FAIL] window: the report's window flows_dropped is 0, the plan's 3" in (
+        result.stdout)
+
+
+def test_restore_refuses_a_window(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    _layers(trace, output, "--time-window", "1:2")
+    restored = tmp_path / "back.json"
+    assert_refused(run("restore", "--trace", output, "--output", restored),
+                   "holds a window of its source (--time-window 1:2), not the whole trace",
+                   restored)
+
+
+def test_a_window_compresses_and_comes_from_stdin(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    plain = tmp_path / "plain.json"
+    _layers(trace, plain, "--pass-window", "1:3")
+    packed = tmp_path / "w.json.gz"
+    result = run("layers", "--trace", "-", "--output", packed, *EDGE_LAYERS,
+                 "--pass-window", "1:3", stdin=gzip.compress(trace.read_bytes()))
+    assert result.returncode == 0, result.stderr.decode()
+    assert gzip.decompress(packed.read_bytes()).replace(b"w.json.gz", b"plain.json") == (
+        plain.read_bytes())
+
+
+def test_compact_takes_a_time_window(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "c.json"
+    result = run("compact", "--trace", trace, "--output", output, "--time-window", "2:3")
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(Path(f"{output}.compact.json").read_text())
+    source = load_decimal(trace)["traceEvents"]
+    assert source_indices(output, report, source) == expected_for(
+        report, source, 2_050_000, 3_050_000)
+    assert run("verify", "--trace", trace, "--output", output).returncode == 0
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--pass-window", "²:³"], "--pass-window '²:³' must be FIRST:STOP"),
+    (["--pass-window", "١:٢"], "must be FIRST:STOP"),
+    (["--pass-window", "3:2"], "holds no pass: STOP must be above FIRST"),
+    (["--pass-window", "2"], "must be FIRST:STOP"),
+    (["--pass-window", "5:6"], "--pass-window 5:6: the labelled selection has 5 pass(es), "
+                               "0 … 4 (STOP may be 5)"),
+    (["--pass-window", "1:9"], "the labelled selection has 5 pass(es)"),
+    (["--time-window", "2:1"], "--time-window '2:1' is empty: END must be above START"),
+    (["--time-window", "1e3:"], "must be START:END in milliseconds"),
+    (["--time-window", ":"], "must be START:END"),
+    (["--time-window", "100:200"], "--time-window 100:200 holds no event: the trace's events "
+                                   "lie between 0 and 5 ms from its origin"),
+    (["--time-window", "1:2", "--pass-window", "1:2"], "give one"),
+])
+def test_window_mistakes_are_refused(tmp_path, args, fragment):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    result = run("layers", "--trace", trace, "--output", output, *EDGE_LAYERS, *args)
+    assert_refused(result, fragment, output, Path(f"{output}.layers.json"))
+
+
+def test_compact_has_no_pass_window(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    result = run("compact", "--trace", trace, "--output", tmp_path / "c.json",
+                 "--pass-window", "1:2")
+    assert result.returncode == 2
+    assert b"No such option '--pass-window'" in result.stderr
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("window", [5, {"passes": "1:3"}, {"passes": [3, 1]},
+                                    {"times": [1, 2]}])
+def test_a_hand_edited_window_in_the_report_is_refused(tmp_path, window):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    _layers(trace, output, "--pass-window", "1:3")
+    report_path = Path(f"{output}.layers.json")
+    report = json.loads(report_path.read_text())
+    report["options"]["window"] = window
+    report_path.write_text(json.dumps(report))
+    for args in (["verify", "--trace", trace, "--output", output],
+                 ["restore", "--trace", output, "--output", tmp_path / "back.json"]):
+        result = run(*args)
+        assert result.returncode == 2, (args, result.stderr.decode())
+        assert b"Traceback" not in result.stderr
+        assert len(result.stderr.decode().strip().splitlines()) == 1
+    assert not (tmp_path / "back.json").exists()
+
+
+# -- the pure parts ------------------------------------------------------------------
+
+
+def test_windows_are_half_open():
+    w = Window(10, 20)
+    ts = np.array([9, 10, 19, 20, 5, 5, 19, 20])
+    end = np.array([9, 10, 19, 20, 10, 11, 30, 30])
+    assert w.spans(ts, end).tolist() == [False, True, True, False, False, True, True, False]
+    assert Window(10).points(np.array([FOREVER - 1])).tolist() == [True]
+
+
+def test_window_texts_parse_exactly():
+    assert pass_window("2:4").passes == (2, 4)
+    assert pass_window("2:").passes == (2, None)
+    assert time_window("1.000001:").times == ("1.000001", None)
+    assert time_window("-1:2").times == ("-1", "2")
+
+
+def test_linked_groups_are_decided_whole():
+    from tracestream.index.records import RecordStore
+    from tracestream.index.window import BEGIN, END, FLOW, LINKED_DTYPE
+
+    rows = np.zeros(7, LINKED_DTYPE)
+    # a flow inside, a flow across the end, a B/E pair spanning, a lone E outside
+    rows[:] = [(0, 1 << 61 | 5, 12, FLOW, True), (1, 1 << 61 | 5, 14, FLOW, True),
+               (2, 1 << 61 | 6, 15, FLOW, True), (3, 1 << 61 | 6, 25, FLOW, True),
+               (4, 3, 1, BEGIN, True), (5, 3, 40, END, True), (6, 3, 50, END, True)]
+    store = RecordStore(LINKED_DTYPE, sort_keys=("key", "ts"), budget=3 * LINKED_DTYPE.itemsize)
+    for k in range(0, 7, 2):  # spilled in runs: groups span blocks
+        store.append(rows[k:k + 2])
+    decided = decide_linked(store, Window(10, 20))
+    assert decided.kept.tolist() == [0, 1, 4, 5]
+    assert (decided.flows_kept, decided.flows_dropped) == (1, 1)
+    store.close()
+
+
+def test_both_backends_cut_the_same_window(tmp_path, backend):
+    """The library call, in this process, with the C extension and with its numpy twin."""
+    from tracestream.engine import add_layer_guides
+    from tracestream.plan.specs import LayerSpec
+
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / f"w-{backend}.json"
+    spec = LayerSpec(anchor_regex="^a$", num_layers=2, anchor_offset=0, phase="p",
+                     evidence="e", passes="all")
+    report = add_layer_guides(trace, output, spec, workers=0, window=pass_window("1:3"))
+    source = load_decimal(trace)["traceEvents"]
+    assert source_indices(output, report.data, source) == expected_for(
+        report.data, source, 1_100_000, 3_100_000)

@@ -1,0 +1,118 @@
+"""`verify` of a window: the output is the window's events of the source, as planned.
+
+The source is indexed and re-planned with the options the report recorded, its window
+included; the window's rewrite is run again and its bytes compared with the output's as
+they come (nothing is written, nothing held). The report's window counts are checked
+against the plan's. Restore's check does not apply: a window is not the whole trace."""
+
+from __future__ import annotations
+
+from tracestream.commands.report_shape import report_specs
+from tracestream.commands.verify.verdict import Verdict, sha_problem, short_text
+from tracestream.engine import build_plan
+from tracestream.errors import TraceError
+from tracestream.plan.window import spec_from_options
+from tracestream.progress import Progress, or_silent
+from tracestream.read.hashing import ReadStats
+from tracestream.read.sizing import pool_for
+from tracestream.read.source import TraceSource
+from tracestream.write.window import rewrite_window
+
+_COUNTS = ("passes", "guides", "first_guide", "last_guide", "start_us", "end_us",
+           "flows_kept", "flows_dropped", "flows_without_time", "source_events_written",
+           "source_events_left_out")
+
+
+class ComparingSink:
+    """Where the planned bytes go: compared with the output's, block by block; the first
+    difference is kept (`problem`)."""
+
+    failed = False
+    stdout = False
+
+    def __init__(self, annotated: TraceSource):
+        self.stats = ReadStats()
+        self._blocks = annotated.read(self.stats)
+        self._data = memoryview(b"")
+        self._kept = b""  # the current block (its memoryview's owner)
+        self.offset = 0  # output bytes compared so far
+        self.problem: str | None = None
+
+    def _more(self) -> bool:
+        block = next(self._blocks, None)
+        if block is None:
+            return False
+        self._kept = block
+        self._data = memoryview(block)
+        return True
+
+    def write(self, planned) -> None:
+        planned = memoryview(planned)
+        while self.problem is None and len(planned):
+            if not len(self._data) and not self._more():
+                self.problem = (f"the output ends at byte {self.offset:,}, where the window "
+                                f"holds more: {short_text(bytes(planned[:80]))}")
+                return
+            n = min(len(planned), len(self._data))
+            if planned[:n] != self._data[:n]:
+                at = next(k for k in range(n) if planned[k] != self._data[k])
+                self.problem = (f"byte {self.offset + at:,} of the output differs from the "
+                                f"window's: {short_text(bytes(self._data[at:at + 80]))} where "
+                                f"the plan has {short_text(bytes(planned[at:at + 80]))}")
+                return
+            self.offset += n
+            planned, self._data = planned[n:], self._data[n:]
+
+    def finish(self) -> None:
+        if self.problem is None and (len(self._data) or self._more()):
+            self.problem = (f"the output goes on after byte {self.offset:,}, where the window "
+                            f"ends: {short_text(bytes(self._data[:80]))}")
+        for _ in self._blocks:  # read to the end: the output's own checks (size, gzip CRC)
+            pass
+
+
+def verify_window(trace: str, output: str, data: dict, report_name: str, *,
+                  tmpdir: str | None, workers: int | None, max_event_bytes: int | None,
+                  progress: Progress | None) -> Verdict:
+    """The verdict on a window output (see module docstring)."""
+    progress = or_silent(progress)
+    layer_spec, compact_spec = report_specs(data)
+    window = spec_from_options(data["options"].get("window"))
+    verdict = Verdict()
+    with pool_for(trace, workers) as pool, \
+            TraceSource(trace, max_event_bytes=max_event_bytes, spool_dir=tmpdir) as source, \
+            TraceSource(output, hashes_data=False, max_event_bytes=max_event_bytes,
+                        spool_dir=tmpdir) as annotated:
+        try:
+            index, plan = build_plan(
+                source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
+                report_name=data.get("report_file", report_name),
+                command=data.get("command", ""), tmpdir=tmpdir, pool=pool, progress=progress,
+                source_name=data.get("source_file"), window=window)
+        except TraceError as exc:
+            if source.first_stats is None:
+                raise
+            verdict.add("source sha256", sha_problem(source, data), "matches the report")
+            verdict.add("re-plan from the source", [str(exc)], "")
+            return verdict
+        try:
+            sink = ComparingSink(annotated)
+            rewrite_window(source, index, plan, sink, pool=pool, progress=progress,
+                           phase="verify")
+            sink.finish()
+        finally:
+            index.close()
+        verdict.add("source sha256", sha_problem(source, data),
+                    f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
+        planned = plan.report["window"]
+        written = data.get("window") if isinstance(data.get("window"), dict) else {}
+        verdict.add("window", [
+            f"the report's window {key} is {written.get(key)!r}, the plan's {planned.get(key)!r}"
+            for key in _COUNTS if written.get(key) != planned.get(key)],
+            f"{planned['option']}: {planned['start_ms']} … {planned['end_ms']} ms, "
+            f"{planned['source_events_written']:,} source events, "
+            f"{planned['flows_dropped']:,} flows dropped at its edges")
+        verdict.add("output as planned", [sink.problem] if sink.problem else [],
+                    f"every byte of the output is the window's as planned "
+                    f"({sink.offset:,} bytes: {plan.report['output_event_count']:,} events)")
+    return verdict

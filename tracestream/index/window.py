@@ -1,0 +1,178 @@
+"""Which events a time window holds: the membership rule of `--pass-window` and
+`--time-window`, as pure functions over a chunk's decoded events.
+
+The rule, the same for every window:
+
+* metadata (`ph: M`) is in every window: process and thread names, sort order and
+  device properties must be right in each;
+* an event with no usable `ts` cannot be placed in time, so it is in every window too;
+* a complete slice (`X`) is in when `[ts, ts + dur]` overlaps the window, any other event
+  when its `ts` lies in it: windows are half open, `[start, end)`, so pieces that tile a
+  trace hold each instant once and a slice that crosses a cut in each piece it overlaps;
+* events that only mean something together are decided together (`LinkedRows`): a flow
+  (`s`/`t`/`f` of one category and id) only whole, inside the window; an async slice
+  (`b`/`e`/`n`, and the legacy `S`/`T`/`p`/`F`, of one category and id) and a `B`/`E` pair
+  of one track when their whole span overlaps the window. Their decision needs the whole
+  trace, so the index pass keeps a row per such event and the plan decides
+  (plan.window).
+
+Times are integer nanoseconds: a start's floor and an end's ceiling, so the comparisons
+with a window's whole-nanosecond bounds are exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from tracestream import _native
+from tracestream.index import timebase
+from tracestream.index.numbers import time_value
+
+FOREVER = int(np.iinfo(np.int64).max)
+"""A window's end when it runs to the end of the trace."""
+
+FREE, COMPLETE, METADATA, FLOW, ASYNC, BEGIN, END = range(7)
+"""What an event's `ph` makes of it here: decided alone by its ts (FREE) or its span
+(COMPLETE), in every window (METADATA), or with the events it is linked to."""
+LINKED = (FLOW, ASYNC, BEGIN, END)
+_ROLE_OF = {"X": COMPLETE, "M": METADATA, **dict.fromkeys("stf", FLOW),
+            **dict.fromkeys("benSTpF", ASYNC), "B": BEGIN, "E": END}
+_KEY_BASE = {FLOW: 1 << 61, ASYNC: 2 << 61}
+"""Flow and async keys are hashes above 2**61; a B/E row's key is its track (below 2**31)."""
+
+LINKED_DTYPE = np.dtype([("ordinal", "<i8"), ("key", "<i8"), ("ts", "<i8"), ("role", "i1"),
+                         ("timed", "?")])
+"""A linked event as the index keeps it (`ordinal` chunk-local until the index merges it)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """The half-open time range `[start_ns, end_ns)` a window or piece holds."""
+
+    start_ns: int
+    end_ns: int = FOREVER
+
+    def points(self, ts: np.ndarray) -> np.ndarray:
+        return (ts >= self.start_ns) & (ts < self.end_ns)
+
+    def spans(self, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Whether each `[ts, end]` overlaps the window (a zero-length one as a point)."""
+        overlaps = (ts < self.end_ns) & (end > self.start_ns)
+        return np.where(end > ts, overlaps, self.points(ts))
+
+
+@dataclass
+class ChunkTimes:
+    """A chunk's events as the rule reads them, a column each."""
+
+    role: np.ndarray  # int8: FREE, COMPLETE, ... per event
+    ts: np.ndarray  # int64 floor ns (0 where untimed)
+    end: np.ndarray  # int64 ceiling ns of ts + dur for a slice, else ts
+    timed: np.ndarray  # bool: a usable ts
+
+    def always(self) -> np.ndarray:
+        """Events in every window: metadata, and unlinked events with no usable ts (a
+        linked one follows its group's decision)."""
+        linked = self.role >= FLOW
+        return (self.role == METADATA) | (~self.timed & ~linked)
+
+    def members(self, window: Window, kept_linked: np.ndarray) -> np.ndarray:
+        """Which events `window` holds; `kept_linked`: chunk indices of the linked events
+        the plan keeps (the rest of them are out)."""
+        inside = self.always() | (self.timed & (self.role < FLOW)
+                                  & window.spans(self.ts, self.end))
+        inside[self.role >= FLOW] = False
+        inside[kept_linked] = True
+        return inside
+
+
+def chunk_times(events) -> ChunkTimes:
+    """The columns of a decoded chunk (see ChunkTimes)."""
+    role = np.fromiter((_ROLE_OF.get(ph, FREE) if isinstance(ph, str) else FREE
+                        for ph in (e.ph for e in events)), np.int8, len(events))
+    ts, ts_exact, timed = _times(events, "ts", True)
+    end = ts.copy()
+    slices = np.flatnonzero((role == COMPLETE) & timed)
+    if len(slices):
+        dur, dur_exact, has_dur = _times(events, "dur", False, slices)
+        with_dur = slices[has_dur[slices]]
+        room = FOREVER - np.maximum(ts[with_dur], 0)
+        end[with_dur] = np.where(dur[with_dur] < room, ts[with_dur] + dur[with_dur], FOREVER)
+        for i in set(ts_exact) | set(dur_exact):  # digits below 1 ns: the exact sum's ceiling
+            if i in dur_exact or (i in ts_exact and has_dur[i]):
+                start = ts_exact.get(i) or timebase.parse_decimal(bytes(events[i].ts))
+                total = start + (dur_exact.get(i) or timebase.parse_decimal(bytes(events[i].dur)))
+                end[i] = min(max(total.ceil_ns(), ts[i]), FOREVER)
+    return ChunkTimes(role, ts, end, timed)
+
+
+def _times(events, key: str, signed: bool, which: np.ndarray | None = None):
+    """(floor ns, {index: exact value} where it has digits below 1 ns, usable?) of `key`."""
+    ns, shapes = _native.decimal_column(events, key, signed)
+    ns = np.frombuffer(ns, np.int64).copy()
+    shapes = np.frombuffer(shapes, np.int8)
+    usable = (shapes == _native.SHAPE_INTEGER) | (shapes == _native.SHAPE_DECIMAL)
+    inexact: dict[int, timebase.Decimal10] = {}
+    odd = np.flatnonzero(shapes == _native.SHAPE_OTHER)
+    if which is not None:
+        odd = np.intersect1d(odd, which)
+    for i in odd.tolist():
+        value, problem = time_value(bytes(getattr(events[i], key)), key)
+        if problem is not None:
+            continue
+        ns[i] = value.floor_ns()
+        usable[i] = True
+        if ns[i] != value.ceil_ns():
+            inexact[i] = value
+    ns[~usable] = 0
+    return ns, inexact, usable
+
+
+def linked_rows(events, times: ChunkTimes, track_of) -> np.ndarray:
+    """LINKED_DTYPE rows of the chunk's linked events, chunk-local ordinals; `track_of(pid,
+    tid)` numbers a B/E event's track. An untimed B or E stays out: it is in every window
+    alone, as any untimed event."""
+    role = times.role
+    at = np.flatnonzero((role == FLOW) | (role == ASYNC)
+                        | (((role == BEGIN) | (role == END)) & times.timed))
+    rows = np.empty(len(at), LINKED_DTYPE)
+    rows["ordinal"] = at
+    rows["ts"] = np.where(times.timed[at], times.ts[at], np.iinfo(np.int64).min)
+    rows["role"] = role[at]
+    rows["timed"] = times.timed[at]
+    keys = []
+    for i, r in zip(at.tolist(), role[at].tolist()):
+        e = events[i]
+        if r in (BEGIN, END):
+            keys.append(track_of(e.pid, e.tid))
+        else:
+            keys.append(group_key(r, e.cat, e.id))
+    rows["key"] = keys
+    return rows
+
+
+def group_key(role: int, cat, id_) -> int:
+    """The key of a flow's or async slice's events: its category and id, hashed (the same
+    in every process; a collision only joins two groups, which then go or stay together)."""
+    try:
+        text = orjson.dumps([cat, id_])
+    except TypeError:  # (orjson.JSONEncodeError) an integer beyond 64 bits
+        text = repr((cat, id_)).encode()
+    digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+    return _KEY_BASE[role] | (digest & ((1 << 61) - 1))
+
+
+def chunk_range(times: ChunkTimes) -> tuple[int, int, int]:
+    """(first start, last end, events in every window) of a chunk's placed events: the
+    rewrite copies or skips a chunk wholly inside or outside a window without decoding it.
+    Linked events count as placed at their own times (their groups' decisions are
+    checked apart)."""
+    always = times.always()
+    placed = times.timed & (times.role != METADATA)
+    if not placed.any():
+        return FOREVER, -FOREVER - 1, int(always.sum())
+    return int(times.ts[placed].min()), int(times.end[placed].max()), int(always.sum())
