@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT, assert_refused, read_bytes, run
 from tests.kineto import kernel, thread_name, write_trace
 from tracestream.index.window import FOREVER, Window
-from tracestream.plan.window import decide_linked, pass_window, time_window
+from tracestream.plan.window import Pieces, decide_linked, pass_window, time_window
 
 SAMPLE = ROOT / "samples" / "decode_8layers.trace.json.gz"
 SAMPLE_LAYERS = ["--anchor-regex", "^_q_rope_store$", "--num-layers", "8", "--anchor-offset",
@@ -423,10 +423,14 @@ def test_linked_groups_are_decided_whole():
     store = RecordStore(LINKED_DTYPE, sort_keys=("key", "ts"), budget=3 * LINKED_DTYPE.itemsize)
     for k in range(0, 7, 2):  # spilled in runs: groups span blocks
         store.append(rows[k:k + 2])
-    decided = decide_linked(store, Window(10, 20))
-    assert decided.kept.tolist() == [0, 1, 4, 5]
-    assert (decided.flows_kept, decided.flows_dropped) == (1, 1)
+    decided = decide_linked(store, Pieces(np.array([10, 20])))  # piece 1 is [10, 20)
+    rows = np.concatenate(list(decided.kept.sorted_blocks()))
+    assert [tuple(r) for r in rows.tolist()] == [(0, 1, 1), (1, 1, 1), (4, 0, 2), (5, 0, 2),
+                                                 (6, 2, 2)]
+    assert decided.flows_kept.tolist() == [0, 1, 0]
+    assert decided.flows_dropped.tolist() == [0, 1, 1]  # flow 6 has an event in each
     store.close()
+    decided.close()
 
 
 def test_both_backends_cut_the_same_window(tmp_path, backend):
@@ -442,3 +446,134 @@ def test_both_backends_cut_the_same_window(tmp_path, backend):
     source = load_decimal(trace)["traceEvents"]
     assert source_indices(output, report.data, source) == expected_for(
         report.data, source, 1_100_000, 3_100_000)
+
+
+# -- pieces (--split-mb) ------------------------------------------------------------------
+
+
+def _ns(text):
+    return None if text is None else int(Decimal(text) * 1000)
+
+
+def _check_pieces(source_path: Path, manifest_path: Path, limit_bytes: int) -> dict:
+    """Each piece: at most the limit, a trace, exactly its range's members (the oracle);
+    together: every source event (but retired metadata) and the flows whole or counted."""
+    manifest = json.loads(manifest_path.read_text())
+    source = load_decimal(source_path)
+    source = source["traceEvents"] if isinstance(source, dict) else source
+    seen: set[int] = set()
+    for row in manifest["pieces"]:
+        piece = manifest_path.parent / row["file"]
+        report = json.loads((manifest_path.parent / row["report"]).read_text())
+        assert len(read_bytes(piece)) == row["json_bytes"] <= limit_bytes, row
+        assert json.loads(read_bytes(piece))  # a document of its own
+        kept = source_indices(piece, report, source)
+        assert kept == expected_for(report, source, _ns(row["start_us"]), _ns(row["end_us"]))
+        seen.update(kept)
+    compaction = report.get("compaction", report)
+    retired = {r["source_event_index"] for r in compaction.get("retired_track_metadata", ())}
+    flows: dict = {}
+    for i, e in enumerate(source):
+        if e.get("ph") in ("s", "t", "f"):
+            flows.setdefault(json.dumps([e.get("cat"), e.get("id")]), []).append(i)
+    dropped = [f for f in flows.values() if not set(f) <= seen]
+    assert all(not set(f) & seen for f in dropped)  # a flow is whole or nowhere
+    assert manifest["flows_dropped"] == sum(
+        any(_time(source[i].get("ts")) is not None for i in f) for f in dropped)
+    missing = set(range(len(source))) - seen - retired - {i for f in dropped for i in f}
+    assert not missing, [source[i] for i in sorted(missing)][:5]
+    return manifest
+
+
+def test_pieces_hold_every_event_within_the_limit_cut_between_passes(tmp_path):
+    output = tmp_path / "sp" / "o.json.gz"
+    output.parent.mkdir()
+    result = run("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
+                 "--max-gpu-lanes", "10", "--split-mb", "0.3")
+    assert result.returncode == 0, result.stderr.decode()
+    manifest_path = tmp_path / "sp" / "o.json.gz.pieces.json"
+    manifest = _check_pieces(SAMPLE, manifest_path, 300_000)
+    rows = manifest["pieces"]
+    assert [row["file"] for row in rows] == [f"o.part-{k:04d}.json.gz"
+                                             for k in range(1, len(rows) + 1)]
+    assert len(rows) > 2
+    # cut at passes: each piece's passes follow the last's, all 14 once
+    passes = [tuple(row["passes"]) for row in rows]
+    assert passes[0][0] == 0 and passes[-1][1] == 14
+    assert all(a[1] == b[0] for a, b in zip(passes, passes[1:]))
+    source = load_decimal(SAMPLE)["traceEvents"]
+    anchors = sorted(Decimal(e["ts"]) for e in source if e.get("name") == "_q_rope_store")
+    for row in rows[1:]:  # every cut is a pass's L0 anchor (9 matches per pass)
+        assert Decimal(row["start_us"]) == anchors[row["passes"][0] * 9]
+    lines = result.stderr.decode().splitlines()
+    assert lines[0] == (f"pieces: {len(rows)} of at most 0.3 MB of JSON each, listed in "
+                        f"{manifest_path}")
+    verified = run("verify", "--trace", SAMPLE, "--output", manifest_path)
+    assert verified.returncode == 0, verified.stdout.decode() + verified.stderr.decode()
+    assert b"[ok] pieces as planned" in verified.stdout
+    one = run("verify", "--trace", SAMPLE, "--output", tmp_path / "sp" / rows[1]["file"])
+    assert one.returncode == 0, one.stdout.decode()
+    restored = tmp_path / "back.json"
+    assert_refused(run("restore", "--trace", tmp_path / "sp" / rows[1]["file"], "--output",
+                       restored), "(piece 2 of", restored)
+
+
+def test_pieces_without_guides_are_cut_by_time(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "c.json"
+    result = run("compact", "--trace", trace, "--output", output, "--split-mb", "0.0045")
+    assert result.returncode == 0, result.stderr.decode()
+    manifest = _check_pieces(trace, tmp_path / "c.json.pieces.json", 4_500)
+    assert len(manifest["pieces"]) >= 2
+    assert "passes" not in manifest["pieces"][0]
+    assert run("verify", "--trace", trace, "--output",
+               tmp_path / "c.json.pieces.json").returncode == 0
+
+
+def test_verify_finds_a_piece_that_is_not_as_planned(tmp_path):
+    output = tmp_path / "o.json"
+    assert run("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
+               "--split-mb", "0.3").returncode == 0
+    manifest = tmp_path / "o.json.pieces.json"
+    piece = tmp_path / json.loads(manifest.read_text())["pieces"][1]["file"]
+    piece.write_bytes(piece.read_bytes().replace(b'"_q_rope_store"', b'"_q_rope_stor3"', 1))
+    result = run("verify", "--trace", SAMPLE, "--output", manifest)
+    assert result.returncode == 1
+    assert f"[FAIL] pieces as planned: {piece.name}: byte ".encode() in result.stdout
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--split-mb", "0"], "--split-mb '0' must be a positive number of MB"),
+    (["--split-mb", "-1"], "must be a positive number of MB"),
+    (["--split-mb", "1", "--pass-window", "1:2"], "--pass-window and --split-mb each choose"),
+    (["--split-mb", "1", "--report", "r.json"], "--split-mb 1 writes a report beside each "
+                                               "piece: drop --report"),
+])
+def test_split_mistakes_are_refused(tmp_path, args, fragment):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    result = run("layers", "--trace", trace, "--output", output, *EDGE_LAYERS, *args)
+    assert_refused(result, fragment, Path(f"{output}.pieces.json"),
+                   tmp_path / "w.part-0001.json")
+
+
+def test_a_split_into_too_many_pieces_is_refused(tmp_path):
+    from tests.kineto import anchor_trace
+
+    trace = anchor_trace(tmp_path / "many.json", [100 * k for k in range(600)])
+    output = tmp_path / "w.json"
+    result = run("layers", "--trace", trace, "--output", output, *EDGE_LAYERS,
+                 "--split-mb", "0.000001")
+    assert_refused(result, "--split-mb 0.000001 would cut more than 256 pieces: give a "
+                           "larger size", Path(f"{output}.pieces.json"),
+                   tmp_path / "w.part-0001.json")
+
+
+def test_a_split_refuses_to_overwrite_a_piece(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    (tmp_path / "w.part-0002.json").write_text("mine")
+    result = run("layers", "--trace", trace, "--output", tmp_path / "w.json", *EDGE_LAYERS,
+                 "--split-mb", "0.006")
+    assert_refused(result, "w.part-0002.json already exists",
+                   tmp_path / "w.json.pieces.json", tmp_path / "w.part-0001.json")
+    assert (tmp_path / "w.part-0002.json").read_text() == "mine"

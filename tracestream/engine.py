@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import os
 import shlex
@@ -26,7 +28,7 @@ from tracestream.errors import (
 )
 from tracestream.index.builder import IndexOptions, run_index
 from tracestream.index.records import temp_dir_for
-from tracestream.jsontext import PrettyWriter
+from tracestream.jsontext import PrettyWriter, dumps_pretty
 from tracestream.parallel.memory import release_memory
 from tracestream.plan.guidetext import GuideRows
 from tracestream.plan.planner import Plan, Planner
@@ -38,9 +40,16 @@ from tracestream.plan.specs import (
     LayerSpec,
     validate_specs,
 )
-from tracestream.plan.window import WindowSpec, plan_window
+from tracestream.plan.window import (
+    SplitSpec,
+    WindowPlan,
+    WindowSpec,
+    cut_plan,
+    options_of,
+    plan_windows,
+)
 from tracestream.progress import Progress, or_silent
-from tracestream.read.compression import compression_for
+from tracestream.read.compression import SUFFIXES, compression_for
 from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
 from tracestream.write.rewrite import rewrite
@@ -52,7 +61,7 @@ from tracestream.write.sink import (
     input_identity,
     refuse_writing_input,
 )
-from tracestream.write.window import rewrite_window
+from tracestream.write.window import CountingWriter, rewrite_window
 
 
 @dataclass
@@ -165,7 +174,8 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
                compact_spec: CompactSpec | None, *, output_name: str, report_name: str,
                command: str, tmpdir: str | None = None, progress: Progress | None = None,
                pool=None, source_name: str | None = None, after_index=None,
-               hashes_source: bool = True, window: WindowSpec | None = None):
+               hashes_source: bool = True, window: WindowSpec | SplitSpec | None = None,
+               piece_names=None):
     """Index pass and plan: (index, plan). Every refusal happens here; nothing is written.
 
     `after_index()`, when given, is called between the two: the plan is made on one core,
@@ -199,13 +209,12 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
         meter.advance_to(sum(steps[:1]))
         compaction = planner.plan_compaction(compact_spec) if compact_spec is not None else None
         meter.advance_to(sum(steps[:2]))
-        window_plan = None
-        if window is not None:
-            guides = planner.guide_events.guides if planner.guide_events is not None else None
-            window_plan = plan_window(window, index, guides, planner.origin_ns)
-        plan = planner.finish(command, layers, compaction,
-                              options=spec_options(layer_spec, compact_spec, window),
-                              window=window_plan)
+        if window is None:
+            plan = planner.finish(command, layers, compaction,
+                                  options=spec_options(layer_spec, compact_spec))
+        else:
+            plan = _window_plans(planner, index, window, command, layers, compaction,
+                                 layer_spec, compact_spec, tmpdir, piece_names)[0]
         meter.advance_to(sum(steps))
     except BaseException:
         index.close()
@@ -215,6 +224,34 @@ def build_plan(source: TraceSource, layer_spec: LayerSpec | None,
     index.planned()
     release_memory()
     return index, plan
+
+
+def _window_plans(planner: Planner, index, window, command: str, layers: dict | None,
+                  compaction: dict | None, layer_spec, compact_spec, tmpdir,
+                  piece_names) -> list[Plan]:
+    """The plan of each output of a window run (one, or a split's pieces), from one
+    planner: they share the lanes and the linked decisions, each has its own guides,
+    report and top-level member."""
+    guide_events = planner.guide_events
+    guides = guide_events.guides if guide_events is not None else None
+    outputs = plan_windows(window, index, guides, planner.origin_ns,
+                           planner.new_track_bytes())
+    cut = cut_plan(outputs, index, tmpdir)
+    names = piece_names(len(outputs)) if piece_names is not None else None
+    for number, output in enumerate(outputs):
+        piece_layers = layers
+        if guides is not None:
+            table = dataclasses.replace(guides, first=output.guides[0], stop=output.guides[1])
+            planner.guide_events = copy.copy(guide_events)
+            planner.guide_events.guides = table
+            piece_layers = {**layers, "layers": GuideRows(table, planner.origin_ns)}
+        if names is not None:
+            planner.output_name, planner.report_name = names[number]
+        cut.plans.append(planner.finish(
+            command, piece_layers, compaction,
+            options=spec_options(layer_spec, compact_spec, output.spec),
+            window=WindowPlan(output.spec, cut, number, output.report)))
+    return cut.plans
 
 
 def report_rows(rep: OutputFile, report: PrettyWriter):
@@ -242,6 +279,12 @@ def write_report(rep: OutputFile, plan: Plan, source: TraceSource,
 def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=None,
          compress=None, compress_level=None, progress=None, stdin=None, workers=None,
          max_event_bytes=None, spool_dir=None, window=None) -> Report:
+    if isinstance(window, SplitSpec):
+        return _run_pieces(trace, output, report, kind, command, layer_spec=layer_spec,
+                           compact_spec=compact_spec, compress=compress,
+                           compress_level=compress_level, progress=progress, stdin=stdin,
+                           workers=workers, max_event_bytes=max_event_bytes,
+                           spool_dir=spool_dir, split=window)
     started = time.monotonic()
     validate_specs(layer_spec, compact_spec)
     trace, output = str(trace), str(output)
@@ -267,14 +310,132 @@ def _run(trace, output, report, kind, command, *, layer_spec=None, compact_spec=
             with OutputFile(output, compression=compression, level=compress_level) as out, \
                     OutputFile(report_path, what="report") as rep:
                 report = PrettyWriter(plan.report, rep.write)
-                (rewrite if plan.window is None else rewrite_window)(
-                    source, index, plan, out, progress=progress, pool=pool,
-                    report_rows=report_rows(rep, report))
+                if plan.window is None:
+                    rewrite(source, index, plan, out, progress=progress, pool=pool,
+                            report_rows=report_rows(rep, report))
+                else:
+                    rewrite_window(source, index, [plan], [out], progress=progress, pool=pool,
+                                   report_rows=[report_rows(rep, report)])
                 write_report(rep, plan, source, report)
                 commit_together([out, rep])
         finally:
             index.close()
     return _finished(plan.report, report_path, output, trace, time.monotonic() - started)
+
+
+def piece_path(output: str, number: int) -> str:
+    """`<output stem>.part-0001<suffix>`: out.json.gz -> out.part-0001.json.gz."""
+    lower = output.lower()
+    compressed = next((x for x in SUFFIXES if lower.endswith(x)), "")
+    rest = output[: len(output) - len(compressed)]
+    json_suffix = ".json" if rest.lower().endswith(".json") else ""
+    stem = rest[: len(rest) - len(json_suffix)]
+    return f"{stem}.part-{number:04d}{rest[len(stem):]}{output[len(rest):]}"
+
+
+def manifest_path(output: str) -> str:
+    return f"{output}.pieces.json"
+
+
+def _run_pieces(trace, output, report, kind, command, *, layer_spec, compact_spec, compress,
+                compress_level, progress, stdin, workers, max_event_bytes, spool_dir,
+                split: SplitSpec) -> Report:
+    """A split run: the pieces, each with its report, and the manifest that lists them."""
+    started = time.monotonic()
+    validate_specs(layer_spec, compact_spec)
+    trace, output = str(trace), str(output)
+    for what, path in (("--trace", trace), ("--output", output)):
+        require_utf8(path, what)
+    if output == "-":
+        raise TraceError(f"{split.text} writes files: give --output a file name (the pieces "
+                         "are named after it)")
+    if report is not None:
+        raise TraceError(f"{split.text} writes a report beside each piece: drop --report")
+    manifest = manifest_path(output)
+    source_id = input_identity(trace, stdin)
+    refuse_writing_input(source_id, manifest, "manifest", trace)
+    check_new_path(manifest, "manifest")
+    compression = compression_for(output, compress)
+    check_compress_level(compression, compress_level)
+
+    def paths(count: int) -> list[tuple[str, str]]:
+        return [(piece_path(output, k + 1), default_report_path(piece_path(output, k + 1), kind))
+                for k in range(count)]
+
+    def names(count: int) -> list[tuple[str, str]]:
+        for piece, piece_report in paths(count):
+            check_new_path(piece, "piece")
+            check_new_path(piece_report, "report")
+            refuse_writing_input(source_id, piece, "piece", trace)
+        return [(name_in_report(piece, piece_report), os.path.basename(piece_report))
+                for piece, piece_report in paths(count)]
+
+    with pool_for(trace, workers) as pool, \
+            TraceSource(trace, stdin=stdin, max_event_bytes=max_event_bytes,
+                        spool_dir=spool_dir) as source, contextlib.ExitStack() as files:
+        index, plan = build_plan(
+            source, layer_spec, compact_spec, output_name=output, report_name="",
+            command=command, source_name=None if trace == "-" else name_in_report(trace, manifest),
+            tmpdir=temp_dir_for(output), progress=progress, pool=pool, window=split,
+            piece_names=names)
+        try:
+            plans = plan.window.cut.plans
+            places = paths(len(plans))
+            outs = [files.enter_context(OutputFile(piece, compression=compression,
+                                                   level=compress_level))
+                    for piece, _ in places]
+            reps = [files.enter_context(OutputFile(piece_report, what="report"))
+                    for _, piece_report in places]
+            listing = files.enter_context(OutputFile(manifest, what="manifest"))
+            writers = [PrettyWriter(p.report, rep.write) for p, rep in zip(plans, reps)]
+            for p in plans:
+                p.report["output_compression"] = compression
+            counted = [CountingWriter(out) for out in outs]
+            rewrite_window(source, index, plans, counted, progress=progress, pool=pool,
+                           report_rows=[report_rows(rep, w) for rep, w in zip(reps, writers)])
+            for p, rep, writer, count in zip(plans, reps, writers, counted):
+                p.report["window"]["json_bytes"] = count.bytes
+                write_report(rep, p, source, writer)
+            data = pieces_manifest(plans, places, manifest, split, source, plan.report)
+            listing.write(dumps_pretty(data))
+            listing.close_stream()
+            commit_together([*outs, *reps, listing])
+        finally:
+            index.close()
+            plan.window.cut.linked.close()
+    return Report(data, manifest, None, trace, time.monotonic() - started)
+
+
+def pieces_manifest(plans: list[Plan], places, manifest: str, split: SplitSpec,
+                    source: TraceSource, first_report: dict) -> dict:
+    """What `<output>.pieces.json` says: each piece's file, report, range and counts."""
+    pieces = []
+    for p, (piece, piece_report) in zip(plans, places):
+        window = p.report["window"]
+        pieces.append({
+            "piece": window["piece"], "file": name_in_report(piece, manifest),
+            "report": name_in_report(piece_report, manifest),
+            **{key: window.get(key) for key in ("start_us", "end_us", "start_ms", "end_ms",
+                                                "passes", "guides", "first_guide",
+                                                "last_guide")
+               if key in window},
+            "source_events": window["source_events_written"],
+            "output_events": p.report["output_event_count"],
+            "json_bytes": window["json_bytes"],
+            "flows_dropped": window["flows_dropped"],
+        })
+    linked = plans[0].window.cut.linked
+    return {
+        "tool": "tracestream", "tool_version": first_report["tool_version"],
+        "kind": "pieces", "command": first_report["command"], "split_mb": split.mb,
+        "options": first_report["options"] | {"window": {"split_mb": split.mb}},
+        "source_file": first_report["source_file"], "source_sha256": source.sha256(),
+        "original_event_count": first_report["original_event_count"],
+        "pieces": pieces,
+        "flows_dropped": linked.dropped_total,
+        "flows_without_time": linked.untimed_flows,
+        "over_limit": [row["piece"] for row in pieces if row["json_bytes"] > split.limit],
+    }
 
 
 def add_layer_guides(trace, output, spec: LayerSpec, *, report: str | None = None,
@@ -318,8 +479,7 @@ def spec_options(layer_spec: LayerSpec | None, compact_spec: CompactSpec | None,
     """The options of a run, as the report records them (verify re-plans from these)."""
     options: dict = {}
     if window is not None:
-        options["window"] = ({"passes": list(window.passes)} if window.passes is not None
-                             else {"times": list(window.times)})
+        options["window"] = options_of(window)
     if layer_spec is not None:
         options["layers"] = dataclasses.asdict(layer_spec)
     if compact_spec is not None:
@@ -358,11 +518,14 @@ BOUNDARY_WORDS = {
 def summarize(data: dict, output: str, report_path: str | None, *, trace: str | None = None,
               seconds: float | None = None) -> str:
     """A one-screen summary of a layers/compact report, with the next steps."""
+    if data.get("kind") == "pieces":
+        return "\n".join(pieces_lines(data, output, trace, seconds))
     lines = [f"output: {output}"]
     if report_path:
         lines.append(f"report: {report_path}")
     compaction = data.get("compaction", data if "groups" in data else None)
-    lines.append(events_line(data, compaction))
+    window = data.get("window")
+    lines += window_lines(data, window) if window else [events_line(data, compaction)]
     if "layers" in data:
         lines += _layers_lines(data)
     if compaction:
@@ -394,6 +557,49 @@ def events_line(data: dict, compaction: dict | None) -> str:
         f"stream rows, kept in the report), {data['added_event_count']:,} added "
         f"({data['output_event_count']:,} written)"
     )
+
+
+def pieces_lines(data: dict, manifest: str, trace: str | None,
+                 seconds: float | None) -> list[str]:
+    """A split run's summary: its pieces, each on a line, and the next steps."""
+    pieces = data["pieces"]
+    lines = [f"pieces: {len(pieces)} of at most {data['split_mb']} MB of JSON each, listed in "
+             f"{manifest}"]
+    for row in pieces:
+        passes = (f", passes {row['passes'][0]} … {row['passes'][1] - 1}"
+                  if row.get("passes") and row["passes"][1] > row["passes"][0] else "")
+        lines.append(f"  {row['file']}: {row['start_ms']} … {row['end_ms']} ms{passes}, "
+                     f"{row['output_events']:,} events, {row['json_bytes'] / 1e6:,.1f} MB")
+    lines.append(f"flows: {data['flows_dropped']:,} left out at the cuts (a flow is written "
+                 "only whole, in the piece that holds all of it)")
+    if data["over_limit"]:
+        lines.append(f"warning: piece(s) {', '.join(map(str, data['over_limit']))} hold more "
+                     f"than {data['split_mb']} MB: a single pass (or the events around it) "
+                     "is larger")
+    if seconds is not None:
+        lines.append(f"elapsed: {seconds:,.1f} s")
+    steps = []
+    if trace is not None and trace != "-":
+        steps.append(shlex.join(["tracestream", "verify", "--trace", trace, "--output",
+                                 manifest]))
+    steps.append(shlex.join(["tracestream", "view", "--trace", manifest]))
+    return lines + [("next: " if k == 0 else "      ") + step for k, step in enumerate(steps)]
+
+
+def window_lines(data: dict, window: dict) -> list[str]:
+    """What a window run wrote: its events, its range and what its edges cut."""
+    read, kept = data["original_event_count"], window["source_events_written"]
+    guides = (f"; guides {window['first_guide']} … {window['last_guide']}"
+              if window.get("guides") else "; no guide in it" if "guides" in window else "")
+    return [
+        f"events: {read:,} read; {kept:,} in the window written, {read - kept:,} left out "
+        f"(outside it, or metadata of emptied stream rows), {data['added_event_count']:,} "
+        f"added ({data['output_event_count']:,} written)",
+        f"window: {window['option']}: {window['start_ms']} … {window['end_ms']} ms from the "
+        f"trace origin{guides}",
+        f"flows: {window['flows_kept']:,} kept whole, {window['flows_dropped']:,} left out "
+        "at the window's edges (a flow is written only whole)",
+    ]
 
 
 def _layers_lines(data: dict) -> list[str]:

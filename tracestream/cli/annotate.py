@@ -61,14 +61,30 @@ def time_window_option(command):
              "See docs/windows.md.")(command)
 
 
-def window_spec(pass_window: str | None, time_window: str | None):
-    """The WindowSpec of --pass-window or --time-window (None: the whole trace)."""
+def split_option(command):
+    return click.option(
+        "--split-mb", "split_mb", default=None, metavar="N",
+        help="Write the output as pieces of at most N MB of JSON each (10^6 bytes; one pass "
+             "per piece where a pass is larger), cut between passes when there are guides, "
+             "named OUTPUT-STEM.part-0001.json…, each with its report, and the manifest "
+             "OUTPUT.pieces.json (`tracestream view --trace OUTPUT.pieces.json` lists them). "
+             "See docs/windows.md.")(command)
+
+
+def window_spec(pass_window: str | None, time_window: str | None, split_mb: str | None):
+    """The WindowSpec of --pass-window or --time-window, or the SplitSpec of --split-mb
+    (None: the whole trace, in one file)."""
     from tracestream.plan import window
 
-    if pass_window is not None and time_window is not None:
-        raise SpecError("--pass-window and --time-window both choose the window: give one")
+    given = [name for name, value in (("--pass-window", pass_window),
+                                      ("--time-window", time_window),
+                                      ("--split-mb", split_mb)) if value is not None]
+    if len(given) > 1:
+        raise SpecError(f"{' and '.join(given)} each choose what the output holds: give one")
     if pass_window is not None:
         return window.pass_window(pass_window)
+    if split_mb is not None:
+        return window.split_mb(split_mb)
     return window.time_window(time_window) if time_window is not None else None
 
 
@@ -130,6 +146,7 @@ def register(main) -> None:
                        "whatever runs between the passes. Guides and lanes are planned on the "
                        "whole trace. See docs/windows.md.")
     @time_window_option
+    @split_option
     @report_option
     @compress_option
     @level_option
@@ -140,8 +157,8 @@ def register(main) -> None:
     def layers(trace, output, anchor_regex, num_layers, anchor_offset, passes, anchor_stride,
                extra_anchors_per_pass, first_layer, end_anchor_regex, phase, evidence, pid, device,
                max_gpu_lanes, lane_groups, lane_group, gap_factor, allow_gaps,
-               allow_several_anchor_names, pass_window, time_window, report, compress,
-               compress_level, workers, spool_dir, quiet, json_summary):
+               allow_several_anchor_names, pass_window, time_window, split_mb, report,
+               compress, compress_level, workers, spool_dir, quiet, json_summary):
         """Add verified L0, L1, … layer guides to a trace (optionally with the compact GPU view)."""
         from tracestream.engine import add_layer_guides
         from tracestream.plan.specs import CompactSpec, LayerSpec
@@ -162,7 +179,7 @@ def register(main) -> None:
             CompactSpec(max_lanes=max_gpu_lanes, pid=pid_value(pid), **groups)
             if max_gpu_lanes is not None else None
         )
-        window = window_spec(pass_window, time_window)
+        window = window_spec(pass_window, time_window, split_mb)
         refuse_summary_on_input(trace, json_summary, report, output)
         result = add_layer_guides(trace, output, spec, report=report, compact=compact_spec,
                                   compress=compress, compress_level=compress_level,
@@ -180,6 +197,7 @@ def register(main) -> None:
     @lane_group_options
     @click.option("--pid", default=None, metavar="PID", help="Compact only this GPU process.")
     @time_window_option
+    @split_option
     @report_option
     @compress_option
     @level_option
@@ -187,8 +205,9 @@ def register(main) -> None:
     @spool_option
     @quiet_option
     @json_summary_option
-    def compact(trace, output, max_gpu_lanes, lane_groups, lane_group, pid, time_window, report,
-                compress, compress_level, workers, spool_dir, quiet, json_summary):
+    def compact(trace, output, max_gpu_lanes, lane_groups, lane_group, pid, time_window,
+                split_mb, report, compress, compress_level, workers, spool_dir, quiet,
+                json_summary):
         """Pack GPU activity into at most N synthetic display lanes per device (a compact view)."""
         from tracestream.engine import compact as compact_trace
         from tracestream.plan.specs import CompactSpec
@@ -200,5 +219,5 @@ def register(main) -> None:
                                compress_level=compress_level,
                                progress=progress_for(quiet), workers=workers,
                                max_event_bytes=event_limit(), spool_dir=spool_dir,
-                               window=window_spec(None, time_window))
+                               window=window_spec(None, time_window, split_mb))
         emit_summary(result, json_summary, quiet)

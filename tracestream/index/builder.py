@@ -43,7 +43,7 @@ from tracestream.index.lanegroups import LaneGroups
 from tracestream.index.matches import Match, MatchTable
 from tracestream.index.records import RecordStore
 from tracestream.index.vocabulary import KernelVocabulary
-from tracestream.index.window import BEGIN, END, LINKED_DTYPE
+from tracestream.index.window import BEGIN, END, LINKED_DTYPE, SizeBins
 from tracestream.model import KERNEL
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
@@ -170,6 +170,7 @@ class TraceIndex:
     flow_tracks: set[int]
     chunks: list[ChunkSpan]
     linked: RecordStore | None  # with IndexOptions.window: LINKED_DTYPE by (key, ts)
+    sizes: SizeBins  # with IndexOptions.window: the bytes on the time line (--split-mb)
     thread_meta: list[MetaEvent]
     process_meta: dict[Any, dict[str, Any]]
     other_on_track: dict[int, OtherOnTrack]
@@ -241,6 +242,7 @@ class IndexBuilder:
         self.chunks: list[ChunkSpan] = []
         self.linked = (RecordStore(LINKED_DTYPE, sort_keys=("key", "ts"), tmpdir=options.tmpdir)
                        if options.window else None)
+        self.sizes = SizeBins()
         self.thread_meta: list[MetaEvent] = []
         self.process_meta: dict[Any, dict[str, Any]] = {}
         self.other_on_track: dict[int, OtherOnTrack] = {}
@@ -298,8 +300,9 @@ class IndexBuilder:
         self.chunks.append(span)
         tracks = np.array(self._tracks(facts.tracks) or [0], dtype=np.int32)
         if facts.window is not None:
-            span.first_ns, span.last_ns, span.always, linked = facts.window
+            span.first_ns, span.last_ns, span.always, linked, sizes = facts.window
             span.linked = len(linked)
+            self.sizes.add(*sizes)
             if len(linked):
                 linked["ordinal"] += base
                 by_track = (linked["role"] == BEGIN) | (linked["role"] == END)
@@ -457,6 +460,7 @@ class IndexBuilder:
             flow_tracks=self.flow_tracks,
             chunks=self.chunks,
             linked=self.linked,
+            sizes=self.sizes,
             thread_meta=self.thread_meta,
             process_meta=self.process_meta,
             other_on_track=self.other_on_track,

@@ -62,7 +62,7 @@ from tracestream.index.numbers import (
     importer_bounds,
     time_value,
 )
-from tracestream.index.window import chunk_range, chunk_times, linked_rows
+from tracestream.index.window import chunk_range, chunk_sizes, chunk_times, linked_rows
 from tracestream.model import (
     CPU_ANNOTATION,
     GPU_SCOPE,
@@ -250,7 +250,10 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
         window_facts = None
         if self.ctx.window:
             times = chunk_times(events)
-            window_facts = (*chunk_range(times), linked_rows(events, times, self.track))
+            starts, ends = self.spans
+            window_facts = (*chunk_range(times), linked_rows(events, times, self.track),
+                            chunk_sizes(times, ends - starts,
+                                        is_slice if self.ctx.moves_gpu else None))
         return ChunkFacts(
             count=n,
             origin=origin,

@@ -176,3 +176,107 @@ def chunk_range(times: ChunkTimes) -> tuple[int, int, int]:
     if not placed.any():
         return FOREVER, -FOREVER - 1, int(always.sum())
     return int(times.ts[placed].min()), int(times.end[placed].max()), int(always.sum())
+
+
+SIZE_BIN_SHIFT = 16
+"""Sizes are summed in bins of 2**16 ns (65.5 µs) of the time line."""
+MOVED_EXTRA = 160
+"""Bytes a relocated GPU event may grow by (its provenance member and a longer tid)."""
+SEPARATOR_BYTES = 3
+
+
+def chunk_sizes(times: ChunkTimes, lengths: np.ndarray, moved: np.ndarray | None):
+    """What the events of a chunk weigh on the time line: (bins, bytes) of the placed
+    events by the bin of their start, and again by the bin of their end, and the bytes of
+    the events in every window. `moved`: the events compaction may relocate (they grow)."""
+    weight = lengths.astype(np.int64) + SEPARATOR_BYTES
+    if moved is not None:
+        weight = weight + np.where(moved, MOVED_EXTRA, 0)
+    always = times.always()
+    placed = times.timed & ~always & (times.role != METADATA)
+    weights = weight[placed]
+    return (_binned(times.ts[placed], weights), _binned(times.end[placed], weights),
+            int(weight[always].sum()))
+
+
+def _binned(ns: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    keys, at = np.unique(ns >> SIZE_BIN_SHIFT, return_inverse=True)
+    return keys, np.bincount(at, weights=weights, minlength=len(keys)).astype(np.int64)
+
+
+class _Histogram:
+    """Bytes per bin, merged from chunks' (bins, bytes) and compacted as it grows."""
+
+    def __init__(self):
+        self._parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self._rows = 0
+        self._compacted = 0
+
+    def add(self, keys: np.ndarray, sums: np.ndarray) -> None:
+        self._parts.append((keys, sums))
+        self._rows += len(keys)
+        if self._rows > 2 * max(self._compacted, 1 << 16):
+            self._compact()
+
+    def _compact(self) -> None:
+        keys = np.concatenate([k for k, _ in self._parts]) if self._parts else np.zeros(
+            0, np.int64)
+        sums = np.concatenate([v for _, v in self._parts]) if self._parts else np.zeros(
+            0, np.int64)
+        unique, at = np.unique(keys, return_inverse=True)
+        self._parts = [(unique, np.bincount(at, weights=sums, minlength=len(unique))
+                        .astype(np.int64))]
+        self._rows = self._compacted = len(unique)
+
+    def cumulative(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bins ascending, bytes in bins up to and including each)."""
+        self._compact()
+        keys, sums = self._parts[0]
+        return keys, np.cumsum(sums)
+
+
+class SizeBins:
+    """The trace's bytes on its time line (the index pass's sum of `chunk_sizes`): a
+    conservative estimate of what a piece of it weighs. An event overlaps [a, e) unless it
+    starts at or after e or ends before a, so the piece weighs (bytes starting before e)
+    - (bytes ending before a), each read at the resolution of a bin, rounded up."""
+
+    GUIDE_BYTES = 700  # a guide event, with room to spare
+
+    def __init__(self):
+        self._starts = _Histogram()
+        self._ends = _Histogram()
+        self.always = 0
+
+    def add(self, starts, ends, always: int) -> None:
+        self._starts.add(*starts)
+        self._ends.add(*ends)
+        self.always += always
+
+    def _arrays(self):
+        if not hasattr(self, "_cumulative"):
+            self._cumulative = (*self._starts.cumulative(), *self._ends.cumulative())
+        return self._cumulative
+
+    def bin_edges(self) -> np.ndarray:
+        """The ns where each bin in which an event starts begins (cuts without guides)."""
+        return self._arrays()[0] << SIZE_BIN_SHIFT
+
+    def estimate(self, start: int, ends: np.ndarray, pass_starts: np.ndarray, layers: int,
+                 fixed: int = 0) -> np.ndarray:
+        """An upper bound of the JSON bytes of the piece [start, end) for each end
+        (`fixed`: the bytes every piece has besides its events, the document's own)."""
+        start_keys, started, end_keys, ended = self._arrays()
+        # bytes of events starting before each end: every bin up to the end's own
+        reach = np.searchsorted(start_keys, (ends - 1) >> SIZE_BIN_SHIFT, "right")
+        before_end = np.where(reach > 0, started[np.maximum(reach - 1, 0)], 0)
+        # bytes of events ending before the start: only whole bins before its own
+        if start <= -FOREVER:
+            over = 0
+        else:
+            count = int(np.searchsorted(end_keys, start >> SIZE_BIN_SHIFT, "left"))
+            over = int(ended[count - 1]) if count > 0 else 0
+        passes = (np.searchsorted(pass_starts, ends, "left")
+                  - np.searchsorted(pass_starts, start, "left"))
+        return (before_end - over + self.always + fixed
+                + passes * layers * self.GUIDE_BYTES)

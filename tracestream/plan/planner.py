@@ -540,6 +540,10 @@ class Planner:
                                       {"sort_index": clamp_sort_index(gpu_sort + 1)}))
         self.new_processes.extend(events)
 
+    def new_track_bytes(self) -> int:
+        """The bytes of the metadata the plan adds for its new tracks (every piece has it)."""
+        return sum(len(event) + 2 for event in self._appended_events().metadata)
+
     def _appended_events(self) -> AppendedEvents:
         """New tracks first in their process: the guide, then the lanes, in that order."""
         rows: dict[Any, list[tuple[int, str]]] = {}

@@ -29,10 +29,17 @@ class WindowSpec:
 
     passes: tuple[int, int | None] | None = None
     times: tuple[str | None, str | None] | None = None
+    # a piece of --split-mb: its exact range in µs (None: from the start, to the end),
+    # its guides' passes (None: by overlap) and (its number, the count, N MB)
+    range_us: tuple[str | None, str | None] | None = None
+    piece: tuple[int, int, str] | None = None
 
     @property
     def text(self) -> str:
         """The window as the user wrote it (reports and messages)."""
+        if self.piece is not None:
+            number, count, mb = self.piece
+            return f"--split-mb {mb} (piece {number} of {count})"
         if self.passes is not None:
             first, stop = self.passes
             return f"--pass-window {first}:{'' if stop is None else stop}"
@@ -65,12 +72,24 @@ def time_window(text: str) -> WindowSpec:
     return WindowSpec(times=(m[1], m[2]))
 
 
+def options_of(spec: WindowSpec) -> dict:
+    """How a report records a WindowSpec (`spec_from_options` reads it back)."""
+    if spec.piece is not None:
+        return {"piece": list(spec.piece), "range_us": list(spec.range_us),
+                "passes": None if spec.passes is None else list(spec.passes)}
+    if spec.passes is not None:
+        return {"passes": list(spec.passes)}
+    return {"times": list(spec.times)}
+
+
 def spec_from_options(options: dict | None) -> WindowSpec | None:
     """The WindowSpec a report's options record (None: no window)."""
     if not options:
         return None
     if not isinstance(options, dict):
         raise TraceError("the report's window options are not an object")
+    if "piece" in options:
+        return _piece_from_options(options)
     passes, times = options.get("passes"), options.get("times")
     if passes is not None:
         if (not isinstance(passes, list) or len(passes) != 2
@@ -84,6 +103,26 @@ def spec_from_options(options: dict | None) -> WindowSpec | None:
     return time_window(f"{times[0] or ''}:{times[1] or ''}")
 
 
+def _piece_from_options(options: dict) -> WindowSpec:
+    piece, range_us, passes = options.get("piece"), options.get("range_us"), options.get(
+        "passes")
+    shapes = (isinstance(piece, list) and len(piece) == 3
+              and all(isinstance(x, int) and not isinstance(x, bool) for x in piece[:2])
+              and isinstance(piece[2], str) and 1 <= piece[0] <= piece[1]
+              and isinstance(range_us, list) and len(range_us) == 2
+              and all(t is None or (isinstance(t, str) and _US.match(t)) for t in range_us)
+              and (passes is None or (isinstance(passes, list) and len(passes) == 2 and all(
+                  isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in passes))))
+    if not shapes:
+        raise TraceError("the report's window piece is not [NUMBER, COUNT, MB] with its "
+                         "range_us [START, END] and passes")
+    return WindowSpec(passes=None if passes is None else tuple(passes),
+                      range_us=tuple(range_us), piece=tuple(piece))
+
+
+_US = re.compile(r"-?[0-9]{1,19}\.[0-9]{3}\Z", re.ASCII)
+
+
 def ms_to_ns(text: str, origin: timebase.Decimal10) -> int:
     """A time in ms from the origin as absolute ns (floor): exact decimal arithmetic."""
     value = timebase.parse_decimal(text)
@@ -95,31 +134,61 @@ def clamp(ns: int) -> int:
     return max(-FOREVER, min(FOREVER, ns))
 
 
-# -- the linked events' decisions ---------------------------------------------------
+# -- pieces and the linked events' decisions -----------------------------------------
+
+
+@dataclass
+class Pieces:
+    """Half-open time ranges that tile the time line, cut at `cuts` (ns, ascending):
+    piece 0 runs from the start of time to cuts[0], the last from the last cut on."""
+
+    cuts: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.cuts) + 1
+
+    def of(self, ns):
+        """The piece each ns lies in."""
+        return np.searchsorted(self.cuts, ns, "right")
+
+    def window(self, piece: int) -> Window:
+        return Window(int(self.cuts[piece - 1]) if piece > 0 else -FOREVER,
+                      int(self.cuts[piece]) if piece < len(self.cuts) else FOREVER)
+
+
+DECISION_DTYPE = np.dtype([("ordinal", "<i8"), ("first", "<i4"), ("last", "<i4")])
+"""A kept linked event and the pieces that keep it (first … last)."""
 
 
 @dataclass
 class LinkedDecisions:
-    """The linked events a window keeps (their ordinals, ascending) and what it drops."""
+    """Which pieces keep each linked event (a store in ordinal order), and per piece what
+    its edges cut."""
 
-    kept: np.ndarray
-    flows_kept: int = 0
-    flows_dropped: int = 0  # flows with an event in the window and another outside it
-    untimed_flows: int = 0  # flows with an event that has no usable ts: in no window
-    pairs_kept: int = 0  # B/E pairs and async slices kept
-    notes: dict = field(default_factory=dict)
+    kept: RecordStore | None
+    flows_kept: np.ndarray
+    flows_dropped: np.ndarray  # flows with an event in the piece and another outside it
+    untimed_flows: int = 0  # flows with an event that has no usable ts: in no piece
+    dropped_total: int = 0  # flows in no piece, with a timed event (each counted once)
+
+    def close(self) -> None:
+        if self.kept is not None:
+            self.kept.close()
 
 
-def decide_linked(store: RecordStore | None, window: Window) -> LinkedDecisions:
-    """Decide every group of linked events (index.window) for `window`, streaming the
-    store in (key, ts) order: memory holds the kept ordinals and a block."""
-    kept: list[np.ndarray] = []
-    decisions = LinkedDecisions(np.zeros(0, np.int64))
-    if store is None or not len(store):
-        return decisions
-    for group in _groups(store.sorted_blocks()):
-        kept.append(_decide(group, window, decisions))
-    decisions.kept = np.sort(np.concatenate(kept)) if kept else decisions.kept
+def decide_linked(store: RecordStore | None, pieces: Pieces,
+                  tmpdir: str | None = None) -> LinkedDecisions:
+    """Decide every group of linked events (index.window) for every piece, streaming the
+    store in (key, ts) order into a store of decisions in file order: memory holds a
+    block of each, never the groups."""
+    decisions = LinkedDecisions(RecordStore(DECISION_DTYPE, sort_keys=("ordinal", "first"),
+                                            tmpdir=tmpdir),
+                                np.zeros(pieces.count, np.int64),
+                                np.zeros(pieces.count, np.int64))
+    if store is not None and len(store):
+        for group in _groups(store.sorted_blocks()):
+            decisions.kept.append(_decide(group, pieces, decisions))
     return decisions
 
 
@@ -140,60 +209,82 @@ def _groups(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         yield carry
 
 
-def _decide(rows: np.ndarray, window: Window, decisions: LinkedDecisions) -> np.ndarray:
-    """The kept ordinals of `rows` (whole groups, sorted by key then ts)."""
+def _decide(rows: np.ndarray, pieces: Pieces, decisions: LinkedDecisions) -> np.ndarray:
+    """DECISION_DTYPE rows of the kept events of `rows` (whole groups, by key then ts)."""
     keys = rows["key"]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     stops = np.r_[starts[1:], len(rows)]
     role = rows["role"][starts]
     ts, timed = rows["ts"], rows["timed"]
-    inside = timed & window.points(ts)
+    piece = pieces.of(ts)
     out = []
-    # flows: whole and inside, every event timed
+    # flows: every event timed, all in one piece
     flows = np.flatnonzero(role == FLOW)
     if len(flows):
-        fs, fe = starts[flows], stops[flows]
-        any_in = np.logical_or.reduceat(inside, starts)[flows]
-        all_in = np.logical_and.reduceat(inside, starts)[flows]
+        low = np.minimum.reduceat(np.where(timed, piece, pieces.count), starts)[flows]
+        high = np.maximum.reduceat(np.where(timed, piece, -1), starts)[flows]
         all_timed = np.logical_and.reduceat(timed, starts)[flows]
-        keep = all_in & all_timed
-        decisions.flows_kept += int(keep.sum())
-        decisions.flows_dropped += int((any_in & ~keep).sum())
+        keep = all_timed & (low == high)
+        np.add.at(decisions.flows_kept, low[keep], 1)
         decisions.untimed_flows += int((~all_timed).sum())
-        out.append(_rows_of(rows, fs[keep], fe[keep]))
-    # async slices: the span of their timed events overlaps the window (all untimed: kept)
+        decisions.dropped_total += int((~keep & (high >= 0)).sum())
+        out.append(_rows_of(rows, starts[flows][keep], stops[flows][keep], low[keep],
+                            high[keep]))
+        dropped = np.zeros(len(rows), bool)
+        dropped[_positions(starts[flows][~keep], stops[flows][~keep])] = True
+        if dropped.any():  # each dropped flow counts once in each piece it has an event in
+            group = np.cumsum(np.r_[True, keys[1:] != keys[:-1]])
+            pairs = np.unique(np.stack([group[dropped & timed], piece[dropped & timed]]),
+                              axis=1)
+            np.add.at(decisions.flows_dropped, pairs[1], 1)
+    # async slices: the span of their timed events (all untimed: every piece)
     slices = np.flatnonzero(role == ASYNC)
     if len(slices):
-        low = np.where(timed, ts, FOREVER)
-        high = np.where(timed, ts, -FOREVER - 1)
-        lo = np.minimum.reduceat(low, starts)[slices]
-        hi = np.maximum.reduceat(high, starts)[slices]
+        lo = np.minimum.reduceat(np.where(timed, ts, FOREVER), starts)[slices]
+        hi = np.maximum.reduceat(np.where(timed, ts, -FOREVER - 1), starts)[slices]
         some = lo <= hi
-        keep = ~some | window.spans(np.where(some, lo, 0), np.where(some, hi, 0))
-        decisions.pairs_kept += int(keep.sum())
-        out.append(_rows_of(rows, starts[slices][keep], stops[slices][keep]))
+        first, last = _span_pieces(pieces, np.where(some, lo, 0), np.where(some, hi, 0))
+        first[~some], last[~some] = 0, pieces.count - 1
+        out.append(_rows_of(rows, starts[slices], stops[slices], first, last))
     # B/E on a track: paired as a stack in time (then file) order
     for s, e in zip(starts[role >= BEGIN].tolist(), stops[role >= BEGIN].tolist()):
-        out.append(_pairs(rows[s:e], window, decisions))
-    return np.concatenate(out) if out else np.zeros(0, np.int64)
+        out.append(_pairs(rows[s:e], pieces))
+    return np.concatenate(out) if out else np.zeros(0, DECISION_DTYPE)
 
 
-def _rows_of(rows: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """The ordinals of the rows in the given [start, stop) ranges."""
+def _span_pieces(pieces: Pieces, lo: np.ndarray, hi: np.ndarray):
+    """(first, last) piece that each span [lo, hi] overlaps (index.window's rule: a
+    span with hi > lo reaches a piece when it ends after the piece starts)."""
+    first = pieces.of(lo)
+    last = np.where(hi > lo, pieces.of(np.maximum(hi, lo + 1) - 1), first)
+    return first.astype(np.int64), last.astype(np.int64)
+
+
+def _positions(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     if not len(starts):
         return np.zeros(0, np.int64)
     lengths = stops - starts
-    at = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
-    return rows["ordinal"][at]
+    return (np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+            + np.arange(lengths.sum()))
 
 
-def _pairs(rows: np.ndarray, window: Window, decisions: LinkedDecisions) -> np.ndarray:
-    """The kept ordinals of one track's B and E events: a pair when its span overlaps the
-    window, a B left open when it starts before the window's end (it runs to the end of
-    the trace), an E left alone when its ts is inside."""
+def _rows_of(rows, starts, stops, first, last) -> np.ndarray:
+    """Decision rows for the events of the groups [start, stop), kept in first … last."""
+    at = _positions(starts, stops)
+    out = np.empty(len(at), DECISION_DTYPE)
+    out["ordinal"] = rows["ordinal"][at]
+    out["first"] = np.repeat(first, stops - starts)
+    out["last"] = np.repeat(last, stops - starts)
+    return out
+
+
+def _pairs(rows: np.ndarray, pieces: Pieces) -> np.ndarray:
+    """Decision rows of one track's B and E events: a pair in the pieces its span
+    overlaps, a B left open in every piece from its own on (it runs to the end of the
+    trace), an E left alone in its ts's piece."""
     order = np.lexsort((rows["ordinal"], rows["ts"]))
     stack: list[tuple[int, int]] = []
-    kept = []
+    kept: list[tuple[int, int, int]] = []
     for ordinal, ts, role in zip(rows["ordinal"][order].tolist(), rows["ts"][order].tolist(),
                                  rows["role"][order].tolist()):
         if role == BEGIN:
@@ -201,62 +292,128 @@ def _pairs(rows: np.ndarray, window: Window, decisions: LinkedDecisions) -> np.n
             continue
         if stack:
             begin, start = stack.pop()
-            if window.spans(np.array([start]), np.array([ts]))[0]:
-                kept += (begin, ordinal)
-                decisions.pairs_kept += 1
-        elif window.points(np.array([ts]))[0]:
-            kept.append(ordinal)
-    kept += [begin for begin, start in stack if start < window.end_ns]
-    return np.array(kept, np.int64)
+            first, last = _span_pieces(pieces, np.array([start]), np.array([ts]))
+            kept += [(begin, int(first[0]), int(last[0])), (ordinal, int(first[0]),
+                                                            int(last[0]))]
+        else:
+            piece = int(pieces.of(ts))
+            kept.append((ordinal, piece, piece))
+    kept += [(begin, int(pieces.of(start)), pieces.count - 1) for begin, start in stack]
+    return np.array(kept, DECISION_DTYPE)
 
 
-# -- the window of a run ----------------------------------------------------------------
+# -- the windows of a run ---------------------------------------------------------------
+
+
+MAX_PIECES = 256
+"""--split-mb writes at most this many pieces (each an open file while the pass runs)."""
+MB = 1_000_000
+
+
+@dataclass
+class OutputWindow:
+    """One output's window: its range, its guides (first, stop: guide numbers of the
+    selection) and its report section (the rewrite adds the counts of what it wrote)."""
+
+    spec: WindowSpec
+    window: Window
+    guides: tuple[int, int] | None
+    report: dict
+
+
+@dataclass
+class CutPlan:
+    """The windows a run writes, cut from one time line (`pieces`), with the linked
+    events' decisions for every piece; `outputs[k]` is written from piece `piece_of[k]`."""
+
+    pieces: Pieces
+    linked: LinkedDecisions
+    piece_of: list[int]
+    outputs: list[OutputWindow]
+    plans: list = field(default_factory=list)  # each output's Plan (engine.build_plan)
 
 
 @dataclass
 class WindowPlan:
-    """A run's window: its range, the linked events it keeps and its report section (the
-    counts of what was written are filled in by the rewrite)."""
+    """A Plan's window: its part of the run's cut."""
 
     spec: WindowSpec
-    window: Window
-    linked: LinkedDecisions
+    cut: CutPlan
+    number: int  # its position in cut.outputs
     report: dict
 
+    @property
+    def piece(self) -> int:
+        return self.cut.piece_of[self.number]
 
-def plan_window(spec: WindowSpec, index, guides, origin_ns: int) -> WindowPlan:
-    """The window `spec` asks for, on this trace and these guides (GuideTable or None):
-    refuses a window the trace cannot fill; narrows `guides` to the window's."""
+    @property
+    def window(self) -> Window:
+        return self.cut.outputs[self.number].window
+
+
+def plan_windows(spec: WindowSpec | SplitSpec, index, guides, origin_ns: int,
+                 appended: int = 0) -> list[OutputWindow]:
+    """The window `spec` asks for (or the pieces of a split), on this trace and these
+    guides (a GuideTable or None); refuses what the trace cannot fill."""
     first_ns, last_ns = _extent(index)
+    text = spec.text
     if first_ns is None:
-        raise TraceError(f"{spec.text}: the trace has no event with a time to cut by")
-    report: dict = {"option": spec.text}
-    if spec.passes is not None:
-        window = _pass_range(spec, guides, report)
+        raise TraceError(f"{text}: the trace has no event with a time to cut by")
+    if isinstance(spec, SplitSpec):
+        return _split(spec, index, guides, origin_ns, first_ns, last_ns, appended)
+    report: dict = {"option": text}
+    guide_range = None
+    if spec.passes is not None and spec.range_us is None:
+        window, guide_range = _pass_range(spec, guides, report)
     else:
-        start, end = spec.times
-        window = Window(clamp(ms_to_ns(start, index.origin)) if start is not None else -FOREVER,
-                        clamp(ms_to_ns(end, index.origin)) if end is not None else FOREVER)
-        if window.end_ns <= first_ns or window.start_ns > last_ns:
+        if spec.range_us is not None:
+            start, end = (None if t is None else timebase.parse_decimal(t).floor_ns()
+                          for t in spec.range_us)
+        else:
+            start, end = (None if t is None else ms_to_ns(t, index.origin) for t in spec.times)
+        window = Window(-FOREVER if start is None else clamp(start),
+                        FOREVER if end is None else clamp(end))
+        if spec.piece is None and (window.end_ns <= first_ns or window.start_ns > last_ns):
             raise TraceError(
-                f"{spec.text} holds no event: the trace's events lie between "
+                f"{text} holds no event: the trace's events lie between "
                 f"{_ms(first_ns, origin_ns)} and {_ms(last_ns, origin_ns)} ms from its origin")
-        if guides is not None:
-            _guides_overlapping(guides, window)
+        if spec.passes is not None:
+            guide_range = _checked_passes(spec, guides)
+            report["passes"] = list(spec.passes)
+        elif guides is not None:
+            guide_range = _guides_overlapping(guides, window)
+    _describe(report, window, guides, guide_range, first_ns, last_ns, origin_ns)
+    return [OutputWindow(spec, window, guide_range, report)]
+
+
+def _describe(report: dict, window: Window, guides, guide_range, first_ns: int, last_ns: int,
+              origin_ns: int) -> None:
     if guides is not None:
-        report["guides"] = len(guides)
-        if len(guides):
-            report["first_guide"] = _guide_name(guides, guides.first)
-            report["last_guide"] = _guide_name(guides, guides.first + len(guides) - 1)
+        first, stop = guide_range
+        report["guides"] = stop - first
+        if stop > first:
+            report["first_guide"] = _guide_name(guides, first)
+            report["last_guide"] = _guide_name(guides, stop - 1)
     report.update(
         start_us=timebase.us_text(window.start_ns) if window.start_ns > -FOREVER else None,
         end_us=timebase.us_text(window.end_ns) if window.end_ns < FOREVER else None,
         start_ms=_ms(max(window.start_ns, first_ns), origin_ns),
         end_ms=_ms(min(window.end_ns, last_ns), origin_ns))
-    linked = decide_linked(index.linked, window)
-    report.update(flows_kept=linked.flows_kept, flows_dropped=linked.flows_dropped,
-                  flows_without_time=linked.untimed_flows)
-    return WindowPlan(spec, window, linked, report)
+
+
+def cut_plan(outputs: list[OutputWindow], index, tmpdir: str | None = None) -> CutPlan:
+    """The time line cut at every window's edges, and the linked decisions for it."""
+    edges = sorted({e for o in outputs for e in (o.window.start_ns, o.window.end_ns)
+                    if -FOREVER < e < FOREVER})
+    pieces = Pieces(np.array(edges, np.int64))
+    piece_of = [int(pieces.of(o.window.start_ns)) if o.window.start_ns > -FOREVER else 0
+                for o in outputs]
+    linked = decide_linked(index.linked, pieces, tmpdir)
+    for output, piece in zip(outputs, piece_of):
+        output.report.update(flows_kept=int(linked.flows_kept[piece]),
+                             flows_dropped=int(linked.flows_dropped[piece]),
+                             flows_without_time=linked.untimed_flows)
+    return CutPlan(pieces, linked, piece_of, outputs)
 
 
 def _extent(index) -> tuple[int | None, int | None]:
@@ -267,7 +424,8 @@ def _extent(index) -> tuple[int | None, int | None]:
     return min(c.first_ns for c in chunks), max(c.last_ns for c in chunks)
 
 
-def _pass_range(spec: WindowSpec, guides, report: dict) -> Window:
+def _checked_passes(spec: WindowSpec, guides) -> tuple[int, int]:
+    """The guide numbers of passes spec.passes (refused where the selection has none)."""
     if guides is None:
         raise SpecError(f"{spec.text} needs layer guides (--anchor-regex …); without them "
                         "cut by --time-window")
@@ -275,29 +433,31 @@ def _pass_range(spec: WindowSpec, guides, report: dict) -> Window:
     first, stop = spec.passes
     if first >= passes or (stop is not None and stop > passes):
         raise TraceError(f"{spec.text}: the labelled selection has {passes} pass(es), "
-                         f"0 … {passes - 1}" + ("" if spec.passes[1] is None else
+                         f"0 … {passes - 1}" + ("" if stop is None else
                                                  f" (STOP may be {passes})"))
     layers = guides.spec.num_layers
-    start_ns, _ = guides.anchor_start(first * layers)
-    end_ns = FOREVER if stop is None or stop == passes else guides.anchor_start(stop * layers)[0]
-    guides.first, guides.stop = first * layers, (passes if stop is None else stop) * layers
-    report["passes"] = [first, passes if stop is None else stop]
-    return Window(start_ns, end_ns)
+    return first * layers, (passes if stop is None else stop) * layers
 
 
-def _guides_overlapping(guides, window: Window) -> None:
-    """Narrow `guides` to the run of those that overlap `window` (by the rule of X events)."""
+def _pass_range(spec: WindowSpec, guides, report: dict) -> tuple[Window, tuple[int, int]]:
+    first_guide, stop_guide = _checked_passes(spec, guides)
+    layers, passes = guides.spec.num_layers, guides.spec.passes
+    start_ns, _ = guides.anchor_start(first_guide)
+    end_ns = FOREVER if stop_guide == passes * layers else guides.anchor_start(stop_guide)[0]
+    report["passes"] = [first_guide // layers, stop_guide // layers]
+    return Window(start_ns, end_ns), (first_guide, stop_guide)
+
+
+def _guides_overlapping(guides, window: Window) -> tuple[int, int]:
+    """The run of guides that overlap `window` (by the rule of X events)."""
     hits = []
     for block in guides.blocks():
         inside = window.spans(block.start_floor_ns, block.end_floor_ns)
-        numbers = (block.pass_index * guides.spec.num_layers + block.layer_id
-                   - guides.spec.first_layer)
         if inside.any():
-            hits += [int(numbers[inside][0]), int(numbers[inside][-1])]
-    if hits:
-        guides.first, guides.stop = min(hits), max(hits) + 1
-    else:
-        guides.first, guides.stop = 0, 0
+            numbers = (block.pass_index * guides.spec.num_layers + block.layer_id
+                       - guides.spec.first_layer)[inside]
+            hits += [int(numbers[0]), int(numbers[-1])]
+    return (min(hits), max(hits) + 1) if hits else (0, 0)
 
 
 def _guide_name(guides, number: int) -> str:
@@ -313,3 +473,112 @@ def _ms(ns: int, origin_ns: int) -> str:
     whole, frac = divmod(abs(ns), 1_000_000)
     text = f"{sign}{whole}.{frac:06d}".rstrip("0")
     return text[:-1] if text.endswith(".") else text
+
+
+# -- pieces of at most N MB (--split-mb) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """--split-mb N: pieces of at most N MB (10^6 bytes) of JSON each."""
+
+    mb: str  # as given (a positive decimal)
+
+    @property
+    def text(self) -> str:
+        return f"--split-mb {self.mb}"
+
+    @property
+    def limit(self) -> int:
+        value = timebase.parse_decimal(self.mb)
+        return timebase.Decimal10(value.mantissa, value.exponent + 6).round_us()
+
+
+_SIZE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?\Z", re.ASCII)
+
+
+def split_mb(text: str) -> SplitSpec:
+    """--split-mb N (a positive number of MB); SpecError otherwise."""
+    if not _SIZE.match(text) or timebase.parse_decimal(text).mantissa == 0:
+        raise SpecError(f"--split-mb {text!r} must be a positive number of MB (10^6 bytes), "
+                        "e.g. 500")
+    return SplitSpec(text)
+
+
+def _split(spec: SplitSpec, index, guides, origin_ns: int, first_ns: int,
+           last_ns: int, appended: int = 0) -> list[OutputWindow]:
+    """Pieces of at most spec.limit bytes by index.sizes' conservative estimate, cut at
+    pass starts when there are guides (one pass per piece where a pass is larger), else at
+    the size bins' edges."""
+    sizes = index.sizes
+    if guides is not None:
+        layers = guides.spec.num_layers
+        starts = _pass_starts(guides)
+        candidates = starts
+    else:
+        layers, starts = 0, np.zeros(0, np.int64)
+        candidates = sizes.bin_edges()
+    candidates = candidates[(candidates > first_ns) & (candidates <= last_ns)]
+    forever = np.array([FOREVER], np.int64)
+    fixed = _document_bytes(index, appended)
+    cuts: list[int] = []
+    start, at = -FOREVER, 0  # the current piece's start; the first candidate after it
+    while at < len(candidates):
+        if sizes.estimate(start, forever, starts, layers, fixed)[0] <= spec.limit:
+            break  # the rest of the trace fits
+        estimate = sizes.estimate(start, candidates[at:], starts, layers, fixed)
+        fitting = int(np.searchsorted(estimate > spec.limit, True))  # (they only grow)
+        # the piece ends at the last candidate that fits; where none does, at the first
+        # (a pass larger than the limit is a piece of its own)
+        step = max(fitting - 1, 0)
+        start = int(candidates[at + step])
+        cuts.append(start)
+        at += step + 1
+        if len(cuts) >= MAX_PIECES:
+            raise SpecError(f"{spec.text} would cut more than {MAX_PIECES} pieces: give a "
+                            "larger size")
+    edges = [-FOREVER, *cuts, FOREVER]
+    outputs = []
+    count = len(edges) - 1
+    for k in range(count):
+        window = Window(edges[k], edges[k + 1])
+        range_us = (None if k == 0 else timebase.us_text(edges[k]),
+                    None if k == count - 1 else timebase.us_text(edges[k + 1]))
+        passes = None
+        guide_range = None
+        if guides is not None:
+            inside = np.flatnonzero(window.points(starts))
+            first = int(inside[0]) if len(inside) else int(np.searchsorted(starts,
+                                                                            edges[k]))
+            stop = int(inside[-1]) + 1 if len(inside) else first
+            passes = (first, stop)
+            guide_range = (first * layers, stop * layers)
+        piece = WindowSpec(passes=passes, range_us=range_us, piece=(k + 1, count, spec.mb))
+        report = {"option": piece.text, "piece": k + 1, "pieces": count}
+        if passes is not None:
+            report["passes"] = list(passes)
+        _describe(report, window, guides, guide_range, first_ns, last_ns, origin_ns)
+        outputs.append(OutputWindow(piece, window, guide_range, report))
+    return outputs
+
+
+def _document_bytes(index, appended: int) -> int:
+    """The bytes of a piece besides its events: the document around them (the source's,
+    its `tracestream` member) and the metadata of new tracks."""
+    layout = index.layout
+    around = layout.events_open + max(index.stats.data_bytes - layout.last_event_end, 0)
+    return around + appended + 1024
+
+
+def _pass_starts(guides) -> np.ndarray:
+    """The exact start (floor ns) of each labelled pass's L0 guide, in pass order."""
+    starts = []
+    first_layer = guides.spec.first_layer
+    saved = guides.first, guides.stop
+    guides.first, guides.stop = 0, None
+    try:
+        for block in guides.blocks():
+            starts.append(block.start_floor_ns[block.layer_id == first_layer])
+    finally:
+        guides.first, guides.stop = saved
+    return np.concatenate(starts) if starts else np.zeros(0, np.int64)

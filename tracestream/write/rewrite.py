@@ -90,6 +90,21 @@ class StreamCursor:
                 continue
             self.pos = min(self._base + len(self._data), target)
 
+    def take_rest(self) -> bytes:
+        """Everything that is left (the bytes after the last event: a few top-level keys)."""
+        parts = []
+        while True:
+            rel = self.pos - self._base
+            if rel < len(self._data):
+                parts.append(self._data[rel:])
+            self._base += len(self._data)
+            self.pos = self._base
+            block = next(self._blocks, None)
+            if block is None:
+                self._data = b""
+                return b"".join(parts)
+            self._data = block
+
     def drain(self, out: OutputFile) -> None:
         """Copy everything that is left."""
         while True:

@@ -1,13 +1,14 @@
-"""The rewrite pass of a window: only the events the window holds (index.window's rule),
-with the plan's edits, in the source's order.
+"""The rewrite pass of windows: each output gets only the events its window holds
+(index.window's rule), with the plan's edits, in the source's order; the pieces of a
+split are all written in this one pass.
 
-The stream is cut where the index pass cut it. A chunk whose events all lie outside the
-window (none in every window, no linked event kept) is skipped undecoded; one whose
-events all lie inside (no linked event dropped, no metadata retired) is copied or edited
-as the full rewrite does it; any other goes to a worker (`window_chunk`), which decodes
-it, keeps the members and edits the runs of them. Events are joined by ",\\n" where the
-source's separators were cut out; the bytes before the first event and after the last
-are the source's.
+The stream is cut where the index pass cut it. A chunk whose events all lie outside
+every window (none in every window, no linked event kept) is skipped undecoded; one
+whose events all lie inside one window (no linked event dropped, no metadata retired)
+is copied or edited as the full rewrite does it; any other goes to a worker
+(`window_chunk`), which decodes it once and cuts it for each window it reaches. Events
+are joined by ",\\n" where the source's separators were cut out; the bytes before the
+first event and after the last are the source's.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections import deque
 import numpy as np
 
 from tracestream.index.decode import decode_chunk, event_spans
-from tracestream.index.window import ChunkTimes, Window, chunk_times
+from tracestream.index.window import Window, chunk_times
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
 from tracestream.plan.planner import DELETE, Plan
+from tracestream.plan.window import DECISION_DTYPE
 from tracestream.progress import Progress, or_silent
 from tracestream.read.hashing import ReadStats
 from tracestream.read.source import TraceSource
@@ -28,39 +30,49 @@ from tracestream.write.rewrite import (
     StreamCursor,
     _member_edit,
     _refuse_if_changed,
-    _splice,
     chunk_edits,
     rewrite_chunk,
 )
-from tracestream.write.sink import OutputFile
 
 _TRIM_EVERY = 8
 _JOIN = b",\n"
 
 
 def window_chunk(data: bytes, offset: int, first_ordinal: int, rows: np.ndarray,
-                 actions: np.ndarray, targets: dict, window: Window,
-                 kept_linked: np.ndarray) -> tuple[bytes, int]:
-    """The chunk's members of `window` with their edits, joined, and how many there are.
+                 actions: np.ndarray, targets: dict, windows: list[tuple[Window, int]],
+                 decisions: np.ndarray) -> list[tuple[bytes, int]]:
+    """For each (window, piece) given: the chunk's members with their edits, joined, and
+    how many there are.
 
     `rows`/`actions`: the plan's edits of the chunk (as `rewrite_chunk` takes them; a
-    DELETE is a retired metadata event, left out); `kept_linked`: the ordinals of the
-    chunk's linked events the plan keeps."""
+    DELETE is a retired metadata event, left out of every window); `decisions`: the
+    chunk's kept linked events (DECISION_DTYPE: kept in pieces first … last)."""
     events = decode_chunk(data, offset)
     starts, ends = _spans(events, data)
-    times: ChunkTimes = chunk_times(events)
-    keep = times.members(window, kept_linked - first_ordinal)
+    times = chunk_times(events)
     local = rows["ordinal"] - first_ordinal
-    keep[local[actions == DELETE]] = False
-    if not keep.any():
-        return b"", 0
+    retired = local[actions == DELETE]
     edited = actions != DELETE
     rows, actions, local = rows[edited], actions[edited], local[edited]
-    # runs of consecutive members: each is copied (and edited) as one piece
+    out = []
+    for window, piece in windows:
+        kept = decisions["ordinal"][(decisions["first"] <= piece)
+                                    & (decisions["last"] >= piece)] - first_ordinal
+        keep = times.members(window, kept)
+        keep[retired] = False
+        out.append(_members(data, offset, starts, ends, keep, rows, actions, local, targets))
+    return out
+
+
+def _members(data, offset, starts, ends, keep, rows, actions, local, targets) -> tuple[bytes,
+                                                                                     int]:
+    """The kept events, edited, joined (runs of consecutive members copied as one)."""
+    if not keep.any():
+        return b"", 0
     edges = np.diff(np.r_[0, keep.view(np.int8), 0])
-    run_starts, run_stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     pieces = []
-    for first, stop in zip(run_starts.tolist(), run_stops.tolist()):
+    for first, stop in zip(np.flatnonzero(edges == 1).tolist(),
+                           np.flatnonzero(edges == -1).tolist()):
         lo, hi = int(starts[first]), int(ends[stop - 1])
         at = slice(*np.searchsorted(local, [first, stop]).tolist())
         piece, _ = rewrite_chunk(data[lo:hi], offset + lo, rows[at], actions[at], targets)
@@ -77,109 +89,184 @@ def _spans(events, data: bytes) -> tuple[np.ndarray, np.ndarray]:
     return event_spans(data, len(events))
 
 
-def rewrite_window(source: TraceSource, index, plan: Plan, out: OutputFile, *,
+def _edited(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray, targets: dict,
+            count: int) -> list[tuple[bytes, int]]:
+    """A chunk whose every event is a member of its one window, with its edits."""
+    return [(rewrite_chunk(data, offset, rows, actions, targets)[0], count)]
+
+
+def rewrite_window(source: TraceSource, index, plans: list[Plan], outs: list, *,
                    progress: Progress | None = None, pool=None, report_rows=None,
                    phase: str = "rewrite") -> None:
-    """The rewrite pass of a plan with a window (as write.rewrite.rewrite takes it), which
-    counts what it wrote into the report; `progress` sees it as `phase`."""
+    """The rewrite pass of plans with windows (one per output, from one cut: see
+    plan.window.CutPlan), which counts what it wrote into each report. `report_rows`:
+    per output, where its guides' report rows go (see engine.report_rows), or None;
+    `progress` sees the pass as `phase`."""
     meter = or_silent(progress).phase(phase, source.progress_total)
     stats = ReadStats()
     pool = pool if pool is not None else InlinePool()
     with collector_paused():
         try:
-            events = _rewrite_window(
-                StreamCursor(source.read(stats)), index, plan, out, pool, report_rows,
+            counts = _Pass(index, plans, outs, pool, report_rows or [None] * len(plans)).run(
+                StreamCursor(source.read(stats)),
                 lambda offset: meter.advance_to(stats.position(offset)))
             source.finish_read(stats)
             meter.advance_to(stats.raw_bytes)
         except Exception:
-            if not out.failed:
+            if not any(out.failed for out in outs):
                 _refuse_if_changed(source)
             raise
         finally:
             meter.close()
-    added = plan.report["added_event_count"]
-    plan.report["output_event_count"] = events + added
-    plan.report["window"].update(source_events_written=events,
-                                 source_events_left_out=index.event_count - events)
+    for plan, events in zip(plans, counts):
+        plan.report["output_event_count"] = events + plan.report["added_event_count"]
+        plan.report["window"].update(source_events_written=events,
+                                     source_events_left_out=index.event_count - events)
 
 
-def _rewrite_window(cursor: StreamCursor, index, plan: Plan, out: OutputFile, pool,
-                    report_rows, written) -> int:
-    """The pass over `cursor`: the number of source events written."""
-    window = plan.window.window
-    kept = plan.window.linked.kept
-    layout = index.layout
-    member = _member_edit(index, plan)
-    if member is not None and member[0] < layout.events_open:
-        _splice(cursor, out, member)
-        member = None
-    pending: deque = deque()  # (payload bytes or a worker's future, chunk end)
-    depth = max(1, SLOTS_PER_WORKER * pool.workers)
-    state = {"wrote": False, "events": 0, "flushed": 0}
+class _Pass:
+    """One pass over the source into every output."""
 
-    def flush_one() -> None:
-        payload, count, end = pending.popleft()
-        state["flushed"] += 1
-        if state["flushed"] % _TRIM_EVERY == 0:
-            release_memory()
-        if not isinstance(payload, bytes):
-            payload, count = outcome(payload)
-        if payload:
-            if state["wrote"]:
-                out.write(_JOIN)
-            out.write(payload)
-            state["wrote"] = True
-            state["events"] += count
-        written(end)
+    def __init__(self, index, plans: list[Plan], outs: list, pool, report_rows: list):
+        self.index, self.plans, self.outs, self.pool = index, plans, outs, pool
+        self.report_rows = report_rows
+        cut = plans[0].window.cut
+        self.windows = [(plan.window.window, plan.window.piece) for plan in plans]
+        self.decisions = cut.linked.kept
+        self.wrote = [False] * len(plans)
+        self.events = [0] * len(plans)
 
-    first = True
-    for chunk, rows, actions in chunk_edits(index, plan):
-        head = cursor.take(chunk.offset - cursor.pos)
-        if first:  # the document up to the first event: the source's
-            out.write(head)
-            first = False
-        lo, hi = np.searchsorted(kept, [chunk.first_ordinal,
-                                        chunk.first_ordinal + chunk.count]).tolist()
-        kept_here = kept[lo:hi]
-        end = chunk.offset + chunk.length
-        outside = (chunk.last_ns < window.start_ns or chunk.first_ns >= window.end_ns)
-        if outside and not chunk.always and not len(kept_here):
+    def run(self, cursor: StreamCursor, written) -> list[int]:
+        index, layout = self.index, self.index.layout
+        members = [_member_edit(index, plan) for plan in self.plans]
+        pending: deque = deque()  # (what each output gets, chunk end)
+        depth = max(1, SLOTS_PER_WORKER * self.pool.workers)
+        decided = _InFileOrder(self.decisions)
+        first, flushed = True, 0
+        for chunk, rows, actions in chunk_edits(index, self.plans[0]):
+            head = cursor.take(chunk.offset - cursor.pos)
+            if first:  # the document up to the first event: the source's, in every output
+                for out, member in zip(self.outs, members):
+                    out.write(_with_member(head, 0, member))
+                first = False
+            decisions = decided.upto(chunk.first_ordinal + chunk.count)
+            pending.append((self._chunk(cursor, chunk, rows, actions, decisions),
+                            chunk.offset + chunk.length))
+            while len(pending) > depth:
+                flushed = self._flush(pending, written, flushed)
+        while pending:
+            flushed = self._flush(pending, written, flushed)
+        if not layout.event_count and first:
+            head = cursor.take(layout.events_open + 1 - cursor.pos)
+            for out, member in zip(self.outs, members):
+                out.write(_with_member(head, 0, member))
+        insert_at = layout.last_event_end if layout.event_count else layout.events_open + 1
+        if cursor.pos < insert_at:
+            cursor.skip(insert_at - cursor.pos)
+        for k, (plan, out) in enumerate(zip(self.plans, self.outs)):
+            if plan.appended:
+                lead = _JOIN if self.wrote[k] else b""
+                for text in plan.appended.texts(self.report_rows[k]):
+                    out.write(lead)
+                    out.write(text)
+                    lead = _JOIN
+        base = cursor.pos
+        tail = cursor.take_rest()
+        for out, member in zip(self.outs, members):
+            out.write(_with_member(tail, base, member))
+        return self.events
+
+    def _chunk(self, cursor, chunk, rows, actions, decisions: np.ndarray):
+        """What the outputs get of `chunk`: {output: payload or a worker's future}."""
+        reached = []
+        for k, (window, piece) in enumerate(self.windows):
+            inside_decided = ((decisions["first"] <= piece) & (decisions["last"] >= piece))
+            if (chunk.always or inside_decided.any()
+                    or (chunk.first_ns < window.end_ns and chunk.last_ns >= window.start_ns)):
+                reached.append(k)
+        if not reached:
             cursor.skip(chunk.length)
-            pending.append((b"", 0, end))
-        elif (chunk.first_ns >= window.start_ns and chunk.last_ns < window.end_ns
-              and len(kept_here) == chunk.linked and not (actions == DELETE).any()):
-            data = cursor.take(chunk.length)  # every event is a member
-            if len(rows):
-                pending.append((pool.submit(_edited, data, chunk.offset, rows, actions,
-                                            plan.targets, chunk.count), 0, end))
-            else:
-                pending.append((data, chunk.count, end))
-        else:
-            data = cursor.take(chunk.length)
-            pending.append((pool.submit(window_chunk, data, chunk.offset, chunk.first_ordinal,
-                                        rows, actions, plan.targets, window, kept_here),
-                            0, end))
-        while len(pending) > depth:
-            flush_one()
-    while pending:
-        flush_one()
-    insert_at = layout.last_event_end if layout.event_count else layout.events_open + 1
-    if cursor.pos < insert_at:
-        cursor.skip(insert_at - cursor.pos)
-    if plan.appended:
-        lead = _JOIN if state["wrote"] else b""
-        for text in plan.appended.texts(report_rows):
-            out.write(lead)
-            out.write(text)
-            lead = _JOIN
-    if member is not None:
-        _splice(cursor, out, member)
-    cursor.drain(out)
-    return state["events"]
+            return {}
+        data = cursor.take(chunk.length)
+        targets = self.plans[0].targets
+        if len(reached) == 1:
+            window, piece = self.windows[reached[0]]
+            kept = int(((decisions["first"] <= piece) & (decisions["last"] >= piece)).sum())
+            if (not chunk.always and kept == chunk.linked
+                    and chunk.first_ns >= window.start_ns and chunk.last_ns < window.end_ns
+                    and not (actions == DELETE).any()):
+                if not len(rows):
+                    return {reached[0]: [(data, chunk.count)]}
+                return {reached[0]: self.pool.submit(_edited, data, chunk.offset, rows,
+                                                     actions, targets, chunk.count)}
+        future = self.pool.submit(window_chunk, data, chunk.offset, chunk.first_ordinal, rows,
+                                  actions, targets, [self.windows[k] for k in reached],
+                                  decisions)
+        return {"all": (future, reached)}
+
+    def _flush(self, pending: deque, written, flushed: int) -> int:
+        given, end = pending.popleft()
+        flushed += 1
+        if flushed % _TRIM_EVERY == 0:
+            release_memory()
+        if "all" in given:
+            future, reached = given["all"]
+            given = dict(zip(reached, ([r] for r in outcome(future))))
+        for k, payload in given.items():
+            if not isinstance(payload, list):
+                payload = outcome(payload)
+            for text, count in payload:
+                if text:
+                    if self.wrote[k]:
+                        self.outs[k].write(_JOIN)
+                    self.outs[k].write(text)
+                    self.wrote[k] = True
+                    self.events[k] += count
+        written(end)
+        return flushed
 
 
-def _edited(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray, targets: dict,
-            count: int) -> tuple[bytes, int]:
-    """A chunk whose every event is a member, with its edits (no metadata retired)."""
-    return rewrite_chunk(data, offset, rows, actions, targets)[0], count
+class _InFileOrder:
+    """The decisions store read alongside the chunks (both in ordinal order)."""
+
+    def __init__(self, store):
+        self._blocks = store.sorted_blocks() if store is not None else iter(())
+        self._rows = np.zeros(0, DECISION_DTYPE)
+
+    def upto(self, stop: int) -> np.ndarray:
+        """The rows with ordinals below `stop` not handed out yet."""
+        while not len(self._rows) or self._rows["ordinal"][-1] < stop:
+            block = next(self._blocks, None)
+            if block is None:
+                break
+            self._rows = np.concatenate([self._rows, block])
+        cut = int(np.searchsorted(self._rows["ordinal"], stop))
+        taken, self._rows = self._rows[:cut], self._rows[cut:]
+        return taken
+
+
+class CountingWriter:
+    """An output that counts the (uncompressed) bytes written to it."""
+
+    def __init__(self, out):
+        self.out = out
+        self.bytes = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.out.failed
+
+    def write(self, data) -> None:
+        self.bytes += len(data)
+        self.out.write(data)
+
+
+def _with_member(data: bytes, base: int, member) -> bytes:
+    """`data` (the source's bytes from `base`) with the `tracestream` member spliced in,
+    where it falls inside."""
+    if member is None:
+        return data
+    start, end, text = member
+    if not base <= start <= base + len(data):
+        return data
+    return data[: start - base] + text + data[end - base:]

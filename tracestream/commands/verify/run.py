@@ -29,7 +29,7 @@ from tracestream.commands.verify.verdict import (
     sha_problem,
     short_text,
 )
-from tracestream.commands.verify.window import verify_window
+from tracestream.commands.verify.window import is_manifest, verify_pieces, verify_window
 from tracestream.engine import build_plan
 from tracestream.errors import TraceError
 from tracestream.index.builder import TraceIndex
@@ -65,6 +65,9 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
     read again, event by event, to name what differs); see tracestream.progress."""
     progress = or_silent(progress)
     trace, output = str(trace), str(output)
+    if report is None and is_manifest(output):
+        return verify_pieces(trace, output, tmpdir=tmpdir, workers=workers,
+                             max_event_bytes=max_event_bytes, progress=progress)
     report_path = find_report(output, report)
     data, retired = load_report(report_path)
     if isinstance(data.get("options"), dict) and data["options"].get("window"):

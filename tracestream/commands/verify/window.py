@@ -7,11 +7,17 @@ against the plan's. Restore's check does not apply: a window is not the whole tr
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
+import orjson
+
 from tracestream.commands.report_shape import report_specs
 from tracestream.commands.verify.verdict import Verdict, sha_problem, short_text
 from tracestream.engine import build_plan
 from tracestream.errors import TraceError
-from tracestream.plan.window import spec_from_options
+from tracestream.plan.report import load_report
+from tracestream.plan.window import spec_from_options, split_mb
 from tracestream.progress import Progress, or_silent
 from tracestream.read.hashing import ReadStats
 from tracestream.read.sizing import pool_for
@@ -97,7 +103,7 @@ def verify_window(trace: str, output: str, data: dict, report_name: str, *,
             return verdict
         try:
             sink = ComparingSink(annotated)
-            rewrite_window(source, index, plan, sink, pool=pool, progress=progress,
+            rewrite_window(source, index, [plan], [sink], pool=pool, progress=progress,
                            phase="verify")
             sink.finish()
         finally:
@@ -116,3 +122,95 @@ def verify_window(trace: str, output: str, data: dict, report_name: str, *,
                     f"every byte of the output is the window's as planned "
                     f"({sink.offset:,} bytes: {plan.report['output_event_count']:,} events)")
     return verdict
+
+
+def is_manifest(output: str) -> bool:
+    """Whether `output` names a split's manifest (`<output>.pieces.json`)."""
+    return str(output).endswith(".pieces.json")
+
+
+def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int | None,
+                  max_event_bytes: int | None, progress: Progress | None) -> Verdict:
+    """Every piece a manifest lists, checked in one pass: the split is planned again from
+    the source and the options the pieces' reports recorded, and each piece's bytes are
+    compared with its planned ones as they come."""
+    progress = or_silent(progress)
+    data = _manifest(manifest)
+    folder = Path(manifest).parent
+    rows = data["pieces"]
+    reports = [load_report(folder / row["report"])[0] for row in rows]
+    layer_spec, compact_spec = report_specs(reports[0])
+    split = split_mb(data["split_mb"])
+    verdict = Verdict()
+    with pool_for(trace, workers) as pool, \
+            TraceSource(trace, max_event_bytes=max_event_bytes, spool_dir=tmpdir) as source, \
+            contextlib.ExitStack() as files:
+        names = [(r.get("output_file", ""), r.get("report_file", "")) for r in reports]
+        try:
+            index, plan = build_plan(
+                source, layer_spec, compact_spec, output_name="", report_name="",
+                command=reports[0].get("command", ""), tmpdir=tmpdir, pool=pool,
+                progress=progress, source_name=reports[0].get("source_file"), window=split,
+                piece_names=lambda count: (names + [("", "")] * count)[:count])
+        except TraceError as exc:
+            if source.first_stats is None:
+                raise
+            verdict.add("source sha256", sha_problem(source, data), "matches the manifest")
+            verdict.add("re-plan from the source", [str(exc)], "")
+            return verdict
+        plans = plan.window.cut.plans
+        try:
+            if len(plans) != len(rows):
+                verdict.add("source sha256", sha_problem(source, data), "matches the manifest")
+                verdict.add("pieces", [f"the manifest lists {len(rows)} piece(s), the plan "
+                                       f"cuts {len(plans)}"], "")
+                return verdict
+            annotated = [files.enter_context(TraceSource(
+                str(folder / row["file"]), hashes_data=False, max_event_bytes=max_event_bytes,
+                spool_dir=tmpdir)) for row in rows]
+            sinks = [ComparingSink(piece) for piece in annotated]
+            rewrite_window(source, index, plans, sinks, pool=pool, progress=progress,
+                           phase="verify")
+            for sink in sinks:
+                sink.finish()
+        finally:
+            index.close()
+            plan.window.cut.linked.close()
+        verdict.add("source sha256", sha_problem(source, data),
+                    f"{str(data.get('source_sha256', ''))[:16]}… matches the manifest")
+        problems = []
+        for row, report, p in zip(rows, reports, plans):
+            planned = p.report["window"]
+            problems += [f"piece {row['piece']}: the manifest's {key} is {row.get(key)!r}, "
+                         f"the plan's {planned.get(key)!r}"
+                         for key in ("start_us", "end_us", "passes", "guides")
+                         if row.get(key) != planned.get(key)]
+            written = report.get("window") if isinstance(report.get("window"), dict) else {}
+            problems += [f"piece {row['piece']}: its report's window {key} is "
+                         f"{written.get(key)!r}, the plan's {planned.get(key)!r}"
+                         for key in _COUNTS if written.get(key) != planned.get(key)]
+        verdict.add("pieces", problems,
+                    f"{len(rows)} pieces cut as planned, their reports' counts hold")
+        differ = [f"{row['file']}: {sink.problem}" for row, sink in zip(rows, sinks)
+                  if sink.problem]
+        verdict.add("pieces as planned", differ,
+                    f"every byte of every piece is its window's as planned "
+                    f"({sum(s.offset for s in sinks):,} bytes)", total=len(differ))
+    return verdict
+
+
+def _manifest(path: str) -> dict:
+    """The manifest as data; TraceError when it is not one."""
+    try:
+        data = orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise TraceError(f"cannot read manifest {path}: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"cannot read manifest {path}: {exc}") from None
+    rows = data.get("pieces") if isinstance(data, dict) else None
+    if (not isinstance(data, dict) or data.get("kind") != "pieces"
+            or not isinstance(data.get("split_mb"), str) or not isinstance(rows, list)
+            or not rows or not all(isinstance(r, dict) and isinstance(r.get("file"), str)
+                                   and isinstance(r.get("report"), str) for r in rows)):
+        raise TraceError(f"{path} is not a tracestream pieces manifest")
+    return data
