@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 from decimal import Decimal
-from math import ceil, floor
 from pathlib import Path
 
 import numpy as np
