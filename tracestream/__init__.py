@@ -15,6 +15,9 @@ _LAZY = {
     "inspect_trace": "tracestream.commands.evidence.inspect",
     "find_anchors": "tracestream.commands.evidence.anchors",
     "run_batch": "tracestream.commands.batch",
+    "pass_window": "tracestream.plan.window",
+    "time_window": "tracestream.plan.window",
+    "split_mb": "tracestream.plan.window",
 }
 """The public names whose modules load on first use: `import tracestream` (which every
 command runs, for its version) would otherwise import every stage of the engine, ~10 ms
@@ -31,8 +34,11 @@ __all__ = [
     "compact",
     "find_anchors",
     "inspect_trace",
+    "pass_window",
     "restore",
     "run_batch",
+    "split_mb",
+    "time_window",
     "verify",
 ]
 

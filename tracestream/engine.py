@@ -609,9 +609,11 @@ def _layers_lines(data: dict) -> list[str]:
     # the last layer ends at the terminal's end when there is one, else at its anchor
     last = [TERMINAL_KERNEL_END if data.get("end_anchor_regex") is not None
             else ANCHOR_POINT_ONLY]
+    window = data.get("window") or {}
+    written = (f" ({window['guides']:,} of them in the window)" if "guides" in window else "")
     lines = [
         f"guides: {names} x {data['passes']} pass(es) = {count * data['passes']} guides on pid "
-        f"{data['pid']} device {data['device']} (track '{data['track_name']}')",
+        f"{data['pid']} device {data['device']} (track '{data['track_name']}'){written}",
         f"anchors: {data['matching_anchor_count']} matches of {data['anchor_regex']!r}, "
         f"offset {data['anchor_offset']}, stride {data['anchor_stride']}, "
         f"{data['extra_anchors_per_pass']} extra per pass; each guide ends at the next layer's "
