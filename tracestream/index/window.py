@@ -24,13 +24,22 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import orjson
 
 from tracestream import _native
 from tracestream.index import timebase
+from tracestream.index.decode import (
+    PHASE_CODES,
+    PHASE_COMPLETE,
+    PHASE_FLOW,
+    PHASE_METADATA,
+    PHASE_OTHER,
+)
 from tracestream.index.numbers import time_value
+from tracestream.model import CategoryKinds
 
 FOREVER = int(np.iinfo(np.int64).max)
 """A window's end when it runs to the end of the trace."""
@@ -39,6 +48,9 @@ FREE, COMPLETE, METADATA, FLOW, ASYNC, BEGIN, END = range(7)
 """What an event's `ph` makes of it here: decided alone by its ts (FREE) or its span
 (COMPLETE), in every window (METADATA), or with the events it is linked to."""
 LINKED = (FLOW, ASYNC, BEGIN, END)
+_PHASE = attrgetter("ph")
+_PAIRED = frozenset("benSTpFBE")  # the phases classify counts as other that are linked
+_KINDS = CategoryKinds()
 _ROLE_OF = {"X": COMPLETE, "M": METADATA, **dict.fromkeys("stf", FLOW),
             **dict.fromkeys("benSTpF", ASYNC), "B": BEGIN, "E": END}
 _KEY_BASE = {FLOW: 1 << 61, ASYNC: 2 << 61}
@@ -92,8 +104,7 @@ class ChunkTimes:
 
 def chunk_times(events) -> ChunkTimes:
     """The columns of a decoded chunk (see ChunkTimes)."""
-    role = np.fromiter((_ROLE_OF.get(ph, FREE) if isinstance(ph, str) else FREE
-                        for ph in (e.ph for e in events)), np.int8, len(events))
+    role = _roles(events)
     ts, ts_exact, timed = _times(events, "ts", True)
     end = ts.copy()
     slices = np.flatnonzero((role == COMPLETE) & timed)
@@ -108,6 +119,28 @@ def chunk_times(events) -> ChunkTimes:
                 total = start + (dur_exact.get(i) or timebase.parse_decimal(bytes(events[i].dur)))
                 end[i] = min(max(total.ceil_ns(), ts[i]), FOREVER)
     return ChunkTimes(role, ts, end, timed)
+
+
+def _roles(events) -> np.ndarray:
+    """Each event's role by its `ph`. The C classifier reads the phases without making
+    the events (a scanned chunk makes each on access); only events of other phases are
+    looked at one by one, and only where the chunk has B/E or async phases."""
+    n = len(events)
+    try:
+        codes, _, _, counts = _native.classify(events, PHASE_CODES, PHASE_OTHER, _KINDS)
+    except TypeError:  # an unhashable category or phase: one by one
+        return np.array([_ROLE_OF.get(ph, FREE) if isinstance(ph, str) else FREE
+                         for ph in map(_PHASE, events)], np.int8)
+    codes = np.frombuffer(codes, np.int8)
+    role = np.full(n, FREE, np.int8)
+    role[codes == PHASE_COMPLETE] = COMPLETE
+    role[codes == PHASE_METADATA] = METADATA
+    role[codes == PHASE_FLOW] = FLOW
+    if any(isinstance(ph, str) and ph in _PAIRED for ph in counts):
+        other = np.flatnonzero(codes == PHASE_OTHER)
+        role[other] = [_ROLE_OF.get(ph, FREE) if isinstance(ph, str) else FREE
+                       for ph in map(_PHASE, map(events.__getitem__, other.tolist()))]
+    return role
 
 
 def _times(events, key: str, signed: bool, which: np.ndarray | None = None):
