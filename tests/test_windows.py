@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
-from tests.conftest import ROOT, assert_refused, read_bytes, run
+from tests.conftest import ROOT, assert_refused, read_bytes
+from tests.conftest import run as run_process
 from tests.kineto import kernel, thread_name, write_trace
+from tracestream.cli import main
 from tracestream.index.window import FOREVER, Window
 from tracestream.plan.window import Pieces, decide_linked, pass_window, time_window
 
@@ -23,6 +27,16 @@ SAMPLE_LAYERS = ["--anchor-regex", "^_q_rope_store$", "--num-layers", "8", "--an
                  "--passes", "all"]
 LINKED = {"s": "flow", "t": "flow", "f": "flow", **dict.fromkeys("benSTpF", "async"),
           "B": "B", "E": "E"}
+
+
+def run(*args, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process (click's runner): as `tests.conftest.run` reports it, without
+    a new interpreter for each of this file's many runs."""
+    result = CliRunner().invoke(main, [str(a) for a in args], input=stdin)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout_bytes,
+                                       result.stderr_bytes)
 
 
 # -- the oracle: the rule, read straight from the issue, over the whole trace ----------
@@ -260,9 +274,9 @@ def test_open_ended_windows_run_to_the_edges_of_the_trace(tmp_path):
 
 def test_the_samples_pass_window_ends_before_the_next_passes_anchor(tmp_path):
     """The edges are the anchors' exact ts, not the guides' whole µs."""
-    output = tmp_path / "w.json"
-    result = run("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
-                 "--max-gpu-lanes", "10", "--pass-window", "2:4")
+    output = tmp_path / "w.json"  # a new process, as a user runs it
+    result = run_process("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
+                         "--max-gpu-lanes", "10", "--pass-window", "2:4")
     assert result.returncode == 0, result.stderr.decode()
     report = json.loads(Path(f"{output}.layers.json").read_text())
     source = load_decimal(SAMPLE)["traceEvents"]
