@@ -178,9 +178,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             if route == "page":
-                self._send_page(send_body)
+                self._send_page(send_body, self.server.trace)
             elif route == "trace":
-                self._send_trace(send_body)
+                self._send_trace(send_body, self.server.trace)
             else:
                 self.send_error(404)
         except (BrokenPipeError, ConnectionResetError):
@@ -205,10 +205,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_page(self, send_body: bool) -> None:
+    def _send_page(self, send_body: bool, trace: TraceFile,
+                   piece: tuple[int, int] | None = None) -> None:
         nonce = secrets.token_urlsafe(16)
-        body = render_page(self.server.trace, self.server.ui_url, nonce,
-                           self.server.token).encode("utf-8")
+        body = render_page(trace, self.server.ui_url, nonce, self.server.token,
+                           piece=piece).encode("utf-8")
         self.send_response(200)
         self._common_headers("text/html; charset=utf-8")
         self.send_header("Content-Security-Policy",
@@ -218,8 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
         if send_body:
             self.wfile.write(body)
 
-    def _send_trace(self, send_body: bool) -> None:
-        trace = self.server.trace
+    def _send_trace(self, send_body: bool, trace: TraceFile) -> None:
         try:
             fh = trace.path.open("rb")
         except OSError:
@@ -227,7 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with fh:
             if trace.zstd:
-                self._send_zstd(fh, send_body)
+                self._send_zstd(fh, send_body, trace.title)
                 return
             self.send_response(200)
             self._common_headers("application/octet-stream")
@@ -237,13 +237,13 @@ class _Handler(BaseHTTPRequestHandler):
             if send_body:
                 copy_blocks(fh, self.wfile, size)
 
-    def _send_zstd(self, fh, send_body: bool) -> None:
+    def _send_zstd(self, fh, send_body: bool, title: str) -> None:
         """Decompressed on the fly and sent gzip-compressed (`Content-Encoding: gzip`, which
         the browser undoes). Its length is unknown, so the body is chunked (HTTP/1.1
         clients) or ends with the connection: a stream that turns out corrupt mid-way ends
         without the last chunk (and without the gzip trailer), which the browser's fetch
         reports as an error."""
-        blocks = open_decompressed(fh, self.server.trace.title)
+        blocks = open_decompressed(fh, title)
         try:
             first = next(blocks, b"")
         except TraceError as exc:  # corrupt from the start: nothing sent yet, so say why
