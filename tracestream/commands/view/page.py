@@ -7,6 +7,7 @@ import html
 import ipaddress
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,25 @@ def route_for(request_target: str) -> str | None:
     """
     path = request_target.split("?", 1)[0]
     return {"/": "page", "/trace": "trace"}.get(path)
+
+
+_PIECE_ROUTE = re.compile(r"/(piece|trace)/([1-9][0-9]{0,5})")
+
+
+def pieces_route_for(request_target: str) -> tuple[str, int | None] | None:
+    """Maps the raw request target of a pieces server to ('list', None), ('piece', N) (the
+    page for piece N), ('trace', N) (its bytes) or None (404).
+
+    As in route_for, the path is compared exactly: N is plain decimal digits without a
+    leading zero, so '/trace/01', '/trace/%31' and '/trace/1/' never reach a piece.
+    """
+    path = request_target.split("?", 1)[0]
+    if path == "/":
+        return ("list", None)
+    match = _PIECE_ROUTE.fullmatch(path)
+    if match is None:
+        return None
+    return (match.group(1), int(match.group(2)))
 
 
 def json_for_script(value) -> str:
