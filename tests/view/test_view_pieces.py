@@ -1,18 +1,29 @@
-"""`view` on a pieces manifest (`--split-mb`): reading and checking the manifest, and the
-listing page as a pure function."""
+"""`view` on a pieces manifest (`--split-mb`): reading and checking the manifest, the listing
+page as a pure function, and the server's '/', '/piece/N' and '/trace/N'."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import html
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.view.test_view_server import TRACE_BYTES, config_from_page
+from tests.view.test_view_server import (
+    TRACE_BYTES,
+    config_from_page,
+    get,
+    raw_request,
+    serving,
+    with_token,
+)
 from tracestream.commands.view import page as view_page
 from tracestream.commands.view.pieces import (
     Piece,
@@ -21,6 +32,7 @@ from tracestream.commands.view.pieces import (
     read_manifest,
     render_listing,
 )
+from tracestream.commands.view.server import ViewServer, address_lines
 from tracestream.errors import TraceError
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "decode_8layers.trace.json.gz"
@@ -177,6 +189,36 @@ def test_control_characters_in_a_refused_name_stay_escaped(tmp_path):
     assert "'\\x1b[31mred\\n.json' is missing" in str(caught.value)
 
 
+def test_an_empty_piece_is_refused_when_the_server_starts(tmp_path):
+    (tmp_path / "o.part-0001.json").write_bytes(b"")
+    path = write_manifest(tmp_path, [piece_row(1, "o.part-0001.json")])
+    with pytest.raises(TraceError, match=r"pieces manifest .*: piece 1: trace is empty"):
+        ViewServer(path)
+
+
+@pytest.mark.parametrize("file, message", [
+    ("../x.json", "leaves the manifest's folder (..)"),
+    ("gone.json", "is missing"),
+])
+def test_the_cli_refuses_a_bad_manifest_with_one_line_and_exit_2(tmp_path, file, message):
+    (tmp_path / "x.json").write_bytes(TRACE_BYTES)
+    folder = tmp_path / "split"
+    folder.mkdir()
+    path = write_manifest(folder, [piece_row(1, file)])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-m", "tracestream", "view", "--trace", str(path),
+                           "--no-browser"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"tracestream: error: pieces manifest {path}: piece 1's file")
+    assert message in lines[0]
+    assert "Traceback" not in done.stderr
+
+
 # --- the listing page, without a server -----------------------------------------------------
 
 
@@ -306,3 +348,129 @@ def test_a_piece_page_fetches_its_own_trace_and_links_back():
     single = view_page.render_page(trace, "https://ui.perfetto.dev", "n0nce", "t0ken")
     assert 'id="back"' not in single and "#back" not in single
     assert config_from_page(single)["traceUrl"] == "/trace?token=t0ken"
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+def test_the_list_page_is_served_at_the_root_with_a_strict_policy(split):
+    with serving(split) as server:
+        status, headers, body = get(server, "/")
+    page = body.decode()
+    assert status == 200
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+    assert int(headers["Content-Length"]) == len(body)
+    assert headers["Referrer-Policy"] == "no-referrer"
+    nonce = re.search(r'<style nonce="([^"]+)">', page).group(1)
+    assert headers["Content-Security-Policy"] == listing_security_policy(nonce)
+    assert f'<a href="/piece/1?token={server.token}">1</a>' in page
+    assert f'<a href="/piece/2?token={server.token}">2</a>' in page
+
+
+def test_each_piece_page_is_the_perfetto_page_for_that_piece(split):
+    with serving(split) as server:
+        count = len(server.pieces.pieces)
+        status, headers, body = get(server, "/piece/2")
+    page = body.decode()
+    assert status == 200
+    assert "frame-src https://ui.perfetto.dev;" in headers["Content-Security-Policy"]
+    assert config_from_page(page) == {
+        "uiUrl": "https://ui.perfetto.dev", "title": "o.part-0002.json.gz",
+        "fileName": "o.part-0002.json.gz", "traceUrl": f"/trace/2?token={server.token}"}
+    assert f'href="/?token={server.token}"' in page
+    assert f"piece 2 of {count}" in page
+
+
+def test_each_piece_is_served_as_a_single_trace_is(split):
+    with serving(split) as server:
+        plain = get(server, "/trace/1")
+        gz = get(server, "/trace/2")
+        head = get(server, "/trace/2", method="HEAD")
+    assert plain[0] == 200 and plain[2] == TRACE_BYTES
+    assert int(plain[1]["Content-Length"]) == len(TRACE_BYTES)
+    assert gz[0] == 200 and gz[2] == SAMPLE.read_bytes()  # gzip: as it is
+    assert "Content-Encoding" not in gz[1]
+    assert (head[0], head[2]) == (200, b"")
+    assert int(head[1]["Content-Length"]) == SAMPLE.stat().st_size
+
+
+def test_a_zstd_piece_is_decompressed_on_the_fly(split):
+    pytest.importorskip("zstandard")
+    with serving(split) as server:
+        status, headers, body = get(server, "/trace/3")
+        config = config_from_page(get(server, "/piece/3")[2].decode())
+    assert status == 200
+    assert headers["Content-Encoding"] == "gzip"
+    assert gzip.decompress(body) == TRACE_BYTES * 100
+    assert (config["title"], config["fileName"]) == ("o.part-0003.json.zst", "o.part-0003.json")
+
+
+PIECES_NOT_SERVED = [
+    "/trace", "/trace/0", "/trace/4", "/trace/01", "/trace/1/", "/trace/%31", "/piece/9",
+    "/piece/", "/piece/1/..", "/trace/1/../2", "/o.part-0001.json", "/o.json.pieces.json",
+    "/..", "/%2e%2e/", "//trace/1", "/trace/1%00", "/index.html",
+]
+
+
+@pytest.mark.parametrize("target", PIECES_NOT_SERVED)
+def test_everything_else_is_404_for_a_manifest(split, target):
+    with serving(split) as server:
+        status, body = raw_request(
+            server.port, f"GET {with_token(server, target)} HTTP/1.0\r\n\r\n".encode())
+    assert status == 404, target
+    assert TRACE_BYTES not in body
+
+
+@pytest.mark.parametrize("path", ["/", "/piece/1", "/trace/1", "/trace/2?x=1", "/piece/99"])
+@pytest.mark.parametrize("token", [None, "", "wrong"])
+def test_every_pieces_route_needs_this_runs_token(split, path, token):
+    with serving(split) as server:
+        target = path if token is None else f"{path}{'&' if '?' in path else '?'}token={token}"
+        status, body = raw_request(server.port, f"GET {target} HTTP/1.0\r\n\r\n".encode())
+        assert status == 403
+        assert TRACE_BYTES not in body and server.token.encode() not in body
+        assert get(server, path)[0] == (404 if path == "/piece/99" else 200)
+
+
+def test_a_foreign_host_is_refused_on_the_pieces_routes_too(split):
+    with serving(split) as server:
+        target = with_token(server, "/trace/1")
+        request = (f"GET {target} HTTP/1.1\r\nHost: attacker.example\r\n"
+                   "Connection: close\r\n\r\n").encode()
+        assert raw_request(server.port, request)[0] == 403
+
+
+def test_the_manifest_is_served_on_loopback_only_and_says_so(split):
+    with serving(split) as server:
+        assert server._httpd.server_address[0] == "127.0.0.1"
+        lines = address_lines(server)
+    count = len(server.pieces.pieces)
+    assert lines[0] == f"Serving the {count} pieces listed in {split} at {server.url}"
+    assert "a click on one hands it to https://ui.perfetto.dev" in lines[1]
+    assert any(f"ssh -L {server.port}:127.0.0.1:{server.port} host" in line for line in lines)
+
+
+def test_a_piece_file_replaced_after_start_is_served_as_it_is_now(split):
+    """Like a single trace: the file is opened per request (a piece that went away is a 500,
+    not a crash)."""
+    with serving(split) as server:
+        (split.parent / "o.part-0001.json").unlink()
+        status, _, body = get(server, "/trace/1")
+        assert status == 500
+        assert get(server, "/trace/2")[0] == 200
+
+
+def test_the_real_split_output_is_listed(tmp_path):
+    """Rows as `--split-mb` wrote them for the shipped sample (its first two pieces)."""
+    rows = []
+    for number, (start, end, events) in enumerate(
+            [("0", "2.324107", 369), ("2.324107", "4.512925", 336)], start=1):
+        name = f"o.part-{number:04d}.json.gz"
+        shutil.copyfile(SAMPLE, tmp_path / name)
+        rows.append(piece_row(number, name, start_ms=start, end_ms=end, output_events=events))
+    path = write_manifest(tmp_path, rows)
+    with serving(path) as server:
+        page = get(server, "/")[2].decode()
+        digest = hashlib.sha256(get(server, "/trace/2")[2]).hexdigest()
+    assert "0 &hellip; 2.324107" in page and "2.324107 &hellip; 4.512925" in page
+    assert digest == hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
