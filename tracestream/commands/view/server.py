@@ -60,6 +60,11 @@ the browser's fetch fails instead of receiving a short trace. Either way the
 server reports one line (to its `report` callable, else the `tracestream.view` logger;
 the CLI prints it), never a traceback.
 
+Pieces: given the manifest a ``--split-mb`` run wrote (``OUT.json.pieces.json``, see
+`pieces.py`), ``/`` is a list of the pieces instead (no script; its own CSP), and piece
+N is served as a single trace is: its handshake page at ``/piece/N`` (with a link back)
+fetches ``/trace/N``. ``/trace`` is then 404; every route needs the token.
+
 Limits: the browser holds the whole trace in one ArrayBuffer, and the Perfetto
 UI's in-browser engine has its own memory ceiling (a few GB). For bigger traces
 Perfetto suggests ``trace_processor --httpd``
