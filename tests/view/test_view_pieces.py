@@ -114,6 +114,17 @@ def test_traces_are_not_manifests(tmp_path, content):
     assert read_manifest(path) is None
 
 
+def test_a_file_above_the_manifest_limit_is_a_trace_unless_named_as_a_manifest(tmp_path):
+    from tracestream.commands.view import pieces
+
+    content = b'{"kind": "pieces", "pieces": [], "pad": "' + b"x" * pieces.MAX_MANIFEST_BYTES
+    (tmp_path / "big.json").write_bytes(content + b'"}')
+    assert read_manifest(tmp_path / "big.json") is None
+    (tmp_path / "big.pieces.json").write_bytes(content + b'"}')
+    with pytest.raises(TraceError, match="is too big for a manifest"):
+        read_manifest(tmp_path / "big.pieces.json")
+
+
 def test_the_sample_trace_is_not_a_manifest():
     assert read_manifest(SAMPLE) is None
 

@@ -20,8 +20,9 @@ from pathlib import Path, PurePosixPath
 from tracestream.errors import TraceError
 
 MANIFEST_SUFFIX = ".pieces.json"
-MAX_MANIFEST_BYTES = 16 << 20
-"""A bigger file is a trace, not a manifest (a manifest has a few hundred bytes a piece)."""
+MAX_MANIFEST_BYTES = 1 << 20
+"""A bigger file is a trace, not a manifest, and is not read here: a manifest has a few
+hundred bytes a piece, and --split-mb writes at most 256 pieces."""
 MAX_PIECE_NUMBER = 999_999
 """Piece numbers have at most 6 digits in /piece/N and /trace/N."""
 
