@@ -18,16 +18,22 @@ def register(main) -> None:
 
     @main.command("view", epilog=examples(
         "tracestream view --trace TP-0.layers.trace.json.gz",
-        "tracestream view --trace TP-0.layers.trace.json.gz --port 9001 --no-browser"))
+        "tracestream view --trace TP-0.layers.trace.json.gz --port 9001 --no-browser",
+        "tracestream view --trace TP-0.layers.trace.json.pieces.json"))
     @click.option("--trace", "trace_path", required=True, type=click.Path(path_type=Path),
-                  help="Trace file to open (.json, .json.gz or .json.zst).")
+                  help="Trace file to open (.json, .json.gz or .json.zst), or the "
+                       "OUTPUT.pieces.json manifest a --split-mb run wrote: a page then "
+                       "lists its pieces, each opened with one click.")
     @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
                   help="Port on 127.0.0.1; 0 picks a free one. Fix it to reuse an ssh tunnel.")
     @click.option("--ui-url", default=DEFAULT_UI_URL, show_default=True,
                   help="Perfetto UI to hand the trace to, e.g. a self-hosted copy.")
     @click.option("--no-browser", is_flag=True, help="Only print the address; open no browser.")
     def view(trace_path, port, ui_url, no_browser):
-        """Open a trace in the Perfetto UI, served from this machine only. Ctrl-C stops."""
+        """Open a trace in the Perfetto UI, served from this machine only. Ctrl-C stops.
+
+        Given a pieces manifest (--split-mb of layers/compact), the page lists the pieces
+        (time range, passes, events, size) and opens the one you click."""
         view_trace(trace_path, port=port, ui_url=ui_url, open_browser=not no_browser,
                    echo=click.echo)
 

@@ -7,6 +7,7 @@ import html
 import ipaddress
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,25 @@ def route_for(request_target: str) -> str | None:
     return {"/": "page", "/trace": "trace"}.get(path)
 
 
+_PIECE_ROUTE = re.compile(r"/(piece|trace)/([1-9][0-9]{0,5})")
+
+
+def pieces_route_for(request_target: str) -> tuple[str, int | None] | None:
+    """Maps the raw request target of a pieces server to ('list', None), ('piece', N) (the
+    page for piece N), ('trace', N) (its bytes) or None (404).
+
+    As in route_for, the path is compared exactly: N is plain decimal digits without a
+    leading zero, so '/trace/01', '/trace/%31' and '/trace/1/' never reach a piece.
+    """
+    path = request_target.split("?", 1)[0]
+    if path == "/":
+        return ("list", None)
+    match = _PIECE_ROUTE.fullmatch(path)
+    if match is None:
+        return None
+    return (match.group(1), int(match.group(2)))
+
+
 def json_for_script(value) -> str:
     """JSON that is safe inside <script type="application/json">: no '<', '>' or '&'.
 
@@ -137,7 +157,7 @@ html, body { height: 100%; margin: 0; }
 body { display: flex; flex-direction: column; font: 14px system-ui, sans-serif; }
 header { display: flex; gap: 1.2em; align-items: center; padding: 6px 12px;
          background: #263238; color: #eceff1; }
-#trace-name { font-family: monospace; overflow: hidden; text-overflow: ellipsis; }
+@BACK_STYLE@#trace-name { font-family: monospace; overflow: hidden; text-overflow: ellipsis; }
 #status { flex: 1; font-weight: 600; }
 #status[data-state="sent"] { color: #a5d6a7; }
 #status[data-state="error"] { color: #ef9a9a; }
@@ -147,7 +167,7 @@ header { display: flex; gap: 1.2em; align-items: center; padding: 6px 12px;
 <body>
 <header>
 <strong>tracestream view</strong>
-<span id="trace-name">@TITLE@</span>
+@BACK@<span id="trace-name">@TITLE@</span>
 <span id="status" role="status" data-state="loading">Loading the Perfetto UI&hellip;</span>
 <button id="open-tab" type="button">Open in a new tab instead</button>
 </header>
@@ -227,12 +247,24 @@ sendTrace(frame.contentWindow);
 """
 
 
-def render_page(trace: TraceFile, ui_url: str, nonce: str, token: str) -> str:
-    """The handshake page. Names are escaped for both places they appear: HTML text and JSON."""
+def render_page(trace: TraceFile, ui_url: str, nonce: str, token: str, *,
+                piece: tuple[int, int] | None = None) -> str:
+    """The handshake page. Names are escaped for both places they appear: HTML text and JSON.
+
+    `piece`: (number, count) when the trace is a piece of a manifest: the page then fetches
+    /trace/NUMBER and links back to the list at '/'.
+    """
+    trace_path = "/trace" if piece is None else f"/trace/{int(piece[0])}"
     config = {"uiUrl": ui_url, "title": trace.title, "fileName": trace.file_name,
-              "traceUrl": f"/trace?token={token}"}
+              "traceUrl": f"{trace_path}?token={token}"}
+    back_style = "" if piece is None else "#back { color: #80cbc4; white-space: nowrap; }\n"
+    back = "" if piece is None else (
+        f'<a id="back" href="/?token={html.escape(token, quote=True)}">&larr; all pieces</a>\n'
+        f"<span>piece {int(piece[0])} of {int(piece[1])}</span>\n")
     return (
         _PAGE.replace("@NONCE@", nonce)
+        .replace("@BACK_STYLE@", back_style)
+        .replace("@BACK@", back)
         .replace("@TITLE@", html.escape(trace.title, quote=True))
         .replace("@CONFIG@", json_for_script(config))
     )

@@ -60,6 +60,11 @@ the browser's fetch fails instead of receiving a short trace. Either way the
 server reports one line (to its `report` callable, else the `tracestream.view` logger;
 the CLI prints it), never a traceback.
 
+Pieces: given the manifest a ``--split-mb`` run wrote (``OUT.json.pieces.json``, see
+`pieces.py`), ``/`` is a list of the pieces instead (no script; its own CSP), and piece
+N is served as a single trace is: its handshake page at ``/piece/N`` (with a link back)
+fetches ``/trace/N``. ``/trace`` is then 404; every route needs the token.
+
 Limits: the browser holds the whole trace in one ArrayBuffer, and the Perfetto
 UI's in-browser engine has its own memory ceiling (a few GB). For bigger traces
 Perfetto suggests ``trace_processor --httpd``
@@ -87,10 +92,17 @@ from tracestream.commands.view.page import (
     content_security_policy,
     display_name,
     is_loopback_host,
+    pieces_route_for,
     render_page,
     route_for,
     token_matches,
     ui_origin,
+)
+from tracestream.commands.view.pieces import (
+    PiecesManifest,
+    listing_security_policy,
+    read_manifest,
+    render_listing,
 )
 from tracestream.errors import TraceError, one_line
 from tracestream.read.compression import detect_compression, zstd_blocks
@@ -98,7 +110,8 @@ from tracestream.read.compression import detect_compression, zstd_blocks
 GZIP_WBITS = 31
 """zlib's window bits for a gzip header and trailer (16 + the 32 KiB window)."""
 
-__all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "address_lines", "describe_trace"]
+__all__ = ["DEFAULT_UI_URL", "TraceFile", "ViewServer", "address_lines", "describe_pieces",
+           "describe_trace"]
 
 LOOPBACK = "127.0.0.1"
 BLOCK_SIZE = 1 << 20  # bytes per read from disk: this bounds the server's memory
@@ -132,8 +145,24 @@ def describe_trace(trace_path) -> TraceFile:
     return TraceFile(path=path, title=name, file_name=file_name, zstd=zstd)
 
 
+def describe_pieces(manifest: PiecesManifest) -> dict[int, TraceFile]:
+    """Each piece checked as a single trace is (an empty or unreadable piece refuses the
+    manifest now, before a browser is opened), by piece number."""
+    traces = {}
+    for piece in manifest.pieces:
+        try:
+            traces[piece.number] = describe_trace(piece.path)
+        except TraceError as exc:
+            raise TraceError(f"pieces manifest {manifest.path}: piece {piece.number}: "
+                             f"{exc}") from None
+    return traces
+
+
 class _Handler(BaseHTTPRequestHandler):
-    """Serves '/', '/trace' and a 404 for everything else; only GET and HEAD exist."""
+    """Serves '/', '/trace' and a 404 for everything else; only GET and HEAD exist.
+
+    For a pieces manifest: '/' (the list), '/piece/N' (piece N's page), '/trace/N' (its
+    bytes), and a 404 for everything else, '/trace' included."""
 
     server_version = "tracestream-view"
     server: _LoopbackServer
@@ -172,19 +201,52 @@ class _Handler(BaseHTTPRequestHandler):
         if not is_loopback_host(self.headers.get("Host")):
             self.send_error(403, "Host must be 127.0.0.1 or localhost")
             return
+        if self.server.pieces is not None:
+            self._respond_pieces(send_body)
+            return
         route = route_for(self.raw_target())
         if route is not None and not token_matches(self.raw_target(), self.server.token):
             self.send_error(403, "Open the address tracestream view printed (with its token)")
             return
         try:
             if route == "page":
-                self._send_page(send_body)
+                self._send_page(send_body, self.server.trace)
             elif route == "trace":
-                self._send_trace(send_body)
+                self._send_trace(send_body, self.server.trace)
             else:
                 self.send_error(404)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the browser went away mid-transfer: nothing to do
+
+    def _respond_pieces(self, send_body: bool) -> None:
+        route = pieces_route_for(self.raw_target())
+        if route is not None and not token_matches(self.raw_target(), self.server.token):
+            self.send_error(403, "Open the address tracestream view printed (with its token)")
+            return
+        kind, number = route or (None, None)
+        trace = self.server.piece_traces.get(number) if number is not None else None
+        try:
+            if kind == "list":
+                self._send_listing(send_body)
+            elif kind == "piece" and trace is not None:
+                self._send_page(send_body, trace, (number, len(self.server.piece_traces)))
+            elif kind == "trace" and trace is not None:
+                self._send_trace(send_body, trace)
+            else:
+                self.send_error(404)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _send_listing(self, send_body: bool) -> None:
+        nonce = secrets.token_urlsafe(16)
+        body = render_listing(self.server.pieces, nonce, self.server.token).encode("utf-8")
+        self.send_response(200)
+        self._common_headers("text/html; charset=utf-8")
+        self.send_header("Content-Security-Policy", listing_security_policy(nonce))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
 
     def _common_headers(self, content_type: str) -> None:
         self.send_header("Content-Type", content_type)
@@ -205,10 +267,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_page(self, send_body: bool) -> None:
+    def _send_page(self, send_body: bool, trace: TraceFile,
+                   piece: tuple[int, int] | None = None) -> None:
         nonce = secrets.token_urlsafe(16)
-        body = render_page(self.server.trace, self.server.ui_url, nonce,
-                           self.server.token).encode("utf-8")
+        body = render_page(trace, self.server.ui_url, nonce, self.server.token,
+                           piece=piece).encode("utf-8")
         self.send_response(200)
         self._common_headers("text/html; charset=utf-8")
         self.send_header("Content-Security-Policy",
@@ -218,8 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
         if send_body:
             self.wfile.write(body)
 
-    def _send_trace(self, send_body: bool) -> None:
-        trace = self.server.trace
+    def _send_trace(self, send_body: bool, trace: TraceFile) -> None:
         try:
             fh = trace.path.open("rb")
         except OSError:
@@ -227,7 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with fh:
             if trace.zstd:
-                self._send_zstd(fh, send_body)
+                self._send_zstd(fh, send_body, trace.title)
                 return
             self.send_response(200)
             self._common_headers("application/octet-stream")
@@ -237,13 +299,13 @@ class _Handler(BaseHTTPRequestHandler):
             if send_body:
                 copy_blocks(fh, self.wfile, size)
 
-    def _send_zstd(self, fh, send_body: bool) -> None:
+    def _send_zstd(self, fh, send_body: bool, title: str) -> None:
         """Decompressed on the fly and sent gzip-compressed (`Content-Encoding: gzip`, which
         the browser undoes). Its length is unknown, so the body is chunked (HTTP/1.1
         clients) or ends with the connection: a stream that turns out corrupt mid-way ends
         without the last chunk (and without the gzip trailer), which the browser's fetch
         reports as an error."""
-        blocks = open_decompressed(fh, self.server.trace.title)
+        blocks = open_decompressed(fh, title)
         try:
             first = next(blocks, b"")
         except TraceError as exc:  # corrupt from the start: nothing sent yet, so say why
@@ -342,8 +404,12 @@ class _LoopbackServer(ThreadingHTTPServer):
     daemon_threads = True  # a transfer still running must not keep the process alive
     allow_reuse_address = True
 
-    def __init__(self, port: int, trace: TraceFile, ui_url: str, token: str, report):
+    def __init__(self, port: int, trace: TraceFile, ui_url: str, token: str, report,
+                 pieces: PiecesManifest | None = None,
+                 piece_traces: dict[int, TraceFile] | None = None):
         self.trace = trace
+        self.pieces = pieces  # None: a single trace
+        self.piece_traces = piece_traces or {}
         self.ui_url = ui_url
         self.token = token
         self.report = report  # one line for the terminal about a request that failed
@@ -388,6 +454,9 @@ def _report(line: str) -> None:
 class ViewServer:
     """Serves a trace and the Perfetto handshake page on http://127.0.0.1:PORT/.
 
+    Given a pieces manifest (see tracestream.commands.view.pieces), it serves the list of
+    its pieces at '/' instead, and each piece as a single trace is served.
+
     The port is bound in the constructor, so `url` is known before serving starts. It is a
     context manager: leaving the block shuts the server down.
     """
@@ -396,11 +465,13 @@ class ViewServer:
                  report=None):
         ui_origin(ui_url)  # validates before anything is bound
         self.trace = describe_trace(trace_path)
+        self.pieces = read_manifest(trace_path)
+        piece_traces = describe_pieces(self.pieces) if self.pieces is not None else None
         self.ui_url = ui_url
         self.token = secrets.token_urlsafe(24)  # a new one every run: see the module notes
         try:
             self._httpd = _LoopbackServer(port, self.trace, ui_url, self.token,
-                                          report or _report)
+                                          report or _report, self.pieces, piece_traces)
         except OSError as exc:
             raise TraceError(f"cannot listen on {LOOPBACK}:{port}: {exc.strerror or exc}") from None
         self.port: int = self._httpd.server_address[1]
@@ -449,6 +520,18 @@ class ViewServer:
 def address_lines(server: ViewServer) -> list[str]:
     """What to tell the user: the address, the ssh tunnel for remote machines, how to stop."""
     port = server.port
+    if server.pieces is not None:
+        count = len(server.pieces.pieces)
+        return [
+            f"Serving the {count} piece{'s' if count != 1 else ''} listed in "
+            f"{server.trace.path} at {server.url}",
+            f"Open that address in your browser: it lists the pieces, and a click on one hands "
+            f"it to {server.ui_url}.",
+            "Nothing is uploaded: the pieces go only from this process to your own browser.",
+            f"On a remote machine, run `ssh -L {port}:127.0.0.1:{port} host` on your computer "
+            f"and open {server.url} there (use --port to keep the same port between runs).",
+            "Press Ctrl-C to stop.",
+        ]
     return [
         f"Serving {server.trace.path} at {server.url}",
         f"Open that address in your browser; the page hands the trace to {server.ui_url}.",
