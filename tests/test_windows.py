@@ -48,6 +48,21 @@ def _time(value) -> Decimal | None:
     return Decimal(value)
 
 
+def _perfetto_id(value) -> str:
+    """A flow id as Perfetto's importer reads it: a number as an unsigned 64-bit integer, a
+    string as hexadecimal."""
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, (int, Decimal)) and value == int(value):
+        return str(int(value) % 2**64)
+    if isinstance(value, str):
+        try:
+            return str(int(value, 16) % 2**64)
+        except ValueError:
+            return "text " + value
+    return "other " + repr(value)
+
+
 def expected_members(events: list[dict], start_ns, end_ns) -> set[int]:
     """Indices of the source events a window [start_ns, end_ns) holds (None: unbounded)."""
     lo = Decimal(-(10**30)) if start_ns is None else Decimal(start_ns)
@@ -70,7 +85,7 @@ def expected_members(events: list[dict], start_ns, end_ns) -> set[int]:
         if ph == "M":
             keep.add(i)
         elif kind in ("flow", "async"):
-            groups.setdefault((kind, json.dumps([e.get("cat"), e.get("id")], default=str)),
+            groups.setdefault((kind, json.dumps([e.get("cat"), _perfetto_id(e.get("id"))])),
                               []).append((i, ns))
         elif kind in ("B", "E") and ns is not None:
             tracks.setdefault(json.dumps([e.get("pid"), e.get("tid")]), []).append(
@@ -79,7 +94,8 @@ def expected_members(events: list[dict], start_ns, end_ns) -> set[int]:
             keep.add(i)
         elif ph == "X":
             dur = _time(e.get("dur"))
-            end = ns + dur * 1000 if dur is not None and dur >= 0 else ns
+            usable = dur is not None and 0 <= dur < Decimal("9.2e15")
+            end = ns + dur * 1000 if usable else ns
             if span(ns, end):
                 keep.add(i)
         elif point(ns):
@@ -430,9 +446,9 @@ def test_linked_groups_are_decided_whole():
 
     rows = np.zeros(7, LINKED_DTYPE)
     # a flow inside, a flow across the end, a B/E pair spanning, a lone E outside
-    rows[:] = [(0, 1 << 61 | 5, 12, FLOW, True), (1, 1 << 61 | 5, 14, FLOW, True),
-               (2, 1 << 61 | 6, 15, FLOW, True), (3, 1 << 61 | 6, 25, FLOW, True),
-               (4, 3, 1, BEGIN, True), (5, 3, 40, END, True), (6, 3, 50, END, True)]
+    rows[:] = [(0, 1 << 61 | 5, 12, 12, FLOW, True), (1, 1 << 61 | 5, 14, 14, FLOW, True),
+               (2, 1 << 61 | 6, 15, 15, FLOW, True), (3, 1 << 61 | 6, 25, 25, FLOW, True),
+               (4, 3, 1, 1, BEGIN, True), (5, 3, 40, 40, END, True), (6, 3, 50, 50, END, True)]
     store = RecordStore(LINKED_DTYPE, sort_keys=("key", "ts"), budget=3 * LINKED_DTYPE.itemsize)
     for k in range(0, 7, 2):  # spilled in runs: groups span blocks
         store.append(rows[k:k + 2])
@@ -590,3 +606,108 @@ def test_a_split_refuses_to_overwrite_a_piece(tmp_path):
     assert_refused(result, "w.part-0002.json already exists",
                    tmp_path / "w.json.pieces.json", tmp_path / "w.part-0001.json")
     assert (tmp_path / "w.part-0002.json").read_text() == "mine"
+
+
+# -- what an outside attack found -----------------------------------------------------
+
+
+def test_a_pass_window_of_a_narrower_selection_ends_at_the_next_passes_anchor(tmp_path):
+    output = tmp_path / "w.json"
+    args = [a for a in SAMPLE_LAYERS if a != "all"][:-1] + ["--passes", "5"]
+    result = run("layers", "--trace", SAMPLE, "--output", output, *args, "--pass-window", "4:5")
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(Path(f"{output}.layers.json").read_text())
+    source = load_decimal(SAMPLE)["traceEvents"]
+    anchors = sorted(Decimal(e["ts"]) for e in source if e.get("name") == "_q_rope_store")
+    assert Decimal(report["window"]["end_us"]) == anchors[45]  # pass 5's L0, unlabelled
+    assert run("verify", "--trace", SAMPLE, "--output", output).returncode == 0
+
+
+def test_untimed_b_and_e_are_in_every_window_and_sub_ns_ends_round_up(tmp_path):
+    events = [kernel("k", "0", "1"), kernel("k", "3000", "1"),
+              {"ph": "B", "name": "untimed", "pid": 9, "tid": 1},
+              {"ph": "E", "pid": 9, "tid": 1, "ts": 20},
+              {"ph": "B", "name": "sub_ns_end", "pid": 9, "tid": 2, "ts": 900},
+              {"ph": "E", "pid": 9, "tid": 2, "ts": "1000.0005"},
+              {"ph": "b", "id": 3, "cat": "a", "name": "x", "pid": 9, "tid": 3, "ts": 900},
+              {"ph": "e", "id": 3, "cat": "a", "name": "x", "pid": 9, "tid": 3,
+               "ts": "1000.0005"},
+              {"ph": "i", "name": "sub_ns_with_dur", "pid": 9, "tid": 4, "ts": "40.0001",
+               "dur": 20, "s": "t"}]
+    trace = write_trace(tmp_path / "t.json", events)
+    source = load_decimal(trace)["traceEvents"]
+    for window, edges in (("1:2", (1_000_000, 2_000_000)), ("0.045:", (45_000, None)),
+                          (":0.5", (None, 500_000)), ("-1:", (-1_000_000, None))):
+        output = tmp_path / f"w{window.replace(':', '_')}.json"
+        result = run("compact", "--trace", trace, "--output", output, "--time-window", window)
+        assert result.returncode == 0, result.stderr.decode()
+        report = json.loads(Path(f"{output}.compact.json").read_text())
+        kept = source_indices(output, report, source)
+        assert kept == expected_for(report, source, *edges), window
+        assert 2 in kept  # the untimed B
+    assert {4, 5, 6, 7} <= set(source_indices(
+        tmp_path / "w1_2.json", json.loads(Path(f"{tmp_path / 'w1_2.json'}.compact.json")
+                                            .read_text()), source))
+    assert 8 not in source_indices(
+        tmp_path / "w0.045_.json",
+        json.loads(Path(f"{tmp_path / 'w0.045_.json'}.compact.json").read_text()), source)
+
+
+def test_flow_ids_are_one_flow_as_perfetto_reads_them(tmp_path):
+    events = [kernel("k", "0", "1"), kernel("k", "3000", "1")]
+    for fid, other in ((1, "1"), (2, 2.0), (26, "1a")):
+        events += [{"ph": "s", "id": fid, "cat": "c", "name": "n", "pid": 9, "tid": 1,
+                    "ts": 1500},
+                   {"ph": "f", "id": other, "cat": "c", "name": "n", "pid": 9, "tid": 1,
+                    "ts": 2500, "bp": "e"}]
+    trace = write_trace(tmp_path / "t.json", events)
+    output = tmp_path / "w.json"
+    assert run("compact", "--trace", trace, "--output", output, "--time-window",
+               "1:2").returncode == 0
+    report = json.loads(Path(f"{output}.compact.json").read_text())
+    assert report["window"]["flows_dropped"] == 3
+    names = [e.get("ph") for e in load_decimal(output)["traceEvents"]]
+    assert "s" not in names and "f" not in names
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("output_event_count",), 1), (("gpus", 0, "kernel_count"), 1),
+    (("compaction", "relocated_events"), 1), (("window", "start_ms"), "0"),
+    (("passes",), 3),
+])
+def test_verify_finds_an_edited_window_report(tmp_path, path, value):
+    output = tmp_path / "w.json"
+    assert run("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
+               "--max-gpu-lanes", "10", "--pass-window", "2:4").returncode == 0
+    report_path = Path(f"{output}.layers.json")
+    report = json.loads(report_path.read_text())
+    place = report
+    for key in path[:-1]:
+        place = place[key]
+    place[path[-1]] = value
+    report_path.write_text(json.dumps(report, indent=2))
+    result = run("verify", "--trace", SAMPLE, "--output", output)
+    assert result.returncode == 1, result.stdout.decode()
+    assert b"[FAIL] report as planned: byte " in result.stdout
+
+
+@pytest.mark.parametrize("window", [{}, [], 0, False, {"passes": [1, 3], "times": ["1", "2"]}])
+def test_a_report_window_that_is_no_window_is_refused(tmp_path, window):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / "w.json"
+    _layers(trace, output, "--pass-window", "1:3")
+    report_path = Path(f"{output}.layers.json")
+    report = json.loads(report_path.read_text())
+    report["options"]["window"] = window
+    report_path.write_text(json.dumps(report))
+    assert_refused(run("verify", "--trace", trace, "--output", output),
+                   "the report's options.window is not one of")
+    assert_refused(run("restore", "--trace", output, "--output", tmp_path / "b.json"),
+                   "holds a window of its source (--pass-window 1:3)", tmp_path / "b.json")
+
+
+def test_a_time_window_finer_than_a_nanosecond_is_refused(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    assert_refused(run("layers", "--trace", trace, "--output", tmp_path / "w.json",
+                       *EDGE_LAYERS, "--time-window", ":0.0000001"),
+                   "to the nanosecond at most", tmp_path / "w.json")

@@ -61,7 +61,7 @@ from tracestream.write.sink import (
     input_identity,
     refuse_writing_input,
 )
-from tracestream.write.window import CountingWriter, rewrite_window
+from tracestream.write.window import rewrite_window
 
 
 @dataclass
@@ -387,14 +387,12 @@ def _run_pieces(trace, output, report, kind, command, *, layer_spec, compact_spe
             reps = [files.enter_context(OutputFile(piece_report, what="report"))
                     for _, piece_report in places]
             listing = files.enter_context(OutputFile(manifest, what="manifest"))
-            writers = [PrettyWriter(p.report, rep.write) for p, rep in zip(plans, reps)]
             for p in plans:
                 p.report["output_compression"] = compression
-            counted = [CountingWriter(out) for out in outs]
-            rewrite_window(source, index, plans, counted, progress=progress, pool=pool,
+            writers = [PrettyWriter(p.report, rep.write) for p, rep in zip(plans, reps)]
+            rewrite_window(source, index, plans, outs, progress=progress, pool=pool,
                            report_rows=[report_rows(rep, w) for rep, w in zip(reps, writers)])
-            for p, rep, writer, count in zip(plans, reps, writers, counted):
-                p.report["window"]["json_bytes"] = count.bytes
+            for p, rep, writer in zip(plans, reps, writers):
                 write_report(rep, p, source, writer)
             data = pieces_manifest(plans, places, manifest, split, source, plan.report)
             listing.write(dumps_pretty(data))

@@ -197,12 +197,14 @@ def restore(trace, output, report: str | None = None, *, compress: str | None = 
 def refuse_window(data: dict, trace: str) -> None:
     """A window or piece is not the whole trace: nothing can give the source back from it."""
     options = data.get("options")
-    window = data.get("window") or (options.get("window") if isinstance(options, dict) else None)
-    if window:
-        option = window.get("option") if isinstance(window, dict) else None
-        raise TraceError(f"{trace} holds a window of its source ({option or 'a window'}), not "
-                         "the whole trace: restore needs the output of a run without "
-                         "--pass-window/--time-window")
+    if "window" not in data and not (isinstance(options, dict) and "window" in options):
+        return
+    window = data.get("window")
+    option = window.get("option") if isinstance(window, dict) else None
+    what = option[:80] if isinstance(option, str) else "a window"
+    raise TraceError(f"{trace} holds a window of its source ({what}), not the whole trace: "
+                     "restore needs the output of a run without --pass-window, --time-window "
+                     "or --split-mb")
 
 
 def splice_back(annotated: TraceSource, undo: Undo, writer, *,

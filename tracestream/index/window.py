@@ -56,9 +56,10 @@ _ROLE_OF = {"X": COMPLETE, "M": METADATA, **dict.fromkeys("stf", FLOW),
 _KEY_BASE = {FLOW: 1 << 61, ASYNC: 2 << 61}
 """Flow and async keys are hashes above 2**61; a B/E row's key is its track (below 2**31)."""
 
-LINKED_DTYPE = np.dtype([("ordinal", "<i8"), ("key", "<i8"), ("ts", "<i8"), ("role", "i1"),
-                         ("timed", "?")])
-"""A linked event as the index keeps it (`ordinal` chunk-local until the index merges it)."""
+LINKED_DTYPE = np.dtype([("ordinal", "<i8"), ("key", "<i8"), ("ts", "<i8"), ("up", "<i8"),
+                         ("role", "i1"), ("timed", "?")])
+"""A linked event as the index keeps it (`ordinal` chunk-local until the index merges it):
+its ts's floor (`ts`) and ceiling (`up`) in ns."""
 
 
 @dataclass(frozen=True)
@@ -83,21 +84,25 @@ class ChunkTimes:
 
     role: np.ndarray  # int8: FREE, COMPLETE, ... per event
     ts: np.ndarray  # int64 floor ns (0 where untimed)
-    end: np.ndarray  # int64 ceiling ns of ts + dur for a slice, else ts
+    end: np.ndarray  # int64 ceiling ns of ts + dur for a slice, else of ts
     timed: np.ndarray  # bool: a usable ts
 
+    def linked(self) -> np.ndarray:
+        """Events decided with their group (plan.window): flow and async events, and timed
+        B and E events (an untimed one cannot be paired: it is in every window alone)."""
+        return (((self.role == FLOW) | (self.role == ASYNC))
+                | (((self.role == BEGIN) | (self.role == END)) & self.timed))
+
     def always(self) -> np.ndarray:
-        """Events in every window: metadata, and unlinked events with no usable ts (a
-        linked one follows its group's decision)."""
-        linked = self.role >= FLOW
-        return (self.role == METADATA) | (~self.timed & ~linked)
+        """Events in every window: metadata, and unlinked events with no usable ts."""
+        return (self.role == METADATA) | (~self.timed & ~self.linked())
 
     def members(self, window: Window, kept_linked: np.ndarray) -> np.ndarray:
         """Which events `window` holds; `kept_linked`: chunk indices of the linked events
         the plan keeps (the rest of them are out)."""
-        inside = self.always() | (self.timed & (self.role < FLOW)
-                                  & window.spans(self.ts, self.end))
-        inside[self.role >= FLOW] = False
+        linked = self.linked()
+        inside = self.always() | (self.timed & ~linked & window.spans(self.ts, self.end))
+        inside[linked] = False
         inside[kept_linked] = True
         return inside
 
@@ -107,17 +112,18 @@ def chunk_times(events) -> ChunkTimes:
     role = _roles(events)
     ts, ts_exact, timed = _times(events, "ts", True)
     end = ts.copy()
+    end[[i for i in ts_exact]] += 1  # digits below 1 ns: the ceiling
     slices = np.flatnonzero((role == COMPLETE) & timed)
     if len(slices):
         dur, dur_exact, has_dur = _times(events, "dur", False, slices)
         with_dur = slices[has_dur[slices]]
         room = FOREVER - np.maximum(ts[with_dur], 0)
         end[with_dur] = np.where(dur[with_dur] < room, ts[with_dur] + dur[with_dur], FOREVER)
-        for i in set(ts_exact) | set(dur_exact):  # digits below 1 ns: the exact sum's ceiling
-            if i in dur_exact or (i in ts_exact and has_dur[i]):
-                start = ts_exact.get(i) or timebase.parse_decimal(bytes(events[i].ts))
-                total = start + (dur_exact.get(i) or timebase.parse_decimal(bytes(events[i].dur)))
-                end[i] = min(max(total.ceil_ns(), ts[i]), FOREVER)
+        inexact = (set(ts_exact) | set(dur_exact)) & set(with_dur.tolist())
+        for i in inexact:  # digits below 1 ns: the exact sum's ceiling
+            start = ts_exact.get(i) or timebase.parse_decimal(bytes(events[i].ts))
+            total = start + (dur_exact.get(i) or timebase.parse_decimal(bytes(events[i].dur)))
+            end[i] = min(max(total.ceil_ns(), ts[i]), FOREVER)
     return ChunkTimes(role, ts, end, timed)
 
 
@@ -166,37 +172,64 @@ def _times(events, key: str, signed: bool, which: np.ndarray | None = None):
 
 
 def linked_rows(events, times: ChunkTimes, track_of) -> np.ndarray:
-    """LINKED_DTYPE rows of the chunk's linked events, chunk-local ordinals; `track_of(pid,
-    tid)` numbers a B/E event's track. An untimed B or E stays out: it is in every window
-    alone, as any untimed event."""
+    """LINKED_DTYPE rows of the chunk's linked events (ChunkTimes.linked), chunk-local
+    ordinals; `track_of(pid, tid)` numbers a B/E event's track."""
     role = times.role
-    at = np.flatnonzero((role == FLOW) | (role == ASYNC)
-                        | (((role == BEGIN) | (role == END)) & times.timed))
+    at = np.flatnonzero(times.linked())
     rows = np.empty(len(at), LINKED_DTYPE)
     rows["ordinal"] = at
-    rows["ts"] = np.where(times.timed[at], times.ts[at], np.iinfo(np.int64).min)
+    timed = times.timed[at]
+    rows["ts"] = np.where(timed, times.ts[at], -FOREVER - 1)
+    rows["up"] = np.where(timed, times.end[at], -FOREVER - 1)  # (of a ts: its ceiling)
     rows["role"] = role[at]
-    rows["timed"] = times.timed[at]
-    keys = []
-    for i, r in zip(at.tolist(), role[at].tolist()):
-        e = events[i]
-        if r in (BEGIN, END):
-            keys.append(track_of(e.pid, e.tid))
-        else:
-            keys.append(group_key(r, e.cat, e.id))
+    rows["timed"] = timed
+    keys = np.zeros(len(at), np.int64)
+    paired = (role[at] == BEGIN) | (role[at] == END)
+    if paired.any():
+        which = at[paired].tolist()
+        codes, tracks = _native.track_keys(events, which)
+        numbers = np.array([track_of(*track) for track in tracks], np.int64)
+        keys[paired] = numbers[np.frombuffer(codes, np.int32)]
+    for k in np.flatnonzero(~paired).tolist():
+        e = events[int(at[k])]
+        keys[k] = group_key(int(role[at[k]]), e.cat, e.id)
     rows["key"] = keys
     return rows
 
 
 def group_key(role: int, cat, id_) -> int:
     """The key of a flow's or async slice's events: its category and id, hashed (the same
-    in every process; a collision only joins two groups, which then go or stay together)."""
+    in every process). Ids are read as Perfetto reads them, so `1`, `1.0` and `"1"` are
+    one id; a collision only joins two groups, which then go or stay together."""
     try:
-        text = orjson.dumps([cat, id_])
-    except TypeError:  # (orjson.JSONEncodeError) an integer beyond 64 bits
+        text = orjson.dumps([cat, _id_text(id_)])
+    except TypeError:  # (orjson.JSONEncodeError) a category it cannot write
         text = repr((cat, id_)).encode()
     digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
     return _KEY_BASE[role] | (digest & ((1 << 61) - 1))
+
+
+_UINT64 = (1 << 64) - 1
+
+
+def _id_text(value) -> str:
+    """An id as Perfetto's importer coerces it to an unsigned 64-bit number (a string as
+    hexadecimal), or its JSON text where it is no number."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value & _UINT64)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value) & _UINT64)
+    if isinstance(value, str):
+        try:
+            return str(int(value, 16) & _UINT64)
+        except ValueError:
+            return "text:" + value
+    try:
+        return "json:" + orjson.dumps(value).decode()
+    except TypeError:
+        return "repr:" + repr(value)
 
 
 def chunk_range(times: ChunkTimes) -> tuple[int, int, int]:

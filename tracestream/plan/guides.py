@@ -20,6 +20,7 @@ from tracestream.plan.specs import (
     TERMINAL_KERNEL_END,
     LayerSpec,
     anchor_index,
+    complete_passes,
     required_matches,
 )
 
@@ -91,6 +92,16 @@ class GuideTable:
         packed = self.anchors.table.take(rows)
         floor, _ = self.anchors.table.exact_times(rows, rows=packed)
         return int(floor[0]), self.anchors.table.start_texts(rows, packed)[0]
+
+    def pass_start(self, p: int) -> int | None:
+        """The floor ns of pass `p`'s L0 anchor, labelled or not, where the trace holds that
+        pass whole (None: it does not, the labelled passes run to the end of the trace)."""
+        if p >= complete_passes(self.spec, len(self.anchors)):
+            return None
+        index = anchor_index(self.spec, p, 0)
+        rows = self.anchors.order[np.array([index])]
+        floor, _ = self.anchors.table.exact_times(rows, rows=self.anchors.table.take(rows))
+        return int(floor[0])
 
     def blocks(self, size: int = GUIDE_BLOCK) -> Iterator[GuideBlock]:
         spec, view = self.spec, self.anchors

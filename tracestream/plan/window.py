@@ -17,7 +17,7 @@ from tracestream.index.records import RecordStore
 from tracestream.index.window import ASYNC, BEGIN, FLOW, FOREVER, Window
 
 _PASSES = re.compile(r"([0-9]{1,9}):([0-9]{1,9})?\Z", re.ASCII)
-_MS = r"-?[0-9]{1,15}(?:\.[0-9]{1,9})?"
+_MS = r"-?[0-9]{1,15}(?:\.[0-9]{1,6})?"
 _TIMES = re.compile(rf"({_MS})?:({_MS})?\Z", re.ASCII)
 
 
@@ -51,7 +51,7 @@ def pass_window(text: str) -> WindowSpec:
     """`P0:P1` (P1 may be left out: to the trace's end); SpecError otherwise."""
     m = _PASSES.match(text)
     if not m:
-        raise SpecError(f"--pass-window {text!r} must be FIRST:STOP, pass numbers of the "
+        raise SpecError(f"--pass-window {text[:60]!r} must be FIRST:STOP, pass numbers of the "
                         "labelled selection (e.g. 2:4 holds passes 2 and 3; 2: runs to the end)")
     first, stop = int(m[1]), None if m[2] is None else int(m[2])
     if stop is not None and stop <= first:
@@ -64,8 +64,9 @@ def time_window(text: str) -> WindowSpec:
     otherwise."""
     m = _TIMES.match(text)
     if not m or (m[1] is None and m[2] is None):
-        raise SpecError(f"--time-window {text!r} must be START:END in milliseconds from the "
-                        "trace origin (e.g. 12.5:20; either may be left out)")
+        raise SpecError(f"--time-window {text[:60]!r} must be START:END in milliseconds from "
+                        "the trace origin, to the nanosecond at most (e.g. 12.5:20; either "
+                        "may be left out)")
     if m[1] is not None and m[2] is not None and (
             timebase.parse_decimal(m[2]) <= timebase.parse_decimal(m[1])):
         raise SpecError(f"--time-window {text!r} is empty: END must be above START")
@@ -82,30 +83,33 @@ def options_of(spec: WindowSpec) -> dict:
     return {"times": list(spec.times)}
 
 
-def spec_from_options(options: dict | None) -> WindowSpec | None:
-    """The WindowSpec a report's options record (None: no window)."""
-    if not options:
-        return None
-    if not isinstance(options, dict):
-        raise TraceError("the report's window options are not an object")
-    if "piece" in options:
+def spec_from_options(options) -> WindowSpec:
+    """The WindowSpec a report's `options.window` records; TraceError where it is not one."""
+    if isinstance(options, dict) and ("piece" in options or "range_us" in options):
         return _piece_from_options(options)
+    if not isinstance(options, dict) or len(options) != 1:
+        raise TraceError("the report's options.window is not one of {\"passes\": [FIRST, "
+                         "STOP]}, {\"times\": [START, END]} or a piece")
     passes, times = options.get("passes"), options.get("times")
     if passes is not None:
         if (not isinstance(passes, list) or len(passes) != 2
-                or not all(isinstance(p, int) or p is None for p in passes) or passes[0] is None):
-            raise TraceError("the report's window passes are not [FIRST, STOP]")
-        text = f"{passes[0]}:{'' if passes[1] is None else passes[1]}"
-        return pass_window(text)
+                or not isinstance(passes[0], int) or isinstance(passes[0], bool)
+                or not (passes[1] is None or (isinstance(passes[1], int)
+                                              and not isinstance(passes[1], bool)))):
+            raise TraceError("the report's options.window passes are not [FIRST, STOP]")
+        return pass_window(f"{passes[0]}:{'' if passes[1] is None else passes[1]}")
     if (not isinstance(times, list) or len(times) != 2
             or not all(isinstance(t, str) or t is None for t in times)):
-        raise TraceError("the report's window times are not [START, END]")
+        raise TraceError("the report's options.window times are not [START, END]")
     return time_window(f"{times[0] or ''}:{times[1] or ''}")
 
 
 def _piece_from_options(options: dict) -> WindowSpec:
-    piece, range_us, passes = options.get("piece"), options.get("range_us"), options.get(
-        "passes")
+    options = {"passes": None, **options}  # (its three keys)
+    if set(options) != {"piece", "range_us", "passes"}:
+        raise TraceError("the report's options.window piece is not its piece, range_us and "
+                         "passes")
+    piece, range_us, passes = options["piece"], options["range_us"], options["passes"]
     shapes = (isinstance(piece, list) and len(piece) == 3
               and all(isinstance(x, int) and not isinstance(x, bool) for x in piece[:2])
               and isinstance(piece[2], str) and 1 <= piece[0] <= piece[1]
@@ -124,10 +128,11 @@ _US = re.compile(r"-?[0-9]{1,19}\.[0-9]{3}\Z", re.ASCII)
 
 
 def ms_to_ns(text: str, origin: timebase.Decimal10) -> int:
-    """A time in ms from the origin as absolute ns (floor): exact decimal arithmetic."""
+    """A time in ms from the origin as absolute ns: exact decimal arithmetic, the ceiling
+    (an origin with digits below 1 ns: no event before the time asked for is let in)."""
     value = timebase.parse_decimal(text)
     us = timebase.Decimal10(value.mantissa, value.exponent + 3)
-    return (origin + us).floor_ns()
+    return (origin + us).ceil_ns()
 
 
 def clamp(ns: int) -> int:
@@ -241,7 +246,7 @@ def _decide(rows: np.ndarray, pieces: Pieces, decisions: LinkedDecisions) -> np.
     slices = np.flatnonzero(role == ASYNC)
     if len(slices):
         lo = np.minimum.reduceat(np.where(timed, ts, FOREVER), starts)[slices]
-        hi = np.maximum.reduceat(np.where(timed, ts, -FOREVER - 1), starts)[slices]
+        hi = np.maximum.reduceat(np.where(timed, rows["up"], -FOREVER - 1), starts)[slices]
         some = lo <= hi
         first, last = _span_pieces(pieces, np.where(some, lo, 0), np.where(some, hi, 0))
         first[~some], last[~some] = 0, pieces.count - 1
@@ -281,25 +286,31 @@ def _rows_of(rows, starts, stops, first, last) -> np.ndarray:
 def _pairs(rows: np.ndarray, pieces: Pieces) -> np.ndarray:
     """Decision rows of one track's B and E events: a pair in the pieces its span
     overlaps, a B left open in every piece from its own on (it runs to the end of the
-    trace), an E left alone in its ts's piece."""
+    trace), an E left alone in its ts's piece. Paired as a stack in time, then file,
+    order; the pieces are found for all of them at once."""
     order = np.lexsort((rows["ordinal"], rows["ts"]))
-    stack: list[tuple[int, int]] = []
-    kept: list[tuple[int, int, int]] = []
-    for ordinal, ts, role in zip(rows["ordinal"][order].tolist(), rows["ts"][order].tolist(),
-                                 rows["role"][order].tolist()):
+    ordinals, roles = rows["ordinal"][order].tolist(), rows["role"][order].tolist()
+    stack: list[int] = []  # positions (in `order`) of the open Bs
+    begins, ends, alone = [], [], []
+    for position, role in enumerate(roles):
         if role == BEGIN:
-            stack.append((ordinal, ts))
-            continue
-        if stack:
-            begin, start = stack.pop()
-            first, last = _span_pieces(pieces, np.array([start]), np.array([ts]))
-            kept += [(begin, int(first[0]), int(last[0])), (ordinal, int(first[0]),
-                                                            int(last[0]))]
+            stack.append(position)
+        elif stack:
+            begins.append(stack.pop())
+            ends.append(position)
         else:
-            piece = int(pieces.of(ts))
-            kept.append((ordinal, piece, piece))
-    kept += [(begin, int(pieces.of(start)), pieces.count - 1) for begin, start in stack]
-    return np.array(kept, DECISION_DTYPE)
+            alone.append(position)
+    ts, up = rows["ts"][order], rows["up"][order]
+    first, last = _span_pieces(pieces, ts[begins], up[ends])
+    lone = pieces.of(ts[alone]).astype(np.int64)
+    opened = pieces.of(ts[stack]).astype(np.int64)
+    ordinal = np.array(ordinals, np.int64)
+    out = np.empty(2 * len(begins) + len(alone) + len(stack), DECISION_DTYPE)
+    out["ordinal"] = np.concatenate([ordinal[begins], ordinal[ends], ordinal[alone],
+                                     ordinal[stack]])
+    out["first"] = np.concatenate([first, first, lone, opened])
+    out["last"] = np.concatenate([last, last, lone, np.full(len(stack), pieces.count - 1)])
+    return out
 
 
 # -- the windows of a run ---------------------------------------------------------------
@@ -362,6 +373,8 @@ def plan_windows(spec: WindowSpec | SplitSpec, index, guides, origin_ns: int,
     if isinstance(spec, SplitSpec):
         return _split(spec, index, guides, origin_ns, first_ns, last_ns, appended)
     report: dict = {"option": text}
+    if spec.piece is not None:  # (as the split wrote it: verify reads a piece alone)
+        report.update(piece=spec.piece[0], pieces=spec.piece[1])
     guide_range = None
     if spec.passes is not None and spec.range_us is None:
         window, guide_range = _pass_range(spec, guides, report)
@@ -441,11 +454,11 @@ def _checked_passes(spec: WindowSpec, guides) -> tuple[int, int]:
 
 def _pass_range(spec: WindowSpec, guides, report: dict) -> tuple[Window, tuple[int, int]]:
     first_guide, stop_guide = _checked_passes(spec, guides)
-    layers, passes = guides.spec.num_layers, guides.spec.passes
+    layers = guides.spec.num_layers
     start_ns, _ = guides.anchor_start(first_guide)
-    end_ns = FOREVER if stop_guide == passes * layers else guides.anchor_start(stop_guide)[0]
+    end_ns = guides.pass_start(stop_guide // layers) if spec.passes[1] is not None else None
     report["passes"] = [first_guide // layers, stop_guide // layers]
-    return Window(start_ns, end_ns), (first_guide, stop_guide)
+    return Window(start_ns, FOREVER if end_ns is None else end_ns), (first_guide, stop_guide)
 
 
 def _guides_overlapping(guides, window: Window) -> tuple[int, int]:

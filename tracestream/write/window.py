@@ -105,6 +105,7 @@ def rewrite_window(source: TraceSource, index, plans: list[Plan], outs: list, *,
     meter = or_silent(progress).phase(phase, source.progress_total)
     stats = ReadStats()
     pool = pool if pool is not None else InlinePool()
+    outs = [CountingWriter(out) for out in outs]
     with collector_paused():
         try:
             counts = _Pass(index, plans, outs, pool, report_rows or [None] * len(plans)).run(
@@ -118,10 +119,13 @@ def rewrite_window(source: TraceSource, index, plans: list[Plan], outs: list, *,
             raise
         finally:
             meter.close()
-    for plan, events in zip(plans, counts):
+    for plan, out, events in zip(plans, outs, counts):
         plan.report["output_event_count"] = events + plan.report["added_event_count"]
-        plan.report["window"].update(source_events_written=events,
-                                     source_events_left_out=index.event_count - events)
+        window = plan.report["window"]
+        window.update(source_events_written=events,
+                      source_events_left_out=index.event_count - events)
+        if plan.window.spec.piece is not None:  # (the manifest lists it)
+            window["json_bytes"] = out.bytes
 
 
 class _Pass:
@@ -246,7 +250,7 @@ class _InFileOrder:
 
 
 class CountingWriter:
-    """An output that counts the (uncompressed) bytes written to it."""
+    """An output that counts the (uncompressed) bytes written to it (a piece's JSON size)."""
 
     def __init__(self, out):
         self.out = out

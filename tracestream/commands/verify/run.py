@@ -70,8 +70,8 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
                              max_event_bytes=max_event_bytes, progress=progress)
     report_path = find_report(output, report)
     data, retired = load_report(report_path)
-    if isinstance(data.get("options"), dict) and data["options"].get("window"):
-        return verify_window(trace, output, data, report_path.name, tmpdir=tmpdir,
+    if isinstance(data.get("options"), dict) and "window" in data["options"]:
+        return verify_window(trace, output, data, report_path, tmpdir=tmpdir,
                              workers=workers, max_event_bytes=max_event_bytes, progress=progress)
     verdict = Verdict()
     layer_spec, compact_spec = report_specs(data)

@@ -16,6 +16,7 @@ from tracestream.commands.report_shape import report_specs
 from tracestream.commands.verify.verdict import Verdict, sha_problem, short_text
 from tracestream.engine import build_plan
 from tracestream.errors import TraceError
+from tracestream.jsontext import PrettyWriter
 from tracestream.plan.report import load_report
 from tracestream.plan.window import spec_from_options, split_mb
 from tracestream.progress import Progress, or_silent
@@ -77,7 +78,7 @@ class ComparingSink:
             pass
 
 
-def verify_window(trace: str, output: str, data: dict, report_name: str, *,
+def verify_window(trace: str, output: str, data: dict, report_path: Path, *,
                   tmpdir: str | None, workers: int | None, max_event_bytes: int | None,
                   progress: Progress | None) -> Verdict:
     """The verdict on a window output (see module docstring)."""
@@ -92,7 +93,7 @@ def verify_window(trace: str, output: str, data: dict, report_name: str, *,
         try:
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name=data.get("output_file", ""),
-                report_name=data.get("report_file", report_name),
+                report_name=data.get("report_file", report_path.name),
                 command=data.get("command", ""), tmpdir=tmpdir, pool=pool, progress=progress,
                 source_name=data.get("source_file"), window=window)
         except TraceError as exc:
@@ -106,8 +107,10 @@ def verify_window(trace: str, output: str, data: dict, report_name: str, *,
             rewrite_window(source, index, [plan], [sink], pool=pool, progress=progress,
                            phase="verify")
             sink.finish()
+            report_problem = _report_problem(plan, source, annotated, report_path)
         finally:
             index.close()
+            plan.window.cut.linked.close()
         verdict.add("source sha256", sha_problem(source, data),
                     f"{str(data.get('source_sha256', ''))[:16]}… matches the report")
         planned = plan.report["window"]
@@ -121,7 +124,50 @@ def verify_window(trace: str, output: str, data: dict, report_name: str, *,
         verdict.add("output as planned", [sink.problem] if sink.problem else [],
                     f"every byte of the output is the window's as planned "
                     f"({sink.offset:,} bytes: {plan.report['output_event_count']:,} events)")
+        verdict.add("report as planned", [report_problem] if report_problem else [],
+                    "every byte of the report is the plan's (its guides, lanes and counts)")
     return verdict
+
+
+def _report_problem(plan, source: TraceSource, annotated: TraceSource,
+                    report_path: Path) -> str | None:
+    """Where the report differs from the plan's, written as the run writes it (with the
+    source's hashes and the output's compression), compared as it is made: a report of
+    10^6 guide rows is never held."""
+    report = plan.report
+    report["source_sha256"] = source.sha256()
+    report["source_data_sha256"] = source.data_sha256()
+    report["output_compression"] = annotated.compression
+    with open(report_path, "rb") as file:
+        compared = _FileComparer(file)
+        PrettyWriter(report, compared.write).finish()
+        return compared.finish()
+
+
+class _FileComparer:
+    """write() compares the bytes with the file's next ones; the first difference is kept."""
+
+    def __init__(self, file):
+        self._file = file
+        self.offset = 0
+        self.problem: str | None = None
+
+    def write(self, planned: bytes) -> None:
+        if self.problem is not None:
+            return
+        found = self._file.read(len(planned))
+        if found != planned:
+            at = next((k for k, (a, b) in enumerate(zip(found, planned)) if a != b),
+                      min(len(found), len(planned)))
+            self.problem = (f"byte {self.offset + at:,} of the report differs from the "
+                            f"plan's: {short_text(found[at:at + 60])} where the plan has "
+                            f"{short_text(planned[at:at + 60])}")
+        self.offset += len(planned)
+
+    def finish(self) -> str | None:
+        if self.problem is None and self._file.read(1):
+            self.problem = f"the report goes on after byte {self.offset:,}, where the plan's ends"
+        return self.problem
 
 
 def is_manifest(output: str) -> bool:
@@ -173,6 +219,9 @@ def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int
                            phase="verify")
             for sink in sinks:
                 sink.finish()
+            report_problems = [
+                f"{row['report']}: {problem}" for row, p, piece in zip(rows, plans, annotated)
+                if (problem := _report_problem(p, source, piece, folder / row["report"]))]
         finally:
             index.close()
             plan.window.cut.linked.close()
@@ -196,6 +245,8 @@ def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int
         verdict.add("pieces as planned", differ,
                     f"every byte of every piece is its window's as planned "
                     f"({sum(s.offset for s in sinks):,} bytes)", total=len(differ))
+        verdict.add("reports as planned", report_problems,
+                    "every byte of every piece's report is the plan's")
     return verdict
 
 
