@@ -711,3 +711,75 @@ def test_a_time_window_finer_than_a_nanosecond_is_refused(tmp_path):
     assert_refused(run("layers", "--trace", trace, "--output", tmp_path / "w.json",
                        *EDGE_LAYERS, "--time-window", ":0.0000001"),
                    "to the nanosecond at most", tmp_path / "w.json")
+
+
+def test_pieces_of_a_real_trace_stay_within_the_limit(tmp_path):
+    """Compaction moves GPU flows too, and they grow: the estimate counts it."""
+    from tests.conftest import real_trace
+
+    trace = real_trace("hta_nccl_gpu_scopes.json.gz")
+    output = tmp_path / "o.json"
+    result = run("compact", "--trace", trace, "--output", output, "--split-mb", "0.5")
+    assert result.returncode == 0, result.stderr.decode()
+    manifest = _check_pieces(trace, tmp_path / "o.json.pieces.json", 500_000)
+    assert len(manifest["pieces"]) > 5 and not manifest["over_limit"]
+
+
+def test_pieces_count_long_guides_and_spanning_pairs(tmp_path):
+    events = [kernel("a", str(100 * k), "1") for k in range(400)]
+    events += [{"ph": "B", "name": "long" * 20, "pid": 9, "tid": k % 7, "ts": 30 * k}
+               for k in range(60)]
+    events += [{"ph": "E", "pid": 9, "tid": k % 7, "ts": 30 * k + 20_000} for k in range(60)]
+    trace = write_trace(tmp_path / "t.json", events)
+    output = tmp_path / "o.json"
+    result = run("layers", "--trace", trace, "--output", output, "--anchor-regex", "^a$",
+                 "--num-layers", "2", "--anchor-offset", "0", "--phase", "p",
+                 "--evidence", "x" * 2000, "--passes", "all", "--split-mb", "0.1")
+    assert result.returncode == 0, result.stderr.decode()
+    manifest = _check_pieces(trace, tmp_path / "o.json.pieces.json", 100_000)
+    assert len(manifest["pieces"]) > 2 and not manifest["over_limit"]
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda m: m["pieces"][0].update(source_events=1), "the manifest's pieces[0].source_events"),
+    (lambda m: m.update(flows_dropped=0), "the manifest's flows_dropped is 0"),
+    (lambda m: m["pieces"][1].update(file="/etc/hostname"), "piece 2: the manifest names"),
+    (lambda m: m["pieces"][1].update(file="../o.part-0002.json"), "piece 2: the manifest names"),
+])
+def test_verify_finds_an_edited_manifest(tmp_path, edit, fragment):
+    output = tmp_path / "o.json"
+    assert run("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
+               "--split-mb", "0.3").returncode == 0
+    manifest_path = tmp_path / "o.json.pieces.json"
+    manifest = json.loads(manifest_path.read_text())
+    edit(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+    result = run("verify", "--trace", SAMPLE, "--output", manifest_path)
+    assert result.returncode == 1, result.stdout.decode() + result.stderr.decode()
+    assert fragment.encode() in result.stdout
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("01", "--split-mb '01' must be a positive number"),
+    ("1e3", "must be a positive number"),
+])
+def test_split_sizes_in_no_plain_decimal_are_refused(tmp_path, value, fragment):
+    trace = edge_trace(tmp_path / "edge.json")
+    assert_refused(run("compact", "--trace", trace, "--output", tmp_path / "c.json",
+                       "--split-mb", value), fragment, tmp_path / "c.json.pieces.json")
+
+
+@pytest.mark.parametrize("output", ["", "folder"])
+def test_a_split_needs_an_output_file_name(tmp_path, output):
+    trace = edge_trace(tmp_path / "edge.json")
+    (tmp_path / "folder").mkdir()
+    result = run("compact", "--trace", trace, "--output", tmp_path / output if output else "",
+                 "--split-mb", "1")
+    assert_refused(result, "writes files: give --output a file name")
+
+
+def test_a_split_whose_piece_names_are_too_long_is_refused(tmp_path):
+    trace = edge_trace(tmp_path / "edge.json")
+    output = tmp_path / ("a" * 240 + ".json")
+    assert_refused(run("compact", "--trace", trace, "--output", output, "--split-mb",
+                       "0.002"), "File name too long")

@@ -28,6 +28,7 @@ from tracestream.errors import (
 )
 from tracestream.index.builder import IndexOptions, run_index
 from tracestream.index.records import temp_dir_for
+from tracestream.index.window import SizeBins
 from tracestream.jsontext import PrettyWriter, dumps_pretty
 from tracestream.parallel.memory import release_memory
 from tracestream.plan.guidetext import GuideRows
@@ -54,6 +55,7 @@ from tracestream.read.sizing import pool_for
 from tracestream.read.source import TraceSource
 from tracestream.write.rewrite import rewrite
 from tracestream.write.sink import (
+    SMALL_BLOCK,
     OutputFile,
     check_compress_level,
     check_new_path,
@@ -235,7 +237,7 @@ def _window_plans(planner: Planner, index, window, command: str, layers: dict | 
     guide_events = planner.guide_events
     guides = guide_events.guides if guide_events is not None else None
     outputs = plan_windows(window, index, guides, planner.origin_ns,
-                           planner.new_track_bytes())
+                           planner.new_track_bytes(), _guide_bytes(guide_events))
     cut = cut_plan(outputs, index, tmpdir)
     names = piece_names(len(outputs)) if piece_names is not None else None
     for number, output in enumerate(outputs):
@@ -252,6 +254,16 @@ def _window_plans(planner: Planner, index, window, command: str, layers: dict | 
             options=spec_options(layer_spec, compact_spec, output.spec),
             window=WindowPlan(output.spec, cut, number, output.report)))
     return cut.plans
+
+
+def _guide_bytes(guide_events) -> int:
+    """The most one guide event may take, measured on the first block written (its phase,
+    evidence and anchor name make its size), with a quarter more to spare."""
+    if guide_events is None or not len(guide_events):
+        return SizeBins.GUIDE_BYTES
+    block = next(iter(guide_events.texts()))
+    count = block.count(b'"ph": "X"') or 1
+    return max(SizeBins.GUIDE_BYTES, len(block) * 5 // (4 * count) + 128)
 
 
 def report_rows(rep: OutputFile, report: PrettyWriter):
@@ -346,9 +358,9 @@ def _run_pieces(trace, output, report, kind, command, *, layer_spec, compact_spe
     trace, output = str(trace), str(output)
     for what, path in (("--trace", trace), ("--output", output)):
         require_utf8(path, what)
-    if output == "-":
+    if output == "-" or not os.path.basename(output) or os.path.isdir(output):
         raise TraceError(f"{split.text} writes files: give --output a file name (the pieces "
-                         "are named after it)")
+                         f"are named after it), not {output!r}")
     if report is not None:
         raise TraceError(f"{split.text} writes a report beside each piece: drop --report")
     manifest = manifest_path(output)
@@ -382,7 +394,7 @@ def _run_pieces(trace, output, report, kind, command, *, layer_spec, compact_spe
             plans = plan.window.cut.plans
             places = paths(len(plans))
             outs = [files.enter_context(OutputFile(piece, compression=compression,
-                                                   level=compress_level))
+                                                   level=compress_level, block=SMALL_BLOCK))
                     for piece, _ in places]
             reps = [files.enter_context(OutputFile(piece_report, what="report"))
                     for _, piece_report in places]
@@ -572,8 +584,8 @@ def pieces_lines(data: dict, manifest: str, trace: str | None,
                  "only whole, in the piece that holds all of it)")
     if data["over_limit"]:
         lines.append(f"warning: piece(s) {', '.join(map(str, data['over_limit']))} hold more "
-                     f"than {data['split_mb']} MB: a single pass (or the events around it) "
-                     "is larger")
+                     f"than {data['split_mb']} MB: what lies between two cuts (a pass, or "
+                     "65.5 µs without guides) is larger")
     if seconds is not None:
         lines.append(f"elapsed: {seconds:,.1f} s")
     steps = []

@@ -485,3 +485,24 @@ def test_the_real_split_output_is_listed(tmp_path):
         digest = hashlib.sha256(get(server, "/trace/2")[2]).hexdigest()
     assert "0 &hellip; 2.324107" in page and "2.324107 &hellip; 4.512925" in page
     assert digest == hashlib.sha256(SAMPLE.read_bytes()).hexdigest()
+
+
+# --- hostile values an outside attack found ---------------------------------------------
+
+
+def test_a_manifest_nested_too_deeply_is_one_clear_line(tmp_path):
+    path = tmp_path / "o.json.pieces.json"
+    path.write_bytes(b'{"kind": "pieces", "pieces": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
+    with pytest.raises(TraceError) as caught:
+        read_manifest(path)
+    assert "nested too deeply" in str(caught.value)
+
+
+def test_a_lone_surrogate_and_a_huge_size_still_list(tmp_path):
+    (tmp_path / "o.part-0001.json").write_bytes(TRACE_BYTES)
+    path = write_manifest(tmp_path, [piece_row(1, "o.part-0001.json", json_bytes=10**400)],
+                          source_file="\ud800")
+    manifest = read_manifest(path)
+    page = render_listing(manifest, "nonce", "token")
+    assert f"{10**400:,}"[:20] in page
+    page.encode("utf-8", "replace")  # what the server sends

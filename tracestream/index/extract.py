@@ -62,7 +62,13 @@ from tracestream.index.numbers import (
     importer_bounds,
     time_value,
 )
-from tracestream.index.window import chunk_range, chunk_sizes, chunk_times, linked_rows
+from tracestream.index.window import (
+    SEPARATOR_BYTES,
+    chunk_range,
+    chunk_sizes,
+    chunk_times,
+    linked_rows,
+)
 from tracestream.model import (
     CPU_ANNOTATION,
     GPU_SCOPE,
@@ -251,9 +257,11 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
         if self.ctx.window:
             times = chunk_times(events)
             starts, ends = self.spans
+            # an event's bytes and the separator after it (the whitespace a run copies)
+            lengths = np.diff(np.r_[starts, len(self.data) + SEPARATOR_BYTES])
             window_facts = (*chunk_range(times), linked_rows(events, times, self.track),
-                            chunk_sizes(times, ends - starts,
-                                        is_slice if self.ctx.moves_gpu else None))
+                            chunk_sizes(times, lengths, (is_slice | (phase == PHASE_FLOW))
+                                        if self.ctx.moves_gpu else None))
         return ChunkFacts(
             count=n,
             origin=origin,

@@ -254,11 +254,15 @@ SEPARATOR_BYTES = 3
 def chunk_sizes(times: ChunkTimes, lengths: np.ndarray, moved: np.ndarray | None):
     """What the events of a chunk weigh on the time line: (bins, bytes) of the placed
     events by the bin of their start, and again by the bin of their end, and the bytes of
-    the events in every window. `moved`: the events compaction may relocate (they grow)."""
-    weight = lengths.astype(np.int64) + SEPARATOR_BYTES
+    the events in every window (with B/E and async events: a pair or slice is written in
+    every piece it spans, which their own ts do not tell). `lengths`: each event's bytes
+    with the separator after it; `moved`: the events compaction may relocate (they
+    grow)."""
+    weight = lengths.astype(np.int64)
     if moved is not None:
         weight = weight + np.where(moved, MOVED_EXTRA, 0)
-    always = times.always()
+    always = times.always() | (times.role == ASYNC) | (times.role == BEGIN) | (
+        times.role == END)
     placed = times.timed & ~always & (times.role != METADATA)
     weights = weight[placed]
     return (_binned(times.ts[placed], weights), _binned(times.end[placed], weights),
@@ -307,7 +311,7 @@ class SizeBins:
     starts at or after e or ends before a, so the piece weighs (bytes starting before e)
     - (bytes ending before a), each read at the resolution of a bin, rounded up."""
 
-    GUIDE_BYTES = 700  # a guide event, with room to spare
+    GUIDE_BYTES = 700  # a guide event with short names (the plan measures its own)
 
     def __init__(self):
         self._starts = _Histogram()
@@ -329,9 +333,10 @@ class SizeBins:
         return self._arrays()[0] << SIZE_BIN_SHIFT
 
     def estimate(self, start: int, ends: np.ndarray, pass_starts: np.ndarray, layers: int,
-                 fixed: int = 0) -> np.ndarray:
+                 fixed: int = 0, guide_bytes: int = GUIDE_BYTES) -> np.ndarray:
         """An upper bound of the JSON bytes of the piece [start, end) for each end
-        (`fixed`: the bytes every piece has besides its events, the document's own)."""
+        (`fixed`: the bytes every piece has besides its events, the document's own;
+        `guide_bytes`: the most one guide event takes)."""
         start_keys, started, end_keys, ended = self._arrays()
         # bytes of events starting before each end: every bin up to the end's own
         reach = np.searchsorted(start_keys, (ends - 1) >> SIZE_BIN_SHIFT, "right")
@@ -345,4 +350,4 @@ class SizeBins:
         passes = (np.searchsorted(pass_starts, ends, "left")
                   - np.searchsorted(pass_starts, start, "left"))
         return (before_end - over + self.always + fixed
-                + passes * layers * self.GUIDE_BYTES)
+                + passes * layers * guide_bytes)

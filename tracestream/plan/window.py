@@ -14,7 +14,7 @@ import numpy as np
 from tracestream.errors import SpecError, TraceError
 from tracestream.index import timebase
 from tracestream.index.records import RecordStore
-from tracestream.index.window import ASYNC, BEGIN, FLOW, FOREVER, Window
+from tracestream.index.window import ASYNC, BEGIN, FLOW, FOREVER, SizeBins, Window
 
 _PASSES = re.compile(r"([0-9]{1,9}):([0-9]{1,9})?\Z", re.ASCII)
 _MS = r"-?[0-9]{1,15}(?:\.[0-9]{1,6})?"
@@ -363,7 +363,8 @@ class WindowPlan:
 
 
 def plan_windows(spec: WindowSpec | SplitSpec, index, guides, origin_ns: int,
-                 appended: int = 0) -> list[OutputWindow]:
+                 appended: int = 0, guide_bytes: int = SizeBins.GUIDE_BYTES
+                 ) -> list[OutputWindow]:
     """The window `spec` asks for (or the pieces of a split), on this trace and these
     guides (a GuideTable or None); refuses what the trace cannot fill."""
     first_ns, last_ns = _extent(index)
@@ -371,7 +372,8 @@ def plan_windows(spec: WindowSpec | SplitSpec, index, guides, origin_ns: int,
     if first_ns is None:
         raise TraceError(f"{text}: the trace has no event with a time to cut by")
     if isinstance(spec, SplitSpec):
-        return _split(spec, index, guides, origin_ns, first_ns, last_ns, appended)
+        return _split(spec, index, guides, origin_ns, first_ns, last_ns, appended,
+                      guide_bytes)
     report: dict = {"option": text}
     if spec.piece is not None:  # (as the split wrote it: verify reads a piece alone)
         report.update(piece=spec.piece[0], pieces=spec.piece[1])
@@ -507,19 +509,20 @@ class SplitSpec:
         return timebase.Decimal10(value.mantissa, value.exponent + 6).round_us()
 
 
-_SIZE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?\Z", re.ASCII)
+_SIZE = re.compile(r"(?:0|[1-9][0-9]{0,8})(?:\.[0-9]{1,6})?\Z", re.ASCII)
 
 
 def split_mb(text: str) -> SplitSpec:
     """--split-mb N (a positive number of MB); SpecError otherwise."""
     if not _SIZE.match(text) or timebase.parse_decimal(text).mantissa == 0:
-        raise SpecError(f"--split-mb {text!r} must be a positive number of MB (10^6 bytes), "
-                        "e.g. 500")
+        raise SpecError(f"--split-mb {text[:40]!r} must be a positive number of MB (10^6 "
+                        "bytes), e.g. 500")
     return SplitSpec(text)
 
 
 def _split(spec: SplitSpec, index, guides, origin_ns: int, first_ns: int,
-           last_ns: int, appended: int = 0) -> list[OutputWindow]:
+           last_ns: int, appended: int = 0,
+           guide_bytes: int = SizeBins.GUIDE_BYTES) -> list[OutputWindow]:
     """Pieces of at most spec.limit bytes by index.sizes' conservative estimate, cut at
     pass starts when there are guides (one pass per piece where a pass is larger), else at
     the size bins' edges."""
@@ -537,9 +540,9 @@ def _split(spec: SplitSpec, index, guides, origin_ns: int, first_ns: int,
     cuts: list[int] = []
     start, at = -FOREVER, 0  # the current piece's start; the first candidate after it
     while at < len(candidates):
-        if sizes.estimate(start, forever, starts, layers, fixed)[0] <= spec.limit:
+        if sizes.estimate(start, forever, starts, layers, fixed, guide_bytes)[0] <= spec.limit:
             break  # the rest of the trace fits
-        estimate = sizes.estimate(start, candidates[at:], starts, layers, fixed)
+        estimate = sizes.estimate(start, candidates[at:], starts, layers, fixed, guide_bytes)
         fitting = int(np.searchsorted(estimate > spec.limit, True))  # (they only grow)
         # the piece ends at the last candidate that fits; where none does, at the first
         # (a pass larger than the limit is a piece of its own)

@@ -33,6 +33,8 @@ GZIP_LEVEL = 1
 Kineto traces) at ~4x its speed. An explicit level is zlib's (1-9, as gzip's own)."""
 ZSTD_LEVEL = 3
 _BLOCK = 4 << 20
+SMALL_BLOCK = 256 << 10
+"""The block of an output among many written at once (see OutputFile)."""
 _QUEUE_DEPTH = WRITER_HOLDS - 1
 """Blocks queued for the writer thread; with the one it writes, WRITER_HOLDS (the slots a
 worker pool keeps for them)."""
@@ -62,7 +64,11 @@ _start_writeback = _writeback_starter()
 def check_new_path(path: str, what: str) -> Path:
     """Refuse an existing file or a missing directory before any work is done."""
     target = Path(path)
-    if target.exists() or target.is_symlink():
+    try:
+        exists = target.exists() or target.is_symlink()
+    except OSError as exc:  # a name too long for the file system, a loop of links
+        raise TraceError(f"{what} {str(target)[:120]}: {exc.strerror or exc}") from None
+    if exists:
         raise TraceError(f"{what} {target} already exists; tracestream never overwrites a file")
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
@@ -156,8 +162,12 @@ class OutputFile:
     """
 
     def __init__(self, path: str, *, compression: str = "none", level: int | None = None,
-                 what: str = "output"):
+                 what: str = "output", block: int = _BLOCK):
+        """`block`: the bytes joined before the writer thread gets them, which holds two
+        such blocks at most (a run that writes many files at once, the pieces of
+        --split-mb, gives each a small one: their buffers add up)."""
         self.what = what
+        self._block = block
         self.stdout = path == "-"
         self.path = None if self.stdout else check_new_path(path, what)
         self._encoder = _Encoder(compression, level)
@@ -178,7 +188,7 @@ class OutputFile:
             # the writer thread's own descriptor, closed by that thread: a write it makes
             # after a discard can never land in a file that reused the number of ours
             self._writer_fd = os.dup(self._fd)
-        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_DEPTH)
+        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_DEPTH if block >= _BLOCK else 1)
         self._thread = threading.Thread(target=self._drain, name=f"write {path}", daemon=True)
         self._thread.start()
 
@@ -207,13 +217,13 @@ class OutputFile:
     def write(self, data: bytes) -> None:
         if not data:
             return
-        if len(data) >= _BLOCK >> 2:  # big enough on its own: no copy into a joined block
+        if len(data) >= self._block >> 2:  # big enough on its own: no copy into a joined block
             self._flush_pending()
             self._put(data)
             return
         self._pending.append(data)
         self._pending_size += len(data)
-        if self._pending_size >= _BLOCK:
+        if self._pending_size >= self._block:
             self._flush_pending()
 
     def write_then(self, data: memoryview, done) -> None:

@@ -7,18 +7,25 @@ against the plan's. Restore's check does not apply: a window is not the whole tr
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import orjson
+import zstandard
+from isal import igzip
 
 from tracestream.commands.report_shape import report_specs
 from tracestream.commands.verify.verdict import Verdict, sha_problem, short_text
-from tracestream.engine import build_plan
+from tracestream.engine import (
+    build_plan,
+    default_report_path,
+    name_in_report,
+    piece_path,
+    pieces_manifest,
+)
 from tracestream.errors import TraceError
-from tracestream.jsontext import PrettyWriter
+from tracestream.jsontext import PrettyWriter, dumps
 from tracestream.plan.report import load_report
-from tracestream.plan.window import spec_from_options, split_mb
+from tracestream.plan.window import MAX_PIECES, spec_from_options, split_mb
 from tracestream.progress import Progress, or_silent
 from tracestream.read.hashing import ReadStats
 from tracestream.read.sizing import pool_for
@@ -37,16 +44,23 @@ class ComparingSink:
     failed = False
     stdout = False
 
-    def __init__(self, annotated: TraceSource):
+    def __init__(self, annotated: TraceSource | None = None, blocks=None):
+        """The output's bytes from `annotated` (a TraceSource), or from `blocks`."""
         self.stats = ReadStats()
-        self._blocks = annotated.read(self.stats)
+        self._blocks = blocks if blocks is not None else annotated.read(self.stats)
         self._data = memoryview(b"")
         self._kept = b""  # the current block (its memoryview's owner)
         self.offset = 0  # output bytes compared so far
         self.problem: str | None = None
 
     def _more(self) -> bool:
-        block = next(self._blocks, None)
+        try:
+            block = next(self._blocks, None)
+        except (OSError, EOFError, ValueError, zstandard.ZstdError) as exc:
+            self.problem = self.problem or (f"the output cannot be read after byte "
+                                            f"{self.offset:,}: {exc}")
+            self._blocks = iter(())
+            return False
         if block is None:
             return False
         self._kept = block
@@ -74,8 +88,11 @@ class ComparingSink:
         if self.problem is None and (len(self._data) or self._more()):
             self.problem = (f"the output goes on after byte {self.offset:,}, where the window "
                             f"ends: {short_text(bytes(self._data[:80]))}")
-        for _ in self._blocks:  # read to the end: the output's own checks (size, gzip CRC)
-            pass
+        try:
+            for _ in self._blocks:  # read to the end: the output's own checks (size, CRC)
+                pass
+        except (OSError, EOFError, ValueError, zstandard.ZstdError) as exc:
+            self.problem = self.problem or f"the output cannot be read to its end: {exc}"
 
 
 def verify_window(trace: str, output: str, data: dict, report_path: Path, *,
@@ -172,30 +189,39 @@ class _FileComparer:
 
 def is_manifest(output: str) -> bool:
     """Whether `output` names a split's manifest (`<output>.pieces.json`)."""
-    return str(output).endswith(".pieces.json")
+    return str(output).endswith(_MANIFEST_SUFFIX)
 
 
 def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int | None,
                   max_event_bytes: int | None, progress: Progress | None) -> Verdict:
     """Every piece a manifest lists, checked in one pass: the split is planned again from
-    the source and the options the pieces' reports recorded, and each piece's bytes are
-    compared with its planned ones as they come."""
+    the source and the options the pieces' reports recorded, each piece's bytes and its
+    report's are compared with the planned ones as they come, and the manifest with the
+    one the split writes."""
     progress = or_silent(progress)
     data = _manifest(manifest)
-    folder = Path(manifest).parent
     rows = data["pieces"]
-    reports = [load_report(folder / row["report"])[0] for row in rows]
+    verdict = Verdict()
+    places = _places(manifest, data["command"], len(rows))
+    named = [name_in_report(piece, manifest) for piece, _ in places]
+    reported = [name_in_report(report, manifest) for _, report in places]
+    wrong = [f"piece {k + 1}: the manifest names {row['file']!r} and {row['report']!r}, the "
+             f"split writes {named[k]!r} and {reported[k]!r}"
+             for k, row in enumerate(rows) if (row["file"], row["report"]) != (named[k],
+                                                                              reported[k])]
+    if wrong:  # (nothing else is opened: a manifest names only the split's own files)
+        verdict.add("pieces", wrong, "")
+        return verdict
+    reports = [load_report(Path(report))[0] for _, report in places]
     layer_spec, compact_spec = report_specs(reports[0])
     split = split_mb(data["split_mb"])
-    verdict = Verdict()
     with pool_for(trace, workers) as pool, \
-            TraceSource(trace, max_event_bytes=max_event_bytes, spool_dir=tmpdir) as source, \
-            contextlib.ExitStack() as files:
+            TraceSource(trace, max_event_bytes=max_event_bytes, spool_dir=tmpdir) as source:
         names = [(r.get("output_file", ""), r.get("report_file", "")) for r in reports]
         try:
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name="", report_name="",
-                command=reports[0].get("command", ""), tmpdir=tmpdir, pool=pool,
+                command=data["command"], tmpdir=tmpdir, pool=pool,
                 progress=progress, source_name=reports[0].get("source_file"), window=split,
                 piece_names=lambda count: (names + [("", "")] * count)[:count])
         except TraceError as exc:
@@ -211,35 +237,26 @@ def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int
                 verdict.add("pieces", [f"the manifest lists {len(rows)} piece(s), the plan "
                                        f"cuts {len(plans)}"], "")
                 return verdict
-            annotated = [files.enter_context(TraceSource(
-                str(folder / row["file"]), hashes_data=False, max_event_bytes=max_event_bytes,
-                spool_dir=tmpdir)) for row in rows]
-            sinks = [ComparingSink(piece) for piece in annotated]
+            readers = [_PieceBlocks(piece) for piece, _ in places]
+            sinks = [ComparingSink(blocks=reader.blocks()) for reader in readers]
             rewrite_window(source, index, plans, sinks, pool=pool, progress=progress,
                            phase="verify")
             for sink in sinks:
                 sink.finish()
             report_problems = [
-                f"{row['report']}: {problem}" for row, p, piece in zip(rows, plans, annotated)
-                if (problem := _report_problem(p, source, piece, folder / row["report"]))]
+                f"{row['report']}: {problem}"
+                for row, p, reader, (_, report) in zip(rows, plans, readers, places)
+                if (problem := _report_problem(p, source, reader, Path(report)))]
         finally:
             index.close()
             plan.window.cut.linked.close()
         verdict.add("source sha256", sha_problem(source, data),
                     f"{str(data.get('source_sha256', ''))[:16]}… matches the manifest")
-        problems = []
-        for row, report, p in zip(rows, reports, plans):
-            planned = p.report["window"]
-            problems += [f"piece {row['piece']}: the manifest's {key} is {row.get(key)!r}, "
-                         f"the plan's {planned.get(key)!r}"
-                         for key in ("start_us", "end_us", "passes", "guides")
-                         if row.get(key) != planned.get(key)]
-            written = report.get("window") if isinstance(report.get("window"), dict) else {}
-            problems += [f"piece {row['piece']}: its report's window {key} is "
-                         f"{written.get(key)!r}, the plan's {planned.get(key)!r}"
-                         for key in _COUNTS if written.get(key) != planned.get(key)]
-        verdict.add("pieces", problems,
-                    f"{len(rows)} pieces cut as planned, their reports' counts hold")
+        expected = orjson.loads(dumps(pieces_manifest(plans, places, manifest, split, source,
+                                                      plans[0].report)))
+        verdict.add("manifest as planned", _differences(expected, data),
+                    f"{len(rows)} pieces cut as planned; every value of the manifest is the "
+                    "split's")
         differ = [f"{row['file']}: {sink.problem}" for row, sink in zip(rows, sinks)
                   if sink.problem]
         verdict.add("pieces as planned", differ,
@@ -250,6 +267,60 @@ def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int
     return verdict
 
 
+def _places(manifest: str, command: str, count: int) -> list[tuple[str, str]]:
+    """The (piece, report) paths a split with `count` pieces writes beside `manifest`."""
+    output = manifest[: -len(_MANIFEST_SUFFIX)]
+    return [(piece_path(output, k), default_report_path(piece_path(output, k), command))
+            for k in range(1, count + 1)]
+
+
+def _differences(expected, found, where: str = "") -> list[str]:
+    """Where two JSON values differ (a path and both values each)."""
+    if isinstance(expected, dict) and isinstance(found, dict):
+        out = []
+        for key in list(expected) + [k for k in found if k not in expected]:
+            out += _differences(expected.get(key), found.get(key), f"{where}.{key}".strip("."))
+        return out
+    if isinstance(expected, list) and isinstance(found, list) and len(expected) == len(found):
+        out = []
+        for k, (a, b) in enumerate(zip(expected, found)):
+            out += _differences(a, b, f"{where}[{k}]")
+        return out
+    if expected == found and type(expected) is type(found):
+        return []
+    return [f"the manifest's {where or 'value'} is {short_text(orjson.dumps(found)[:80])}, "
+            f"the split's {short_text(orjson.dumps(expected)[:80])}"]
+
+
+class _PieceBlocks:
+    """A piece's decompressed bytes, read as they are compared, 256 KB at a time (a split
+    has up to 256 pieces open at once: no reader thread or read-ahead each)."""
+
+    BLOCK = 256 << 10
+
+    def __init__(self, path: str):
+        self.path = path
+        self.compression = "none"
+
+    def blocks(self):
+        with open(self.path, "rb") as raw:
+            head = raw.read(4)
+            raw.seek(0)
+            if head[:2] == b"\x1f\x8b":
+                self.compression, stream = "gzip", igzip.open(raw, "rb")
+            elif head == b"\x28\xb5\x2f\xfd":
+                self.compression = "zstd"
+                stream = zstandard.ZstdDecompressor().stream_reader(raw,
+                                                                    read_across_frames=True)
+            else:
+                stream = raw
+            while data := stream.read(self.BLOCK):
+                yield data
+
+
+_MANIFEST_SUFFIX = ".pieces.json"
+
+
 def _manifest(path: str) -> dict:
     """The manifest as data; TraceError when it is not one."""
     try:
@@ -258,10 +329,14 @@ def _manifest(path: str) -> dict:
         raise TraceError(f"cannot read manifest {path}: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
         raise TraceError(f"cannot read manifest {path}: {exc}") from None
+    except RecursionError:
+        raise TraceError(f"cannot read manifest {path}: nested too deeply") from None
     rows = data.get("pieces") if isinstance(data, dict) else None
     if (not isinstance(data, dict) or data.get("kind") != "pieces"
-            or not isinstance(data.get("split_mb"), str) or not isinstance(rows, list)
-            or not rows or not all(isinstance(r, dict) and isinstance(r.get("file"), str)
-                                   and isinstance(r.get("report"), str) for r in rows)):
+            or not isinstance(data.get("split_mb"), str)
+            or data.get("command") not in ("layers", "compact")
+            or not isinstance(rows, list) or not 0 < len(rows) <= MAX_PIECES
+            or not all(isinstance(r, dict) and isinstance(r.get("file"), str)
+                       and isinstance(r.get("report"), str) for r in rows)):
         raise TraceError(f"{path} is not a tracestream pieces manifest")
     return data

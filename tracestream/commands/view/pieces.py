@@ -79,6 +79,10 @@ def read_manifest(path) -> PiecesManifest | None:
         return None  # a small trace: not worth parsing here
     try:
         data = json.loads(text)
+    except RecursionError:
+        if named:
+            raise TraceError(f"{where}: not valid JSON (nested too deeply)") from None
+        return None
     except (UnicodeDecodeError, ValueError) as exc:
         if named:
             raise TraceError(f"{where}: not valid JSON ({exc})") from None
@@ -170,6 +174,8 @@ def _mb(value) -> str:
     """Bytes as MB (10^6 bytes, as --split-mb counts them)."""
     if not _is_count(value):
         return _esc(value)
+    if value >= 10**15:  # no size a split writes: shown as the count it is
+        return _count(value)
     return f"{value / 1e6:,.2f}" if value < 10_000_000 else f"{value / 1e6:,.1f}"
 
 

@@ -239,7 +239,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_listing(self, send_body: bool) -> None:
         nonce = secrets.token_urlsafe(16)
-        body = render_listing(self.server.pieces, nonce, self.server.token).encode("utf-8")
+        # (a lone surrogate in a manifest's text is valid JSON, not UTF-8: replaced)
+        body = render_listing(self.server.pieces, nonce, self.server.token).encode(
+            "utf-8", "replace")
         self.send_response(200)
         self._common_headers("text/html; charset=utf-8")
         self.send_header("Content-Security-Policy", listing_security_policy(nonce))
@@ -271,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
                    piece: tuple[int, int] | None = None) -> None:
         nonce = secrets.token_urlsafe(16)
         body = render_page(trace, self.server.ui_url, nonce, self.server.token,
-                           piece=piece).encode("utf-8")
+                           piece=piece).encode("utf-8", "replace")
         self.send_response(200)
         self._common_headers("text/html; charset=utf-8")
         self.send_header("Content-Security-Policy",
