@@ -30,6 +30,8 @@ def _child(request: dict) -> int:
         os.dup2(fd, {"stdin": 0, "stdout": 1, "stderr": 2}[name])
         os.close(fd)
     os.chdir(request["cwd"])
+    if request.get("whole_env"):
+        os.environ.clear()
     os.environ.update(request.get("env") or {})
     import tempfile
 
