@@ -59,12 +59,45 @@ def real_trace(name: str) -> Path:
     return path
 
 
+EXEC_EVERY_RUN = os.environ.get("TRACESTREAM_TESTS_EXEC") == "1"
+"""Set to 1 to run every `run` as a fresh `python -m tracestream` (slower: ~0.5 s of
+start-up and imports each)."""
+_fork_servers = []
+
+
 def run(*args, stdin: bytes | None = None, cwd=None) -> subprocess.CompletedProcess:
-    """Run the CLI as a user does (a new process), capturing bytes."""
-    return subprocess.run(
-        TRACESTREAM + [str(a) for a in args], input=stdin, capture_output=True, cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
-    )
+    """Run the CLI as a user does (a new process), capturing bytes.
+
+    The process is forked from an interpreter that has imported tracestream already
+    (tests/reliability/forkserver.py), with this process's environment and working
+    directory; its stdout and stderr are files, read back as bytes. A run given `stdin`
+    is a fresh `python -m tracestream` reading a pipe, as `cmd | tracestream ...` does
+    (a pipe is read otherwise than a file: spooled). TRACESTREAM_TESTS_EXEC=1: every run
+    is a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if stdin is not None or EXEC_EVERY_RUN:
+        return subprocess.run(
+            TRACESTREAM + [str(a) for a in args], input=stdin, capture_output=True, cwd=cwd,
+            env=env, timeout=600,
+        )
+    if not _fork_servers:
+        from reliability.support import ForkServers, scratch_dir
+
+        _fork_servers.append(ForkServers(1, scratch_dir()))
+    answer, out, err = _fork_servers[0].run_bytes(
+        args, cwd=cwd or os.getcwd(), env=env, whole_env=True, timeout=600)
+    command = TRACESTREAM + [str(a) for a in args]
+    if answer["rc"] is None:
+        raise subprocess.TimeoutExpired(command, 600, out, err)
+    return subprocess.CompletedProcess(command, answer["rc"], out, err)
+
+
+def pytest_sessionfinish(session):
+    import shutil
+
+    for servers in _fork_servers:
+        servers.close()
+        shutil.rmtree(servers._scratch, ignore_errors=True)
 
 
 def assert_refused(result: subprocess.CompletedProcess, fragment: str, *left_out: Path) -> str:

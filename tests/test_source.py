@@ -142,7 +142,7 @@ def test_a_file_comparison_hashes_the_file_it_matches(tmp_path):
 
     from tracestream.read.hashing import FileComparison
 
-    text = bytes(random.Random(7).randrange(256) for _ in range(600_000))
+    text = random.Random(7).randbytes(600_000)
     path = tmp_path / "source.json"
     path.write_bytes(text)
     cuts = sorted(random.Random(8).sample(range(1, len(text)), 40))

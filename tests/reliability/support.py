@@ -102,12 +102,22 @@ class ForkServers:
 
     def run(self, args, *, cwd=None, stdin: bytes | None = None, env=None,
             timeout: float = TIMEOUT) -> Outcome:
+        answer, out, err = self.run_bytes(args, cwd=cwd, stdin=stdin, env=env, timeout=timeout)
+        TALLY["cli runs (forked from a pre-imported interpreter)"] += 1
+        return Outcome(answer["rc"], out, err.decode(errors="replace"), answer["seconds"],
+                       "fork")
+
+    def run_bytes(self, args, *, cwd=None, stdin: bytes | None = None, env=None,
+                  timeout: float = TIMEOUT, whole_env: bool = False
+                  ) -> tuple[dict, bytes, bytes]:
+        """(the server's answer, stdout, stderr) of one run; `whole_env`: `env` is the
+        child's whole environment, not additions to the server's."""
         with self._lock:
             self._seq += 1
             base = self._scratch / f"run{self._seq}"
         request = {"args": [str(a) for a in args], "cwd": str(cwd or ROOT),
                    "stdout": f"{base}.out", "stderr": f"{base}.err", "env": env or {},
-                   "timeout": timeout}
+                   "whole_env": whole_env, "timeout": timeout}
         if stdin is not None:
             Path(f"{base}.in").write_bytes(stdin)
             request["stdin"] = f"{base}.in"
@@ -119,11 +129,10 @@ class ForkServers:
         finally:
             self._idle.put(proc)
         out = Path(f"{base}.out").read_bytes()
-        err = Path(f"{base}.err").read_text(errors="replace")
+        err = Path(f"{base}.err").read_bytes()
         for suffix in (".out", ".err", ".in"):
             Path(f"{base}{suffix}").unlink(missing_ok=True)
-        TALLY["cli runs (forked from a pre-imported interpreter)"] += 1
-        return Outcome(answer["rc"], out, err, answer["seconds"], "fork")
+        return answer, out, err
 
     def close(self) -> None:
         for proc in self._all:
