@@ -24,8 +24,9 @@ such as `real` or `real:hta_train_6streams` selects every row under it):
 * `verify`: `verify` of the nightly output (its own row; every other output
   is verified too, in its row's verify column);
 * `split`: the nightly job with `--split-mb 500` (where the JSON makes at least
-  two such pieces: 1 GB makes 3, 10 GB ~22; smaller sizes a quarter of the JSON;
-  `--split-mb N` chooses): the pieces, each with its report, and the manifest,
+  two such pieces; the labelled output, ~1.3x its source, makes 4 at 1 GB
+  and 31 at 10 GB; smaller sizes a quarter of the JSON; `--split-mb N`
+  chooses): the pieces, each with its report, and the manifest,
   verified in one pass by `verify --output <output>.pieces.json`; the row says
   how many pieces and the largest;
 * `window`: the nightly job with `--pass-window N/2:N/2+10` (ten passes from the
@@ -329,7 +330,7 @@ def real_layers(regex: str, passes: int) -> list[str]:
 
 def split_mb_for(nbytes: int, chosen: int | None = None) -> int:
     """--split-mb of a split row: `chosen` (--split-mb), else SPLIT_MB where the JSON makes
-    at least two pieces of it (1 GB: 3 pieces, 10 GB: ~22), else a quarter of the JSON."""
+    at least two pieces of it (1 GB: 4 pieces, 10 GB: 31), else a quarter of the JSON."""
     if chosen:
         return chosen
     if nbytes >= 2 * SPLIT_MB * 10**6:
