@@ -638,7 +638,8 @@ def run_row(row: Row, inp: Input, out_fmt: str, ctx: dict, opts, log) -> dict:
         checked = manifest_of(out)  # verify reads every piece the manifest lists
         res["pieces"] = pieces_of(checked)
         log(f"    {res['pieces']['count']} pieces, the largest "
-            f"{res['pieces']['largest_json_bytes'] / 1e6:,.0f} MB of JSON")
+            f"{res['pieces']['largest_json_bytes'] / 1e6:,.0f} MB of JSON; over the limit: "
+            f"{res['pieces']['over_limit'] or 'none'}")
     ref = reference_argv(inp, out_fmt) if row.name == "nightly" else None
     if ref is not None:
         log(f"  reference: {ref[-1]}")
@@ -889,8 +890,11 @@ def table_row(res: dict) -> list[str]:
     in_out = (f"{res['fmt']} source + output" if res["kind"] == "verify"
               else f"{res['fmt']} → {res['out_fmt']}")
     if res.get("pieces"):
-        in_out += (f", {res['pieces']['count']} pieces (--split-mb {res['pieces']['split_mb']}; "
-                   f"largest {res['pieces']['largest_json_bytes'] / 1e6:,.0f} MB)")
+        pieces = res["pieces"]
+        in_out += (f", {pieces['count']} pieces (--split-mb {pieces['split_mb']}; "
+                   f"largest {pieces['largest_json_bytes'] / 1e6:,.0f} MB)")
+        if pieces.get("over_limit"):  # the manifest's list of pieces over N MB
+            in_out += f", over the limit: piece(s) {', '.join(map(str, pieces['over_limit']))}"
     elif res.get("cut"):
         in_out += f", {res['cut']}"
     return [
