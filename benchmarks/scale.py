@@ -3,6 +3,7 @@
     python -m benchmarks.scale --size 1GB [--size 10GB] [--workload NAME ...]
                                [--formats plain,gzip,zstd] [--real-traces DIR]
                                [--keep] [--workdir DIR] [--repeat 2] [--profile]
+                               [--split-mb N]
 
 One row per workload (`--workload NAME`, repeatable, selects rows; a prefix
 such as `real` or `real:hta_train_6streams` selects every row under it):
@@ -22,33 +23,48 @@ such as `real` or `real:hta_train_6streams` selects every row under it):
   written, as the baseline does): on the nightly trace;
 * `verify`: `verify` of the nightly output (its own row; every other output
   is verified too, in its row's verify column);
-* `real:<trace>:compact`, `real:<trace>:layers`: each real Kineto trace with
-  GPU activity in `--real-traces DIR`, replicated in time up to the size
-  (`benchmarks/replicate.py`, exact text), then `compact`, and `layers
-  --num-layers 1` labelling every match of a kernel that runs once per step
-  (`REAL_ANCHORS`). Traces without GPU activity are listed as skipped.
+* `split`: the nightly job with `--split-mb 500` (where the JSON makes at least
+  two such pieces; the labelled output, ~1.3x its source, makes 4 at 1 GB
+  and 31 at 10 GB; smaller sizes a quarter of the JSON; `--split-mb N`
+  chooses): the pieces, each with its report, and the manifest,
+  verified in one pass by `verify --output <output>.pieces.json`; the row says
+  how many pieces and the largest;
+* `window`: the nightly job with `--pass-window N/2:N/2+10` (ten passes from the
+  middle of the N labelled), verified as a window;
+* `real:<trace>:compact`, `real:<trace>:layers`, `real:<trace>:split`: each
+  real Kineto trace with GPU activity in `--real-traces DIR`, replicated in
+  time up to the size (`benchmarks/replicate.py`, exact text), then `compact`,
+  `layers --num-layers 1` labelling every match of a kernel that runs once per
+  step (`REAL_ANCHORS`), and `compact --split-mb` (the split row's N), verified
+  by its manifest. Traces without GPU activity are listed as skipped.
 
 Every row is timed against the baseline (`benchmarks/baseline.py`:
 json.load, the same job in plain Python, json.dump) doing the same work in
 the same run, unless it would need more than 70% of MemAvailable (~7.5x the
-JSON size). Each command runs in a fresh process (wall time, and memory as
-`measure.py` explains: GNU time's max RSS, and the summed RSS and PSS of the
-process tree); a run whose tree PSS passes 70% of MemAvailable is killed and
-reported as such. Timed commands run `--repeat` times; the best wall time is
-reported with the spread (worst - best), memory as the worst of the runs.
+JSON size); the split and window rows have none (the baseline writes only
+the whole output: their baseline column is "-"). Each command runs in a fresh
+process (wall time, and memory as `measure.py` explains: GNU time's max RSS,
+and the summed RSS and PSS of the process tree); a run whose tree PSS passes
+70% of MemAvailable is killed and reported as such. Timed commands run
+`--repeat` times; the best wall time is reported with the spread (worst -
+best), memory as the worst of the runs.
 
 Without `--workload`, sizes up to 2 GB run every row (the nightly row in
-every format, the others on plain input) and larger sizes run `nightly` and
-`verify` on gzip input (plain output if three times the space it needs is
-free). Results go to `benchmarks/results/<date>-<host>-<size>.json`; generated
-traces and outputs are deleted unless `--keep`. The targets section judges
-issue 23's targets on every row and names the worst row of each.
+every format, the others on plain input) and larger sizes run `nightly`,
+`verify` and `split` on gzip input (plain output if three times the space it
+needs is free). Every file a row writes (with --split-mb: every piece, its
+report and the manifest) is deleted before each run and after the row.
+Results go to `benchmarks/results/<date>-<host>-<size>.json`; generated
+traces are deleted unless `--keep`. The targets section judges issue 23's
+targets on every row and names the worst row of each (the 10 GB tree PSS
+target: the nightly and split rows).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import gzip
 import hashlib
 import io
@@ -86,8 +102,10 @@ NIGHTLY_ANCHOR = f"^{ANCHOR}$"
 NIGHTLY_TERMINAL = f"^{re.escape(TERMINAL)}$"
 LANES = ["--max-gpu-lanes", "10"]
 WORKLOADS = ("nightly", "nightly-no-terminal", "compact", "gpus8", "inspect", "anchors",
-             "verify", "real")
-LARGE_WORKLOADS = ("nightly", "verify")
+             "verify", "split", "window", "real")
+LARGE_WORKLOADS = ("nightly", "verify", "split")
+SPLIT_MB = 500  # --split-mb of the split rows, where the JSON makes at least 2 such pieces
+WINDOW_PASSES = 10  # --pass-window of the window row: this many passes from the middle
 # A kernel that runs once per step in each real trace, chosen with `tracestream anchors`
 # (docs/performance.md, "Real traces, replicated", says why each). Per copy: the number of
 # its matches.
@@ -251,12 +269,13 @@ class Input:
     layers: list[str] | None  # the anchor options of `layers` (ours and the baseline)
     how: str
     seconds: float = 0.0
+    passes: int = 0  # the passes `layers` labels (the window row's --pass-window is of these)
 
     def record(self) -> dict:
         return {"key": self.key, "path": str(self.path), "format": self.fmt,
                 "bytes_on_disk": self.path.stat().st_size if self.path.exists() else None,
                 "uncompressed_bytes": self.nbytes, "layers": self.layers, "how": self.how,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "passes": self.passes}
 
 
 @dataclass(frozen=True)
@@ -266,6 +285,7 @@ class Row:
     name: str
     kind: str  # layers | compact | inspect | anchors
     terminal: bool = True  # layers: keep --end-anchor-regex
+    cut: str = ""  # "split": --split-mb (pieces + manifest); "window": --pass-window
 
     @property
     def writes(self) -> bool:
@@ -273,7 +293,8 @@ class Row:
 
 
 NIGHTLY_ROWS = [Row("nightly", "layers"), Row("nightly-no-terminal", "layers", terminal=False),
-                Row("compact", "compact"), Row("inspect", "inspect"), Row("anchors", "anchors")]
+                Row("compact", "compact"), Row("inspect", "inspect"), Row("anchors", "anchors"),
+                Row("split", "layers", cut="split"), Row("window", "layers", cut="window")]
 
 
 def selected(name: str, selectors) -> bool:
@@ -305,6 +326,22 @@ def real_layers(regex: str, passes: int) -> list[str]:
     """One guide per match of a once-per-step kernel (`--passes all` once it exists)."""
     return ["--anchor-regex", regex, "--num-layers", "1", "--anchor-offset", "0",
             "--passes", str(passes)]
+
+
+def split_mb_for(nbytes: int, chosen: int | None = None) -> int:
+    """--split-mb of a split row: `chosen` (--split-mb), else SPLIT_MB where the JSON makes
+    at least two pieces of it (1 GB: 4 pieces, 10 GB: 31), else a quarter of the JSON."""
+    if chosen:
+        return chosen
+    if nbytes >= 2 * SPLIT_MB * 10**6:
+        return SPLIT_MB
+    return max(1, nbytes // (4 * 10**6))
+
+
+def pass_window_for(passes: int) -> str:
+    """--pass-window of the window row: WINDOW_PASSES passes from the middle of the trace."""
+    first = passes // 2
+    return f"{first}:{min(passes, first + WINDOW_PASSES)}"
 
 
 def disk_needed(size: int, fmt: str, out_fmt: str, keep_plain: bool) -> int:
@@ -374,6 +411,24 @@ def _remove(*paths: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def written(out: Path, report: Path) -> list[Path]:
+    """Every file a row's command may have written: the output and its report, or (with
+    --split-mb) the pieces `<stem>.part-NNNN<suffix>`, each piece's report beside it, and
+    the manifest `<output>.pieces.json`. Globbed, as the count is the run's to decide."""
+    stem = out.name
+    for suffix in sorted(SUFFIX.values(), key=len, reverse=True):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    pieces = sorted(out.parent.glob(glob.escape(stem) + ".part-[0-9][0-9][0-9][0-9]*"))
+    return [out, report, manifest_of(out), *pieces]
+
+
+def manifest_of(out: Path) -> Path:
+    """The manifest a --split-mb run writes for `--output out`."""
+    return out.with_name(out.name + ".pieces.json")
+
+
 def summary_of(runs: list[Run], nbytes: int | None = None) -> dict:
     """Best wall time, spread, worst memory; every run kept for the record."""
     ok = [r for r in runs if r.returncode == 0]
@@ -395,10 +450,11 @@ def summary_of(runs: list[Run], nbytes: int | None = None) -> dict:
 
 def repeat(argv_for, times: int, opts, *, env=None, cleanup=(), stdout=subprocess.DEVNULL,
            log=None) -> list[Run]:
-    """Run a command `times` times in fresh processes, removing `cleanup` before each run."""
+    """Run a command `times` times in fresh processes, removing `cleanup` before each run
+    (paths, or a function that lists them when the run is due)."""
     runs = []
     for i in range(times):
-        _remove(*cleanup)
+        _remove(*(cleanup() if callable(cleanup) else cleanup))
         run = run_measured(argv_for(i), stdout=stdout, cwd=ROOT, env=env,
                            memory_limit=opts.memory_limit)
         runs.append(run)
@@ -415,14 +471,23 @@ def layer_args(row: Row, inp: Input) -> list[str]:
     return inp.layers if row.terminal else without_terminal(inp.layers)
 
 
-def ours_argv(row: Row, inp: Input, out: Path, out_fmt: str) -> list[str]:
+def cut_args(row: Row, inp: Input, opts) -> list[str]:
+    """--split-mb or --pass-window of a split or window row (nothing for the others)."""
+    if row.cut == "split":
+        return ["--split-mb", str(split_mb_for(inp.nbytes, opts.split_mb))]
+    if row.cut == "window":
+        return ["--pass-window", pass_window_for(inp.passes)]
+    return []
+
+
+def ours_argv(row: Row, inp: Input, out: Path, out_fmt: str, cut: list[str] = ()) -> list[str]:
     """The command a user runs for this row (the installed script of the measured engine)."""
     trace = ["--trace", str(inp.path)]
     if row.kind == "layers":
         argv = ["layers", *trace, "--output", str(out), *layer_args(row, inp),
-                "--phase", "target-verify", "--evidence", "bench", *LANES, "--quiet"]
+                "--phase", "target-verify", "--evidence", "bench", *LANES, *cut, "--quiet"]
     elif row.kind == "compact":
-        argv = ["compact", *trace, "--output", str(out), *LANES, "--quiet"]
+        argv = ["compact", *trace, "--output", str(out), *LANES, *cut, "--quiet"]
     elif row.kind == "inspect":
         argv = ["inspect", *trace, "--json"]
     else:
@@ -473,6 +538,10 @@ def baseline_gate(uncompressed: int) -> str | None:
 def run_baseline(row: Row, inp: Input, out: Path, out_fmt: str, opts, log) -> dict:
     if opts.no_baseline:
         return {"skipped": "skipped: --no-baseline"}
+    if row.cut:
+        # benchmarks/baseline.py writes the whole output; a window or pieces of it would be
+        # a new baseline, not the same one
+        return {"skipped": "-", "why": f"the baseline has no equivalent of --{row.cut} rows"}
     why = baseline_gate(inp.nbytes)
     if why:
         log(f"    baseline {why}")
@@ -485,7 +554,8 @@ def run_baseline(row: Row, inp: Input, out: Path, out_fmt: str, opts, log) -> di
 
 
 def verify_output(inp: Input, out: Path, times: int, opts, log) -> dict:
-    """`tracestream verify` of an output: time and memory as a row, its verdict, failed checks."""
+    """`tracestream verify` of an output (a split's: its manifest, every piece in one pass):
+    time and memory as a row, its verdict, failed checks."""
     argv = tool() + ["verify", "--trace", str(inp.path), "--output", str(out), "--json"]
     runs = repeat(lambda i: argv, times, opts, env=opts.env, stdout=subprocess.PIPE, log=log)
     data = summary_of(runs, inp.nbytes)
@@ -555,12 +625,21 @@ def run_row(row: Row, inp: Input, out_fmt: str, ctx: dict, opts, log) -> dict:
     slug = row.name.replace(":", "-")
     out = opts.workdir / f"scale-{label}-{slug}-{inp.fmt}.ours{SUFFIX[out_fmt]}"
     report = Path(f"{out}.{row.kind}.json")
-    argv = ours_argv(row, inp, out, out_fmt)
+    cut = cut_args(row, inp, opts)
+    res["cut"] = " ".join(cut)
+    argv = ours_argv(row, inp, out, out_fmt, cut)
     res["command"] = shlex.join(argv)
     log(f"  {row.name} ({inp.fmt} -> {res['out_fmt']}): {res['command']}")
-    runs = repeat(lambda i: argv, opts.repeat, opts, env=opts.env, cleanup=(out, report),
-                  log=log)
+    runs = repeat(lambda i: argv, opts.repeat, opts, env=opts.env,
+                  cleanup=lambda: written(out, report), log=log)
     res["ours"] = summary_of(runs, inp.nbytes)
+    checked = out
+    if row.cut == "split" and res["ours"]["ok"]:
+        checked = manifest_of(out)  # verify reads every piece the manifest lists
+        res["pieces"] = pieces_of(checked)
+        log(f"    {res['pieces']['count']} pieces, the largest "
+            f"{res['pieces']['largest_json_bytes'] / 1e6:,.0f} MB of JSON; over the limit: "
+            f"{res['pieces']['over_limit'] or 'none'}")
     ref = reference_argv(inp, out_fmt) if row.name == "nightly" else None
     if ref is not None:
         log(f"  reference: {ref[-1]}")
@@ -575,15 +654,24 @@ def run_row(row: Row, inp: Input, out_fmt: str, ctx: dict, opts, log) -> dict:
         else:
             # the nightly output's verify is a row of its own (timed like the others)
             times = opts.repeat if row.name == "nightly" and ctx["size"] <= LARGE else 1
-            res["verify"] = verify_output(inp, out, times, opts, log)
+            res["verify"] = verify_output(inp, checked, times, opts, log)
             if row.name == "nightly" and inp.fmt == "plain" and out_fmt == "plain" \
                     and inp.nbytes <= RESTORE_MAX * 1.1:
                 res["restore"] = restore_and_compare(inp, out, opts, log)
         if opts.profile and row.name == "nightly":
             raw = opts.workdir / f"{ctx['stem']}-profile-{inp.fmt}.txt"
             res["profile"] = profile_ours(argv, out, report, raw, opts, log)
-    _remove(out, report)
+    _remove(*written(out, report))
     return res
+
+
+def pieces_of(manifest: Path) -> dict:
+    """What a split run's manifest says of its pieces: how many, and how large."""
+    data = json.loads(manifest.read_text())
+    sizes = [p["json_bytes"] for p in data["pieces"]]
+    return {"count": len(sizes), "split_mb": data.get("split_mb"),
+            "largest_json_bytes": max(sizes), "smallest_json_bytes": min(sizes),
+            "total_json_bytes": sum(sizes), "over_limit": data.get("over_limit")}
 
 
 def verify_row(nightly: dict) -> dict | None:
@@ -670,7 +758,7 @@ def nightly_input(label: str, size: int, fmt: str, plain: Path, opts, made: list
         made.append(path)
     os.sync()  # no timed run pays for writing back the generator's output
     inp = Input("nightly", path, fmt, truth["bytes"], nightly_layers(truth), how,
-                time.perf_counter() - start)
+                time.perf_counter() - start, truth["iterations"])
     log(f"  input: {path.stat().st_size / 1e6:,.0f} MB on disk, {inp.nbytes / 1e6:,.0f} MB "
         f"JSON, {truth['iterations']:,} passes ({how}, {inp.seconds:.0f} s)")
     return inp
@@ -690,7 +778,7 @@ def run_generated(key: str, cfg: TraceConfig, rows: list[Row], label: str, size:
         truth, how = generated(path, cfg)
         os.sync()
         inp = Input(key, path, fmt, truth["bytes"], nightly_layers(truth, pid), how,
-                    time.perf_counter() - start)
+                    time.perf_counter() - start, truth["iterations"])
         log(f"  input: {inp.nbytes / 1e6:,.0f} MB JSON, {truth['iterations']:,} passes ({how})")
         return [{**run_row(r, inp, out_fmt, ctx, opts, log), "input_info": inp.record()}
                 for r in rows]
@@ -705,7 +793,8 @@ def real_traces(opts) -> list[Path]:
 
 
 def run_real(label: str, size: int, ctx: dict, opts, log) -> list[dict]:
-    """Each real trace with GPU activity, replicated to the size: compact, and layers."""
+    """Each real trace with GPU activity, replicated to the size: compact, layers, and
+    compact --split-mb."""
     want = ctx["want"]
     sources = real_traces(opts)
     if not sources:
@@ -734,10 +823,11 @@ def run_real(label: str, size: int, ctx: dict, opts, log) -> list[dict]:
             passes = replica["copies"] * per_copy
             inp = Input(key, path, "plain", replica["bytes"],
                         real_layers(regex, passes) if passes else None, how,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, passes)
             log(f"  input: {inp.nbytes / 1e6:,.0f} MB, {replica['copies']:,} copies, "
                 f"{passes:,} anchor matches of {regex!r}")
-            for row in (Row(f"{key}:compact", "compact"), Row(f"{key}:layers", "layers")):
+            for row in (Row(f"{key}:compact", "compact"), Row(f"{key}:layers", "layers"),
+                        Row(f"{key}:split", "compact", cut="split")):
                 if want(row.name):
                     res = run_row(row, inp, out_fmt, ctx, opts, log)
                     rows.append({**res, "input_info": {**inp.record(), "replica": replica,
@@ -799,6 +889,14 @@ def table_row(res: dict) -> list[str]:
     speed, mem, vs_ref = _ratio(base, ours), _ratio(base, ours, "tree_pss"), _ratio(ours, ref)
     in_out = (f"{res['fmt']} source + output" if res["kind"] == "verify"
               else f"{res['fmt']} → {res['out_fmt']}")
+    if res.get("pieces"):
+        pieces = res["pieces"]
+        in_out += (f", {pieces['count']} pieces (--split-mb {pieces['split_mb']}; "
+                   f"largest {pieces['largest_json_bytes'] / 1e6:,.0f} MB)")
+        if pieces.get("over_limit"):  # the manifest's list of pieces over N MB
+            in_out += f", over the limit: piece(s) {', '.join(map(str, pieces['over_limit']))}"
+    elif res.get("cut"):
+        in_out += f", {res['cut']}"
     return [
         res["workload"], res["size"], in_out, _timed(ours),
         f"{ours['mb_per_s']:.1f}" if ours.get("ok") else "-",
@@ -823,7 +921,7 @@ def table_order(res: dict) -> tuple:
     name = res["workload"].split(" ")[0]
     base = "real" if name.startswith("real") else name
     order = ["nightly", "verify", "nightly-no-terminal", "compact", "gpus8", "inspect",
-             "anchors", "real"]
+             "anchors", "split", "window", "real"]
     fmt = list(SUFFIX).index(res["fmt"]) if res["fmt"] in SUFFIX else -1
     nightly_pair = base in ("nightly", "verify")
     return (res["size_bytes"], order.index(base) if not nightly_pair else 0,
@@ -866,7 +964,7 @@ def targets(rows: list[dict]) -> list[dict]:
     done = [r for r in rows if "skipped" not in r]
     small = [r for r in done if r["size_bytes"] <= LARGE and r["kind"] != "verify"]
     plain = [r for r in small if r["fmt"] == "plain" and r["out_fmt"] in ("plain", "-")]
-    large = [r for r in done if r["size_bytes"] > LARGE and r["workload"] == "nightly"]
+    large = [r for r in done if r["size_bytes"] > LARGE and r["workload"] in ("nightly", "split")]
     verify = [r for r in done if r["kind"] == "verify"]
     gz = [r for r in done if r["workload"] == "nightly" and r["fmt"] == r["out_fmt"] == "gzip"]
     pairs = []
@@ -891,7 +989,7 @@ def targets(rows: list[dict]) -> list[dict]:
         target(f"tree PSS <= {TARGETS['tree_pss'] >> 20} MiB, every workload row up to 2 GB",
                small, lambda r: r["ours"]["tree_pss"], lambda v: v <= TARGETS["tree_pss"],
                lambda v: f"{_mib(v)} MiB", worst=max),
-        target(f"10 GB nightly (gzip input): completes with tree PSS <= "
+        target(f"10 GB nightly and split (gzip input): complete with tree PSS <= "
                f"{TARGETS['pss_10gb'] >> 20} MiB", large, lambda r: r["ours"]["tree_pss"],
                lambda v: v <= TARGETS["pss_10gb"], lambda v: f"{_mib(v)} MiB", worst=max),
         target(f"gzip in/out <= {TARGETS['gzip_ratio']:.0f}x `gzip -dc | gzip -1`, nightly row",
@@ -996,8 +1094,11 @@ def parse_args(argv=None):
                         help="uncompressed trace size, e.g. 1GB (repeatable)")
     parser.add_argument("--workload", action="append", metavar="NAME",
                         help="run only this row (repeatable): " + ", ".join(WORKLOADS)
-                        + ", real:<trace>, real:<trace>:compact|layers (default: every row "
-                        "up to 2 GB, nightly and verify above)")
+                        + ", real:<trace>, real:<trace>:compact|layers|split (default: every "
+                        "row up to 2 GB; nightly, verify and split above)")
+    parser.add_argument("--split-mb", type=int, metavar="N",
+                        help=f"--split-mb of the split rows (default {SPLIT_MB} where the JSON "
+                             "makes at least two such pieces, else a quarter of the JSON)")
     parser.add_argument("--formats", default="plain,gzip,zstd",
                         help="input formats of the nightly row up to 2 GB (default "
                              "plain,gzip,zstd; the other rows read plain JSON)")
@@ -1022,7 +1123,7 @@ def parse_args(argv=None):
     for name in opts.workload or ():
         if name.split(":")[0] not in WORKLOADS or (":" in name and not name.startswith("real:")):
             parser.error(f"unknown workload {name!r}: {', '.join(WORKLOADS)}, real:<trace>, "
-                         "real:<trace>:compact, real:<trace>:layers")
+                         "real:<trace>:compact, real:<trace>:layers, real:<trace>:split")
     opts.workdir = opts.workdir.resolve()
     return opts
 
