@@ -245,7 +245,9 @@ def chunk_range(times: ChunkTimes) -> tuple[int, int, int]:
 
 
 SIZE_BIN_SHIFT = 16
-"""Sizes are summed in bins of 2**16 ns (65.5 µs) of the time line."""
+"""Sizes are summed in bins of 2**16 ns (65.5 µs) of the time line, made coarser (twice
+as wide at a time) where a long trace would need more than MAX_BINS of them."""
+MAX_BINS = 1 << 17
 MOVED_EXTRA = 160
 """Bytes a relocated GPU event may grow by (its provenance member and a longer tid)."""
 SEPARATOR_BYTES = 3
@@ -282,11 +284,22 @@ class _Histogram:
         self._rows = 0
         self._compacted = 0
 
-    def add(self, keys: np.ndarray, sums: np.ndarray) -> None:
-        self._parts.append((keys, sums))
+    def add(self, keys: np.ndarray, sums: np.ndarray, coarser: int) -> None:
+        """Add a chunk's bins (SIZE_BIN_SHIFT wide), `coarser` times halved in number."""
+        self._parts.append((keys >> coarser, sums))
         self._rows += len(keys)
         if self._rows > 2 * max(self._compacted, 1 << 16):
             self._compact()
+
+    @property
+    def bins(self) -> int:
+        self._compact()
+        return self._compacted
+
+    def coarsen(self) -> None:
+        """Bins twice as wide."""
+        self._parts = [(keys >> 1, sums) for keys, sums in self._parts]
+        self._compact()
 
     def _compact(self) -> None:
         keys = np.concatenate([k for k, _ in self._parts]) if self._parts else np.zeros(
@@ -317,11 +330,18 @@ class SizeBins:
         self._starts = _Histogram()
         self._ends = _Histogram()
         self.always = 0
+        self.shift = SIZE_BIN_SHIFT  # the bins' width: 2**shift ns
 
     def add(self, starts, ends, always: int) -> None:
-        self._starts.add(*starts)
-        self._ends.add(*ends)
+        coarser = self.shift - SIZE_BIN_SHIFT
+        self._starts.add(*starts, coarser)
+        self._ends.add(*ends, coarser)
         self.always += always
+        if self._starts._rows > 2 * MAX_BINS or self._ends._rows > 2 * MAX_BINS:
+            while max(self._starts.bins, self._ends.bins) > MAX_BINS:  # memory stays flat
+                self._starts.coarsen()
+                self._ends.coarsen()
+                self.shift += 1
 
     def _arrays(self):
         if not hasattr(self, "_cumulative"):
@@ -330,7 +350,7 @@ class SizeBins:
 
     def bin_edges(self) -> np.ndarray:
         """The ns where each bin in which an event starts begins (cuts without guides)."""
-        return self._arrays()[0] << SIZE_BIN_SHIFT
+        return self._arrays()[0] << self.shift
 
     def estimate(self, start: int, ends: np.ndarray, pass_starts: np.ndarray, layers: int,
                  fixed: int = 0, guide_bytes: int = GUIDE_BYTES) -> np.ndarray:
@@ -339,13 +359,13 @@ class SizeBins:
         `guide_bytes`: the most one guide event takes)."""
         start_keys, started, end_keys, ended = self._arrays()
         # bytes of events starting before each end: every bin up to the end's own
-        reach = np.searchsorted(start_keys, (ends - 1) >> SIZE_BIN_SHIFT, "right")
+        reach = np.searchsorted(start_keys, (ends - 1) >> self.shift, "right")
         before_end = np.where(reach > 0, started[np.maximum(reach - 1, 0)], 0)
         # bytes of events ending before the start: only whole bins before its own
         if start <= -FOREVER:
             over = 0
         else:
-            count = int(np.searchsorted(end_keys, start >> SIZE_BIN_SHIFT, "left"))
+            count = int(np.searchsorted(end_keys, start >> self.shift, "left"))
             over = int(ended[count - 1]) if count > 0 else 0
         passes = (np.searchsorted(pass_starts, ends, "left")
                   - np.searchsorted(pass_starts, start, "left"))
