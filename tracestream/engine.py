@@ -585,7 +585,7 @@ def pieces_lines(data: dict, manifest: str, trace: str | None,
     if data["over_limit"]:
         lines.append(f"warning: piece(s) {', '.join(map(str, data['over_limit']))} hold more "
                      f"than {data['split_mb']} MB: what lies between two cuts (a pass, or "
-                     "65.5 µs without guides) is larger")
+                     "a time bin without guides) is larger")
     if seconds is not None:
         lines.append(f"elapsed: {seconds:,.1f} s")
     steps = []
