@@ -33,7 +33,7 @@ GZIP_LEVEL = 1
 Kineto traces) at ~4x its speed. An explicit level is zlib's (1-9, as gzip's own)."""
 ZSTD_LEVEL = 3
 _BLOCK = 4 << 20
-SMALL_BLOCK = 256 << 10
+SMALL_BLOCK = 64 << 10
 """The block of an output among many written at once (see OutputFile)."""
 _QUEUE_DEPTH = WRITER_HOLDS - 1
 """Blocks queued for the writer thread; with the one it writes, WRITER_HOLDS (the slots a
