@@ -43,7 +43,7 @@ from tracestream.index.lanegroups import LaneGroups
 from tracestream.index.matches import Match, MatchTable
 from tracestream.index.records import RecordStore
 from tracestream.index.vocabulary import KernelVocabulary
-from tracestream.index.window import BEGIN, END, LINKED_DTYPE, SizeBins
+from tracestream.index.window import BEGIN, END, LINKED_BUDGET, LINKED_DTYPE, SizeBins
 from tracestream.model import KERNEL
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
@@ -240,8 +240,9 @@ class IndexBuilder:
         self.flow_text_ids: dict[int, Any] = {}
         self.flow_tracks: set[int] = set()
         self.chunks: list[ChunkSpan] = []
-        self.linked = (RecordStore(LINKED_DTYPE, sort_keys=("key", "ts"), tmpdir=options.tmpdir)
-                       if options.window else None)
+        # (a small budget: a window's stores come on top of a full run's)
+        self.linked = (RecordStore(LINKED_DTYPE, sort_keys=("key", "ts"), tmpdir=options.tmpdir,
+                                   budget=LINKED_BUDGET) if options.window else None)
         self.sizes = SizeBins()
         self.thread_meta: list[MetaEvent] = []
         self.process_meta: dict[Any, dict[str, Any]] = {}

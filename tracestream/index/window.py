@@ -56,6 +56,8 @@ _ROLE_OF = {"X": COMPLETE, "M": METADATA, **dict.fromkeys("stf", FLOW),
 _KEY_BASE = {FLOW: 1 << 61, ASYNC: 2 << 61}
 """Flow and async keys are hashes above 2**61; a B/E row's key is its track (below 2**31)."""
 
+LINKED_BUDGET = 2 << 20
+"""Bytes of linked rows (and of their decisions, plan.window) held before a spill."""
 LINKED_DTYPE = np.dtype([("ordinal", "<i8"), ("key", "<i8"), ("ts", "<i8"), ("up", "<i8"),
                          ("role", "i1"), ("timed", "?")])
 """A linked event as the index keeps it (`ordinal` chunk-local until the index merges it):
@@ -246,8 +248,9 @@ def chunk_range(times: ChunkTimes) -> tuple[int, int, int]:
 
 SIZE_BIN_SHIFT = 16
 """Sizes are summed in bins of 2**16 ns (65.5 µs) of the time line, made coarser (twice
-as wide at a time) where a long trace would need more than MAX_BINS of them."""
-MAX_BINS = 1 << 17
+as wide at a time) where a long trace would need more than MAX_BINS of them (2 ms bins
+for a 10 GB trace of three minutes)."""
+MAX_BINS = 1 << 15
 MOVED_EXTRA = 160
 """Bytes a relocated GPU event may grow by (its provenance member and a longer tid)."""
 SEPARATOR_BYTES = 3

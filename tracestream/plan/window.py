@@ -14,7 +14,15 @@ import numpy as np
 from tracestream.errors import SpecError, TraceError
 from tracestream.index import timebase
 from tracestream.index.records import RecordStore
-from tracestream.index.window import ASYNC, BEGIN, FLOW, FOREVER, SizeBins, Window
+from tracestream.index.window import (
+    ASYNC,
+    BEGIN,
+    FLOW,
+    FOREVER,
+    LINKED_BUDGET,
+    SizeBins,
+    Window,
+)
 
 _PASSES = re.compile(r"([0-9]{1,9}):([0-9]{1,9})?\Z", re.ASCII)
 _MS = r"-?[0-9]{1,15}(?:\.[0-9]{1,6})?"
@@ -188,7 +196,7 @@ def decide_linked(store: RecordStore | None, pieces: Pieces,
     store in (key, ts) order into a store of decisions in file order: memory holds a
     block of each, never the groups."""
     decisions = LinkedDecisions(RecordStore(DECISION_DTYPE, sort_keys=("ordinal", "first"),
-                                            tmpdir=tmpdir),
+                                            tmpdir=tmpdir, budget=LINKED_BUDGET),
                                 np.zeros(pieces.count, np.int64),
                                 np.zeros(pieces.count, np.int64))
     if store is not None and len(store):
