@@ -47,7 +47,6 @@ FOREVER = int(np.iinfo(np.int64).max)
 FREE, COMPLETE, METADATA, FLOW, ASYNC, BEGIN, END = range(7)
 """What an event's `ph` makes of it here: decided alone by its ts (FREE) or its span
 (COMPLETE), in every window (METADATA), or with the events it is linked to."""
-LINKED = (FLOW, ASYNC, BEGIN, END)
 _PHASE = attrgetter("ph")
 _PAIRED = frozenset("benSTpFBE")  # the phases classify counts as other that are linked
 _KINDS = CategoryKinds()

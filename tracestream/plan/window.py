@@ -326,7 +326,6 @@ def _pairs(rows: np.ndarray, pieces: Pieces) -> np.ndarray:
 
 MAX_PIECES = 256
 """--split-mb writes at most this many pieces (each an open file while the pass runs)."""
-MB = 1_000_000
 
 
 @dataclass
