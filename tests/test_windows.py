@@ -403,9 +403,9 @@ def test_compact_has_no_pass_window(tmp_path):
     assert not (tmp_path / "c.json").exists()
 
 
-@pytest.mark.parametrize("window", [5, {"passes": "1:3"}, {"passes": [3, 1]},
-                                    {"times": [1, 2]}])
-def test_a_hand_edited_window_in_the_report_is_refused(tmp_path, window):
+def _window_with_report_window(tmp_path, window) -> tuple[Path, Path]:
+    """(the edge trace, its --pass-window 1:3 output) whose report's options.window is
+    edited to `window`."""
     trace = edge_trace(tmp_path / "edge.json")
     output = tmp_path / "w.json"
     _layers(trace, output, "--pass-window", "1:3")
@@ -413,6 +413,13 @@ def test_a_hand_edited_window_in_the_report_is_refused(tmp_path, window):
     report = json.loads(report_path.read_text())
     report["options"]["window"] = window
     report_path.write_text(json.dumps(report))
+    return trace, output
+
+
+@pytest.mark.parametrize("window", [5, {"passes": "1:3"}, {"passes": [3, 1]},
+                                    {"times": [1, 2]}])
+def test_a_hand_edited_window_in_the_report_is_refused(tmp_path, window):
+    trace, output = _window_with_report_window(tmp_path, window)
     for args in (["verify", "--trace", trace, "--output", output],
                  ["restore", "--trace", output, "--output", tmp_path / "back.json"]):
         result = run(*args)
@@ -693,13 +700,7 @@ def test_verify_finds_an_edited_window_report(tmp_path, path, value):
 
 @pytest.mark.parametrize("window", [{}, [], 0, False, {"passes": [1, 3], "times": ["1", "2"]}])
 def test_a_report_window_that_is_no_window_is_refused(tmp_path, window):
-    trace = edge_trace(tmp_path / "edge.json")
-    output = tmp_path / "w.json"
-    _layers(trace, output, "--pass-window", "1:3")
-    report_path = Path(f"{output}.layers.json")
-    report = json.loads(report_path.read_text())
-    report["options"]["window"] = window
-    report_path.write_text(json.dumps(report))
+    trace, output = _window_with_report_window(tmp_path, window)
     assert_refused(run("verify", "--trace", trace, "--output", output),
                    "the report's options.window is not one of")
     assert_refused(run("restore", "--trace", output, "--output", tmp_path / "b.json"),
@@ -783,3 +784,32 @@ def test_a_split_whose_piece_names_are_too_long_is_refused(tmp_path):
     output = tmp_path / ("a" * 240 + ".json")
     assert_refused(run("compact", "--trace", trace, "--output", output, "--split-mb",
                        "0.002"), "File name too long")
+
+
+def test_a_malformed_piece_window_in_a_report_is_refused(tmp_path):
+    trace, output = _window_with_report_window(
+        tmp_path, {"piece": [2, 1, "0.3"], "range_us": [None, None], "passes": None})
+    assert_refused(run("verify", "--trace", trace, "--output", output),
+                   "the report's window piece is not [NUMBER, COUNT, MB]")
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    (b"{", "cannot read manifest"),
+    (b'{"kind": "pieces", "split_mb": "1", "command": "layers", "pieces": []}',
+     "is not a tracestream pieces manifest"),
+    (b'{"kind": "trace"}', "is not a tracestream pieces manifest"),
+])
+def test_verify_refuses_a_manifest_that_is_none(tmp_path, content, fragment):
+    manifest = tmp_path / "o.json.pieces.json"
+    manifest.write_bytes(content)
+    assert_refused(run("verify", "--trace", SAMPLE, "--output", manifest), fragment)
+
+
+def test_a_pass_window_without_guides_is_refused_by_the_library(tmp_path):
+    from tracestream import TraceError, compact
+
+    trace = edge_trace(tmp_path / "edge.json")
+    with pytest.raises(TraceError, match=r"--pass-window 1:2 needs layer guides"):
+        compact(trace, tmp_path / "c.json", window=pass_window("1:2"))
+    assert not list(tmp_path.glob("c.json*"))
+

@@ -90,27 +90,12 @@ class StreamCursor:
                 continue
             self.pos = min(self._base + len(self._data), target)
 
-    def take_rest(self) -> bytes:
-        """Everything that is left (the bytes after the last event: a few top-level keys)."""
-        parts = []
+    def _rest(self) -> Iterator[bytes]:
+        """The bytes that are left, a block at a time (consumed as they are yielded)."""
         while True:
             rel = self.pos - self._base
             if rel < len(self._data):
-                parts.append(self._data[rel:])
-            self._base += len(self._data)
-            self.pos = self._base
-            block = next(self._blocks, None)
-            if block is None:
-                self._data = b""
-                return b"".join(parts)
-            self._data = block
-
-    def drain(self, out: OutputFile) -> None:
-        """Copy everything that is left."""
-        while True:
-            rel = self.pos - self._base
-            if rel < len(self._data):
-                out.write(self._data[rel:])
+                yield self._data[rel:]
             self._base += len(self._data)
             self.pos = self._base
             block = next(self._blocks, None)
@@ -118,6 +103,15 @@ class StreamCursor:
                 self._data = b""
                 return
             self._data = block
+
+    def take_rest(self) -> bytes:
+        """Everything that is left (the bytes after the last event: a few top-level keys)."""
+        return b"".join(self._rest())
+
+    def drain(self, out: OutputFile) -> None:
+        """Copy everything that is left."""
+        for data in self._rest():
+            out.write(data)
 
 
 class FileCursor:

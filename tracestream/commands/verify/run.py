@@ -26,6 +26,7 @@ from tracestream.commands.verify.verdict import (
     TEXT_VALUES,
     Verdict,
     first_difference,
+    replan_failed,
     sha_problem,
     short_text,
 )
@@ -92,9 +93,7 @@ def verify(trace, output, report: str | None = None, *, tmpdir: str | None = Non
         except TraceError as exc:
             if source.first_stats is None:
                 raise
-            verdict.add("source sha256", sha_problem(source, data), "matches the report")
-            verdict.add("re-plan from the source", [str(exc)], "")
-            return verdict
+            return replan_failed(verdict, source, data, exc)
         try:
             # the source's sha256 is asked for last (and listed first): its thread goes on
             # hashing while the output is compared, where waiting for it left the cores idle

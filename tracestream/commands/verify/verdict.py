@@ -61,6 +61,15 @@ def sha_problem(source, data: dict) -> list[str]:
             "(a report from another source?)"]
 
 
+def replan_failed(verdict: Verdict, source, data: dict, exc: Exception,
+                  against: str = "the report") -> Verdict:
+    """The verdict where the source could be read but not planned again: its sha256 (a
+    report from another source says why) and the plan's refusal."""
+    verdict.add("source sha256", sha_problem(source, data), f"matches {against}")
+    verdict.add("re-plan from the source", [str(exc)], "")
+    return verdict
+
+
 TEXT_VALUES = msgspec.json.Decoder(float_hook=lambda text: _Num(text))
 
 

@@ -14,7 +14,7 @@ import zstandard
 from isal import igzip
 
 from tracestream.commands.report_shape import report_specs
-from tracestream.commands.verify.verdict import Verdict, sha_problem, short_text
+from tracestream.commands.verify.verdict import Verdict, replan_failed, sha_problem, short_text
 from tracestream.engine import (
     build_plan,
     default_report_path,
@@ -116,9 +116,7 @@ def verify_window(trace: str, output: str, data: dict, report_path: Path, *,
         except TraceError as exc:
             if source.first_stats is None:
                 raise
-            verdict.add("source sha256", sha_problem(source, data), "matches the report")
-            verdict.add("re-plan from the source", [str(exc)], "")
-            return verdict
+            return replan_failed(verdict, source, data, exc)
         try:
             sink = ComparingSink(annotated)
             rewrite_window(source, index, [plan], [sink], pool=pool, progress=progress,
@@ -227,9 +225,7 @@ def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int
         except TraceError as exc:
             if source.first_stats is None:
                 raise
-            verdict.add("source sha256", sha_problem(source, data), "matches the manifest")
-            verdict.add("re-plan from the source", [str(exc)], "")
-            return verdict
+            return replan_failed(verdict, source, data, exc, "the manifest")
         plans = plan.window.cut.plans
         try:
             if len(plans) != len(rows):
