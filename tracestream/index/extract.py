@@ -255,7 +255,9 @@ class _Observer(MatchFinding, DuplicateChecks, FlowsAndMetadata):
         guide_events = [self._guide(i) for i in guides]
         window_facts = None
         if self.ctx.window:
-            times = chunk_times(events)
+            # (the columns read above: nothing read twice)
+            times = chunk_times(events, (phase, phase_counts, ts_ns, has_ts, dur_ns, has_dur,
+                                         self.inexact))
             starts, ends = self.spans
             # an event's bytes and the separator after it (the whitespace a run copies)
             lengths = np.diff(np.r_[starts, len(self.data) + SEPARATOR_BYTES])

@@ -108,38 +108,52 @@ class ChunkTimes:
         return inside
 
 
-def chunk_times(events) -> ChunkTimes:
-    """The columns of a decoded chunk (see ChunkTimes)."""
-    role = _roles(events)
-    ts, ts_exact, timed = _times(events, "ts", True)
+def chunk_times(events, columns: tuple | None = None) -> ChunkTimes:
+    """The columns of a decoded chunk (see ChunkTimes). `columns`: what the index pass
+    read of the chunk already (see `read_columns`), so that nothing is read twice."""
+    codes, counts, ts, timed, dur, has_dur, inexact = (
+        columns if columns is not None else read_columns(events))
+    role = _roles(events, codes, counts)
     end = ts.copy()
-    end[[i for i in ts_exact]] += 1  # digits below 1 ns: the ceiling
-    slices = np.flatnonzero((role == COMPLETE) & timed)
+    exact = {}
+    for i in sorted(inexact):
+        if timed[i]:
+            exact[i] = timebase.parse_decimal(bytes(events[i].ts))
+            end[i] = max(exact[i].ceil_ns(), ts[i])  # digits below 1 ns: the ceiling
+    slices = np.flatnonzero((role == COMPLETE) & timed & has_dur)
     if len(slices):
-        dur, dur_exact, has_dur = _times(events, "dur", False, slices)
-        with_dur = slices[has_dur[slices]]
-        room = FOREVER - np.maximum(ts[with_dur], 0)
-        end[with_dur] = np.where(dur[with_dur] < room, ts[with_dur] + dur[with_dur], FOREVER)
-        inexact = (set(ts_exact) | set(dur_exact)) & set(with_dur.tolist())
-        for i in inexact:  # digits below 1 ns: the exact sum's ceiling
-            start = ts_exact.get(i) or timebase.parse_decimal(bytes(events[i].ts))
-            total = start + (dur_exact.get(i) or timebase.parse_decimal(bytes(events[i].dur)))
+        room = FOREVER - np.maximum(ts[slices], 0)
+        end[slices] = np.where(dur[slices] < room, ts[slices] + dur[slices], FOREVER)
+        for i in inexact & set(slices.tolist()):  # digits below 1 ns: the exact sum's ceiling
+            start = exact.get(i) or timebase.parse_decimal(bytes(events[i].ts))
+            total = start + timebase.parse_decimal(bytes(events[i].dur))
             end[i] = min(max(total.ceil_ns(), ts[i]), FOREVER)
     return ChunkTimes(role, ts, end, timed)
 
 
-def _roles(events) -> np.ndarray:
-    """Each event's role by its `ph`. The C classifier reads the phases without making
-    the events (a scanned chunk makes each on access); only events of other phases are
-    looked at one by one, and only where the chunk has B/E or async phases."""
-    n = len(events)
+def read_columns(events) -> tuple:
+    """(phase codes or None, phase counts, ts floor ns, ts usable, dur ns, dur usable,
+    events whose ts or dur has digits below 1 ns): what chunk_times reads, as the index
+    pass's observer reads it too (index.extract)."""
     try:
         codes, _, _, counts = _native.classify(events, PHASE_CODES, PHASE_OTHER, _KINDS)
-    except TypeError:  # an unhashable category or phase: one by one
+        codes = np.frombuffer(codes, np.int8)
+    except TypeError:  # an unhashable category or phase: roles one by one
+        codes, counts = None, {}
+    ts, ts_exact, timed = _times(events, "ts", True)
+    dur, dur_exact, has_dur = _times(events, "dur", False)
+    return codes, counts, ts, timed, dur, has_dur, set(ts_exact) | set(dur_exact)
+
+
+def _roles(events, codes: np.ndarray | None, counts) -> np.ndarray:
+    """Each event's role by its `ph`, from the C classifier's phase codes (which read the
+    phases without making the events: a scanned chunk makes each on access); only events
+    of other phases are looked at one by one, and only where the chunk has B/E or async
+    phases. Without codes (an unhashable category or phase), one by one."""
+    if codes is None:
         return np.array([_ROLE_OF.get(ph, FREE) if isinstance(ph, str) else FREE
                          for ph in map(_PHASE, events)], np.int8)
-    codes = np.frombuffer(codes, np.int8)
-    role = np.full(n, FREE, np.int8)
+    role = np.full(len(codes), FREE, np.int8)
     role[codes == PHASE_COMPLETE] = COMPLETE
     role[codes == PHASE_METADATA] = METADATA
     role[codes == PHASE_FLOW] = FLOW
@@ -150,7 +164,7 @@ def _roles(events) -> np.ndarray:
     return role
 
 
-def _times(events, key: str, signed: bool, which: np.ndarray | None = None):
+def _times(events, key: str, signed: bool):
     """(floor ns, {index: exact value} where it has digits below 1 ns, usable?) of `key`."""
     ns, shapes = _native.decimal_column(events, key, signed)
     ns = np.frombuffer(ns, np.int64).copy()
@@ -158,8 +172,6 @@ def _times(events, key: str, signed: bool, which: np.ndarray | None = None):
     usable = (shapes == _native.SHAPE_INTEGER) | (shapes == _native.SHAPE_DECIMAL)
     inexact: dict[int, timebase.Decimal10] = {}
     odd = np.flatnonzero(shapes == _native.SHAPE_OTHER)
-    if which is not None:
-        odd = np.intersect1d(odd, which)
     for i in odd.tolist():
         value, problem = time_value(bytes(getattr(events[i], key)), key)
         if problem is not None:
