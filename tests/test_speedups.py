@@ -216,6 +216,41 @@ def test_splice_writes_into_a_slot_that_holds_the_chunk():
     assert small == bytearray(len(spliced) - 1)
 
 
+def _misaligned(values: list[int]) -> np.ndarray:
+    """`values` as an int64 column at an odd address that numpy still calls contiguous (as
+    it calls a one-row field of a packed record array, such as the index's span rows)."""
+    column = np.frombuffer(b"\0" + np.array(values, np.int64).tobytes(), np.int64, offset=1)
+    assert column.ctypes.data % 8 and column.flags.c_contiguous
+    return column
+
+
+@needs_c
+def test_columns_at_odd_addresses_are_read_as_aligned_ones():
+    """A one-row slice of a packed record array hands the C functions an int64 column
+    at an odd address (the window rewrite splices such rows): each reads it as it reads an
+    aligned copy (without an unaligned load, which `make test-native` reports)."""
+    data = b'{"pid": 0, "tid": 7, "args": {"a": 1}}'
+    values = (0, 8, 9, 18, 19, 30, 1)
+    parts = (b"<", b"|", b"|", b">")
+    aligned = tuple(np.array([v], np.int64) for v in values)
+    odd = tuple(_misaligned([v]) for v in values)
+    assert (C.splice(data, odd, np.array([True]), [b"99"], [None], parts, parts)
+            == C.splice(data, aligned, np.array([True]), [b"99"], [None], parts, parts))
+    starts, ends = [0, 20], [20, len(data)]
+    assert (C.event_keys(data, _misaligned(starts), _misaligned(ends), (b'"tid"', b'"a"'))
+            == C.event_keys(data, np.array(starts, np.int64), np.array(ends, np.int64),
+                            (b'"tid"', b'"a"')))
+    begin = [8, 17, 36]
+    assert (C.integer_ends(data, _misaligned(begin))
+            == C.integer_ends(data, np.array(begin, np.int64)))
+    assert (C.continues(data, _misaligned(begin), b"0")
+            == C.continues(data, np.array(begin, np.int64), b"0"))
+    row = ((C_KIND.INTEGERS, _misaligned([12])), (C_KIND.INTEGERS, _misaligned([-3])))
+    assert (C.json_rows(1, (b"[", b", ", b"]"), row, b"")
+            == C.json_rows(1, (b"[", b", ", b"]"),
+                           tuple((kind, np.array(v, np.int64)) for kind, v in row), b""))
+
+
 # Events as the rewrite splices them: Kineto's `"pid": P, "tid": T, ... "args": {...}` with
 # args of members, empty args, no args; and a key between the pid and tid values that is
 # nine bytes as `, "tid": ` is, but not it (the splice's shortcut must not take it)

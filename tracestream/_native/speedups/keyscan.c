@@ -76,7 +76,10 @@ separators(PyObject *module, PyObject *arg)
     return Py_BuildValue("(NN)", c, o);
 }
 
-/* An int64 column given as a buffer, of `count` items (any number when count < 0). */
+/* An int64 column given as a buffer, of `count` items (any number when count < 0), always
+   8-byte aligned: numpy calls a one-row field of a packed record array (the index's span
+   rows) contiguous however its address falls, and an int64 load from an odd address is
+   undefined behaviour; such a column is read from an aligned copy, which `view` owns. */
 int
 column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
 {
@@ -91,7 +94,16 @@ column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
         PyErr_Format(PyExc_ValueError, "%s must be contiguous int64", name);
         return -1;
     }
-    return 0;
+    if ((uintptr_t)view->buf % _Alignof(int64_t) == 0)
+        return 0;
+    /* A bytearray's storage comes from the allocator, aligned for any type. */
+    PyObject *copy = PyByteArray_FromStringAndSize(view->buf, view->len);
+    PyBuffer_Release(view);
+    if (copy == NULL)
+        return -1;
+    int got = PyObject_GetBuffer(copy, view, PyBUF_SIMPLE);
+    Py_DECREF(copy); /* the view holds its own reference until it is released */
+    return got;
 }
 
 #define MAX_LITERALS 32

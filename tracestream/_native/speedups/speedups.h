@@ -64,8 +64,9 @@ skip_space(const unsigned char *p, const unsigned char *end)
     return p;
 }
 
-/* An int64 column given as a buffer, of `count` items (any number when count < 0); 0, or -1
-   with an exception. Defined in keyscan.c; splice.c and rows.c read their columns with it. */
+/* An int64 column given as a buffer, of `count` items (any number when count < 0), aligned
+   (a misaligned one is copied); 0, or -1 with an exception. Defined in keyscan.c; splice.c
+   and rows.c read their columns with it. */
 int column(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name);
 
 /* -- an event's fields (events.c) ------------------------------------------------------- */
