@@ -14,6 +14,7 @@ first event and after the last are the source's.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from tracestream.index.decode import decode_chunk, event_spans
 from tracestream.index.window import Window, chunk_times
 from tracestream.parallel.memory import collector_paused, release_memory
 from tracestream.parallel.pool import SLOTS_PER_WORKER, InlinePool, outcome
+from tracestream.parallel.slots import write_result
 from tracestream.plan.planner import DELETE, Plan
 from tracestream.plan.window import DECISION_DTYPE
 from tracestream.progress import Progress, or_silent
@@ -32,6 +34,8 @@ from tracestream.write.rewrite import (
     _refuse_if_changed,
     chunk_edits,
     rewrite_chunk,
+    rewrite_received_chunk,
+    rewrite_sent_chunk,
 )
 
 _TRIM_EVERY = 8
@@ -87,12 +91,6 @@ def _spans(events, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         if starts[0] == 0 and ends[-1] == len(data):
             return starts, ends
     return event_spans(data, len(events))
-
-
-def _edited(data: bytes, offset: int, rows: np.ndarray, actions: np.ndarray, targets: dict,
-            count: int) -> list[tuple[bytes, int]]:
-    """A chunk whose every event is a member of its one window, with its edits."""
-    return [(rewrite_chunk(data, offset, rows, actions, targets)[0], count)]
 
 
 def rewrite_window(source: TraceSource, index, plans: list[Plan], outs: list, *,
@@ -201,12 +199,25 @@ class _Pass:
                     and not (actions == DELETE).any()):
                 if not len(rows):
                     return {reached[0]: [(data, chunk.count)]}
-                return {reached[0]: self.pool.submit(_edited, data, chunk.offset, rows,
-                                                     actions, targets, chunk.count)}
+                return {reached[0]: self._edited(data, chunk, rows, actions, targets)}
         future = self.pool.submit(window_chunk, data, chunk.offset, chunk.first_ordinal, rows,
                                   actions, targets, [self.windows[k] for k in reached],
                                   decisions)
         return {"all": (future, reached)}
+
+    def _edited(self, data: bytes, chunk, rows, actions, targets) -> _Edited:
+        """A chunk whose every event is a member of its one window, rewritten by a worker
+        as the full rewrite has it rewritten: through a shared slot where one is free (the
+        megabytes in flight never pickled, never held in this process's heap)."""
+        slots = self.pool.slots
+        slot = slots.acquire() if slots is not None else None
+        if slot is not None and slots.put(slot, data):
+            future = self.pool.submit(rewrite_received_chunk, slot, len(data), chunk.offset,
+                                      rows, actions, targets)
+        else:
+            future = self.pool.submit(rewrite_sent_chunk, data, chunk.offset, rows, actions,
+                                      targets, slot)
+        return _Edited(future, slot, chunk.count)
 
     def _flush(self, pending: deque, written, flushed: int) -> int:
         given, end = pending.popleft()
@@ -217,6 +228,14 @@ class _Pass:
             future, reached = given["all"]
             given = dict(zip(reached, ([r] for r in outcome(future))))
         for k, payload in given.items():
+            if isinstance(payload, _Edited):
+                result, _ = outcome(payload.future)  # (it dropped nothing: no DELETE)
+                if self.wrote[k]:
+                    self.outs[k].write(_JOIN)
+                write_result(self.outs[k], result, payload.slot, self.pool.slots)
+                self.wrote[k] = True
+                self.events[k] += payload.count
+                continue
             if not isinstance(payload, list):
                 payload = outcome(payload)
             for text, count in payload:
@@ -228,6 +247,15 @@ class _Pass:
                     self.events[k] += count
         written(end)
         return flushed
+
+
+class _Edited(NamedTuple):
+    """A worker's rewrite of a chunk for one window: its future, its slot (or None) and
+    how many source events it holds."""
+
+    future: object
+    slot: int | None
+    count: int
 
 
 class _InFileOrder:
@@ -263,6 +291,11 @@ class CountingWriter:
     def write(self, data) -> None:
         self.bytes += len(data)
         self.out.write(data)
+
+    def write_then(self, data: memoryview, done) -> None:
+        """OutputFile.write_then: `data` written, then `done()` (a slot freed)."""
+        self.bytes += len(data)
+        self.out.write_then(data, done)
 
 
 def _with_member(data: bytes, base: int, member) -> bytes:

@@ -84,6 +84,13 @@ class ComparingSink:
             self.offset += n
             planned, self._data = planned[n:], self._data[n:]
 
+    def write_then(self, planned: memoryview, done) -> None:
+        """OutputFile.write_then: compare `planned` (a worker's shared slot), then free it."""
+        try:
+            self.write(planned)
+        finally:
+            done()
+
     def finish(self) -> None:
         if self.problem is None and (len(self._data) or self._more()):
             self.problem = (f"the output goes on after byte {self.offset:,}, where the window "
