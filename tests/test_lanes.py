@@ -315,6 +315,27 @@ def test_merging_many_runs_reads_within_one_budget(monkeypatch):
     store.close()
 
 
+def test_a_small_store_merges_within_its_own_budget():
+    """A store kept small (the split's linked events, 2 MB) merges in blocks of its own
+    budget, not the default merge's: its keys are hashes, so every run reaches each step
+    and a step holds a block of each run, merged and sorted again."""
+    dtype = np.dtype([("key", "<i8"), ("tie", "<i8")])
+    budget = 256 << 10
+    store = RecordStore(dtype, sort_keys=("key", "tie"), budget=budget)
+    rng = np.random.default_rng(3)
+    for _ in range(4):  # four runs of 16K records (256 KB each), keys all over
+        batch = np.zeros(budget // dtype.itemsize, dtype=dtype)
+        batch["key"] = rng.integers(0, 2**62, len(batch))
+        store.append(batch)
+    assert len(store._runs) == 4
+    blocks = list(store.sorted_blocks())
+    merged = np.concatenate(blocks)
+    assert len(merged) == 4 * budget // dtype.itemsize
+    assert np.all(np.diff(merged["key"]) >= 0)
+    assert max(b.nbytes for b in blocks) <= budget
+    store.close()
+
+
 def test_record_store_keeps_file_order():
     dtype = np.dtype([("x", "<i8")])
     store = RecordStore(dtype, budget=64)

@@ -21,6 +21,7 @@ DEFAULT_BUDGET = 8 << 20
 BLOCK = 1 << 13  # rows read at a time (per run while merging, when there are few runs)
 TAKE_SPAN = 1 << 15  # records a `take` reads at once at most (~1.3 MB of matches)
 MERGE_BYTES = 8 << 20  # what the merge's read blocks may hold together, however many runs
+# (or the store's budget where that is smaller)
 
 
 def take_rows(records: np.ndarray, which: np.ndarray) -> np.ndarray:
@@ -233,8 +234,11 @@ def _merge_runs(store: RecordStore, keys: tuple[str, str]) -> Iterator[np.ndarra
     primary, secondary = keys
     runs = store._runs
     # a 10 GB trace spills a few hundred runs: their blocks share one budget, so the
-    # merge's memory stays flat as the trace grows
-    rows = max(64, min(BLOCK, MERGE_BYTES // (max(len(runs), 1) * store.dtype.itemsize)))
+    # merge's memory stays flat as the trace grows; no more than the store's own (a
+    # store kept small is merged small: the linked events' keys are hashes, so every run
+    # reaches each step, and each step's merge and its sorted copy hold that budget again)
+    budget = min(MERGE_BYTES, store.budget)
+    rows = max(64, min(BLOCK, budget // (max(len(runs), 1) * store.dtype.itemsize)))
     blocks: list[np.ndarray | None] = [None] * len(runs)
     next_row = [first for first, _ in runs]
     stops = [first + count for first, count in runs]
