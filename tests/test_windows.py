@@ -432,6 +432,24 @@ def test_a_hand_edited_window_in_the_report_is_refused(tmp_path, window):
 # -- the pure parts ------------------------------------------------------------------
 
 
+def test_a_pieces_end_is_found_past_the_first_block_of_candidates():
+    """The split estimates its candidate cuts a block at a time (memory): the first one
+    over the limit is found wherever it lies, in the first block, past it, or nowhere."""
+    from tracestream.plan.window import _ESTIMATE_BLOCK, _first_over
+
+    class Sizes:  # a piece's estimate: its length
+        @staticmethod
+        def estimate(start, ends):
+            return ends - start
+
+    candidates = np.arange(0, 3 * _ESTIMATE_BLOCK, dtype=np.int64)
+    for limit, at, start, expected in ((10, 0, 0, 11), (_ESTIMATE_BLOCK + 5, 3, 0,
+                                                        _ESTIMATE_BLOCK + 6),
+                                       (_ESTIMATE_BLOCK, 7, 7, _ESTIMATE_BLOCK + 8),
+                                       (10**9, 0, 0, len(candidates))):
+        assert _first_over(limit, Sizes, start, candidates, at) == expected
+
+
 def test_windows_are_half_open():
     w = Window(10, 20)
     ts = np.array([9, 10, 19, 20, 5, 5, 19, 20])
@@ -467,6 +485,28 @@ def test_linked_groups_are_decided_whole():
     assert decided.flows_dropped.tolist() == [0, 1, 1]  # flow 6 has an event in each
     store.close()
     decided.close()
+
+
+def test_linked_rows_are_decided_a_block_of_whole_groups_at_a_time(monkeypatch):
+    """The decisions take the merged rows a block of whole groups at a time (their arrays
+    are several per row): no group is split across blocks, a group larger than a block
+    comes whole, every row comes once, in order."""
+    from tracestream.plan import window as plan_window
+
+    monkeypatch.setattr(plan_window, "BLOCK", 4)
+    keys = [1, 1, 2, 3, 3, 3, 3, 3, 3, 4, 5, 6, 6, 7, 8, 9, 9]
+    rows = np.zeros(len(keys), [("key", "<i8"), ("n", "<i8")])
+    rows["key"], rows["n"] = keys, np.arange(len(keys))
+    merged = [rows[:5], rows[5:8], rows[8:]]  # the merge's blocks cut group 3 twice
+    blocks = list(plan_window._groups(iter(merged)))
+    assert np.concatenate(blocks)["n"].tolist() == list(range(len(keys)))
+    seen: set[int] = set()
+    for block in blocks:
+        groups = set(block["key"].tolist())
+        assert not groups & seen  # each group in one block
+        seen |= groups
+        assert len(block) <= 4 or len(groups) == 1  # a block's worth, or one large group
+    assert [b["key"].tolist() for b in blocks if len(b) > 4] == [[3] * 6]
 
 
 def test_both_backends_cut_the_same_window(tmp_path, backend):

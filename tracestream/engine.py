@@ -236,6 +236,9 @@ def _window_plans(planner: Planner, index, window, command: str, layers: dict | 
     report and top-level member."""
     guide_events = planner.guide_events
     guides = guide_events.guides if guide_events is not None else None
+    # the lanes' and guides' plans freed tens of MB that the heap still holds: given back
+    # first, the windows' own steps reuse none of it and a split's peak was theirs on top
+    release_memory()
     outputs = plan_windows(window, index, guides, planner.origin_ns,
                            planner.new_track_bytes(), _guide_bytes(guide_events))
     cut = cut_plan(outputs, index, tmpdir)

@@ -13,7 +13,7 @@ import numpy as np
 
 from tracestream.errors import SpecError, TraceError
 from tracestream.index import timebase
-from tracestream.index.records import RecordStore
+from tracestream.index.records import BLOCK, RecordStore
 from tracestream.index.window import (
     ASYNC,
     BEGIN,
@@ -206,17 +206,25 @@ def decide_linked(store: RecordStore | None, pieces: Pieces,
 
 
 def _groups(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
-    """Blocks cut so that no key spans two (a key's rows carry over to the next block)."""
+    """Blocks cut so that no key spans two (a key's rows carry over to the next block),
+    of about BLOCK rows where the groups allow (the decisions' arrays are a few per row)."""
     carry = None
     for block in blocks:
         if carry is not None and len(carry):
             block = np.concatenate([carry, block])
         if not len(block):
             continue
-        last = block["key"][-1]
-        cut = int(np.searchsorted(block["key"], last, "left"))
-        if cut:
-            yield block[:cut]
+        keys = block["key"]
+        cut = int(np.searchsorted(keys, keys[-1], "left"))
+        at = 0
+        while cut - at > BLOCK:  # whole groups, BLOCK rows or the one group that is more
+            edge = int(np.searchsorted(keys, keys[at + BLOCK], "left"))
+            if edge == at:
+                edge = int(np.searchsorted(keys, keys[at], "right"))
+            yield block[at:edge]
+            at = edge
+        if cut > at:
+            yield block[at:cut]
         carry = block[cut:]
     if carry is not None and len(carry):
         yield carry
@@ -549,8 +557,8 @@ def _split(spec: SplitSpec, index, guides, origin_ns: int, first_ns: int,
     while at < len(candidates):
         if sizes.estimate(start, forever, starts, layers, fixed, guide_bytes)[0] <= spec.limit:
             break  # the rest of the trace fits
-        estimate = sizes.estimate(start, candidates[at:], starts, layers, fixed, guide_bytes)
-        fitting = int(np.searchsorted(estimate > spec.limit, True))  # (they only grow)
+        fitting = _first_over(spec.limit, sizes, start, candidates, at, starts, layers, fixed,
+                              guide_bytes) - at
         # the piece ends at the last candidate that fits; where none does, at the first
         # (a pass larger than the limit is a piece of its own)
         step = max(fitting - 1, 0)
@@ -583,6 +591,25 @@ def _split(spec: SplitSpec, index, guides, origin_ns: int, first_ns: int,
         _describe(report, window, guides, guide_range, first_ns, last_ns, origin_ns)
         outputs.append(OutputWindow(piece, window, guide_range, report))
     return outputs
+
+
+_ESTIMATE_BLOCK = 4096
+"""Candidate cuts estimated at a time: a piece's end lies a few thousand passes on, and
+the estimate of all 10^5-10^6 candidates after it (several arrays of 8 bytes each) came
+to ~20 MB per piece on a 10 GB trace, held by the heap until the plan was through."""
+
+
+def _first_over(limit: int, sizes, start: int, candidates: np.ndarray, at: int, *estimating
+                ) -> int:
+    """The first candidate from `at` whose piece from `start` may go over `limit` (or
+    len(candidates)): the estimates only grow with the end, so a block at a time."""
+    while at < len(candidates):
+        block = candidates[at:at + _ESTIMATE_BLOCK]
+        over = sizes.estimate(start, block, *estimating) > limit
+        if over.any():
+            return at + int(np.argmax(over))
+        at += len(block)
+    return at
 
 
 def _document_bytes(index, appended: int) -> int:
