@@ -612,6 +612,27 @@ def test_pieces_of_many_chunks_with_workers_hold_every_event(tmp_path, traces):
     assert b"[ok] pieces as planned" in verified.stdout
 
 
+def test_zstd_pieces_have_a_small_window(tmp_path):
+    """Every piece is open (and compressing) through the one pass: a zstd piece's window is
+    256 KB at most (a compressor then holds ~1.3 MiB, not ~3), a whole output's is zstd's
+    own; the pieces decode and verify."""
+    import zstandard
+
+    whole = tmp_path / "whole.json.zst"
+    assert run("layers", "--trace", SAMPLE, "--output", whole, *SAMPLE_LAYERS).returncode == 0
+    assert zstandard.get_frame_parameters(whole.read_bytes()[:18]).window_size > 1 << 18
+    output = tmp_path / "o.json.zst"
+    result = run("layers", "--trace", SAMPLE, "--output", output, *SAMPLE_LAYERS,
+                 "--split-mb", "0.3")
+    assert result.returncode == 0, result.stderr.decode()
+    manifest = _check_pieces(SAMPLE, tmp_path / "o.json.zst.pieces.json", 300_000)
+    for row in manifest["pieces"]:
+        head = (tmp_path / row["file"]).read_bytes()[:18]
+        assert zstandard.get_frame_parameters(head).window_size <= 1 << 18, row["file"]
+    verified = run("verify", "--trace", SAMPLE, "--output", tmp_path / "o.json.zst.pieces.json")
+    assert verified.returncode == 0, verified.stdout.decode() + verified.stderr.decode()
+
+
 def test_pieces_without_guides_are_cut_by_time(tmp_path):
     trace = edge_trace(tmp_path / "edge.json")
     output = tmp_path / "c.json"
