@@ -217,17 +217,20 @@ def verify_pieces(trace: str, manifest: str, *, tmpdir: str | None, workers: int
     if wrong:  # (nothing else is opened: a manifest names only the split's own files)
         verdict.add("pieces", wrong, "")
         return verdict
-    reports = [load_report(Path(report))[0] for _, report in places]
-    layer_spec, compact_spec = report_specs(reports[0])
+    first, names = None, []  # (the reports' whole sections, 33 of them, are not held)
+    for _, report in places:
+        loaded = load_report(Path(report))[0]
+        first = first or loaded
+        names.append((loaded.get("output_file", ""), loaded.get("report_file", "")))
+    layer_spec, compact_spec = report_specs(first)
     split = split_mb(data["split_mb"])
     with pool_for(trace, workers) as pool, \
             TraceSource(trace, max_event_bytes=max_event_bytes, spool_dir=tmpdir) as source:
-        names = [(r.get("output_file", ""), r.get("report_file", "")) for r in reports]
         try:
             index, plan = build_plan(
                 source, layer_spec, compact_spec, output_name="", report_name="",
                 command=data["command"], tmpdir=tmpdir, pool=pool,
-                progress=progress, source_name=reports[0].get("source_file"), window=split,
+                progress=progress, source_name=first.get("source_file"), window=split,
                 piece_names=lambda count: (names + [("", "")] * count)[:count])
         except TraceError as exc:
             if source.first_stats is None:
