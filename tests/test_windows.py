@@ -614,7 +614,7 @@ def test_pieces_of_many_chunks_with_workers_hold_every_event(tmp_path, traces):
 
 def test_zstd_pieces_have_a_small_window(tmp_path):
     """Every piece is open (and compressing) through the one pass: a zstd piece's window is
-    256 KB at most (a compressor then holds ~1.3 MiB, not ~3), a whole output's is zstd's
+    256 KB at most (a compressor then holds ~0.7 MiB, not ~3), a whole output's is zstd's
     own; the pieces decode and verify."""
     import zstandard
 

@@ -32,10 +32,11 @@ GZIP_LEVEL = 1
 """Default gzip level, ISA-L's level 1: JSON deflates as well as with zlib's level 1 (~12x on
 Kineto traces) at ~4x its speed. An explicit level is zlib's (1-9, as gzip's own)."""
 ZSTD_LEVEL = 3
-SMALL_ZSTD_WINDOW_LOG = 18
-"""The zstd window of an output among many (at most 256 KB): at level 3 a compressor then
-holds ~1.3 MiB instead of ~3 MiB (its 2 MB window), with the same ratio on Kineto JSON
-(20.2x vs 20.0x on 8 MB of a piece); 33 pieces of a 10 GB trace save ~58 MiB."""
+SMALL_ZSTD_LOGS = {"window_log": 18, "hash_log": 15, "chain_log": 14}
+"""The most zstd's window and match tables take in an output among many (each piece of a
+split keeps its compressor through the pass): at level 3 a compressor then holds ~0.7 MiB
+instead of ~3 MiB, with the same ratio on Kineto JSON (20.2x on 8 MB of a piece, 20.0x
+with level 3's own 2 MB window and tables); 33 pieces of a 10 GB trace save ~75 MiB."""
 _BLOCK = 4 << 20
 SMALL_BLOCK = 64 << 10
 """The block of an output among many written at once (see OutputFile)."""
@@ -145,11 +146,12 @@ class _Encoder:
         elif compression == "zstd":
             level = ZSTD_LEVEL if level is None else level
             ctx = zstandard.ZstdCompressor(level=level)
-            if small and zstandard.ZstdCompressionParameters.from_level(
-                    level).window_log > SMALL_ZSTD_WINDOW_LOG:
+            if small:
+                own = zstandard.ZstdCompressionParameters.from_level(level)
                 ctx = zstandard.ZstdCompressor(
                     compression_params=zstandard.ZstdCompressionParameters.from_level(
-                        level, window_log=SMALL_ZSTD_WINDOW_LOG))
+                        level, **{name: min(getattr(own, name), most)
+                                  for name, most in SMALL_ZSTD_LOGS.items()}))
             self._obj = ctx.compressobj()
         elif compression == "none":
             self._obj = None
@@ -177,7 +179,7 @@ class OutputFile:
         """`block`: the bytes joined before the writer thread gets them, which holds two
         such blocks at most (a run that writes many files at once, the pieces of
         --split-mb, gives each a small one: their buffers add up; a small block also
-        means a small zstd window, SMALL_ZSTD_WINDOW_LOG)."""
+        means a small zstd window and tables, SMALL_ZSTD_LOGS)."""
         self.what = what
         self._block = block
         self.stdout = path == "-"
