@@ -305,6 +305,16 @@ def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.n
     return (data if isinstance(data, int) else deliver(data, slot)), dropped
 
 
+def submit_chunk(pool, slot: int | None, data: bytes, offset: int, rows: np.ndarray,
+                 actions: np.ndarray, targets: dict):
+    """A worker's `rewrite_chunk` of `data`: out and back in `slot` where it fits, else
+    sent as bytes (its result still comes back in the slot where that fits)."""
+    if slot is not None and pool.slots.put(slot, data):
+        return pool.submit(rewrite_received_chunk, slot, len(data), offset, rows, actions,
+                           targets)
+    return pool.submit(rewrite_sent_chunk, data, offset, rows, actions, targets, slot)
+
+
 def _after_separator(data: bytes, pos: int) -> int:
     """Position after the whitespace and one comma that follow an event (or the end)."""
     size = len(data)
@@ -471,13 +481,8 @@ def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
             payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
                                   actions, plan.targets, slot)
         elif len(rows):
-            data = cursor.take(chunk.length)
-            if slot is not None and pool.slots.put(slot, data):  # out and back in one slot
-                payload = pool.submit(rewrite_received_chunk, slot, len(data), chunk.offset,
-                                      rows, actions, plan.targets)
-            else:
-                payload = pool.submit(rewrite_sent_chunk, data, chunk.offset, rows, actions,
-                                      plan.targets, slot)
+            payload = submit_chunk(pool, slot, cursor.take(chunk.length), chunk.offset, rows,
+                                   actions, plan.targets)
         else:
             payload = cursor.take(chunk.length)
         pending.append((separator, payload, not first, slot, span, chunk.offset + chunk.length))

@@ -145,13 +145,14 @@ class _Encoder:
                          else zlib.compressobj(level, zlib.DEFLATED, 31))
         elif compression == "zstd":
             level = ZSTD_LEVEL if level is None else level
-            ctx = zstandard.ZstdCompressor(level=level)
             if small:
                 own = zstandard.ZstdCompressionParameters.from_level(level)
                 ctx = zstandard.ZstdCompressor(
                     compression_params=zstandard.ZstdCompressionParameters.from_level(
                         level, **{name: min(getattr(own, name), most)
                                   for name, most in SMALL_ZSTD_LOGS.items()}))
+            else:
+                ctx = zstandard.ZstdCompressor(level=level)
             self._obj = ctx.compressobj()
         elif compression == "none":
             self._obj = None

@@ -34,8 +34,7 @@ from tracestream.write.rewrite import (
     _refuse_if_changed,
     chunk_edits,
     rewrite_chunk,
-    rewrite_received_chunk,
-    rewrite_sent_chunk,
+    submit_chunk,
 )
 
 _TRIM_EVERY = 8
@@ -209,15 +208,9 @@ class _Pass:
         """A chunk whose every event is a member of its one window, rewritten by a worker
         as the full rewrite has it rewritten: through a shared slot where one is free (the
         megabytes in flight never pickled, never held in this process's heap)."""
-        slots = self.pool.slots
-        slot = slots.acquire() if slots is not None else None
-        if slot is not None and slots.put(slot, data):
-            future = self.pool.submit(rewrite_received_chunk, slot, len(data), chunk.offset,
-                                      rows, actions, targets)
-        else:
-            future = self.pool.submit(rewrite_sent_chunk, data, chunk.offset, rows, actions,
-                                      targets, slot)
-        return _Edited(future, slot, chunk.count)
+        slot = self.pool.slots.acquire() if self.pool.slots is not None else None
+        return _Edited(submit_chunk(self.pool, slot, data, chunk.offset, rows, actions, targets),
+                       slot, chunk.count)
 
     def _flush(self, pending: deque, written, flushed: int) -> int:
         given, end = pending.popleft()
