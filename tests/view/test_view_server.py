@@ -650,7 +650,7 @@ def test_connections_beyond_the_limit_are_closed(trace, monkeypatch):
         idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10)
                 for _ in range(2)]
         try:
-            time.sleep(0.3)  # both are being served (waiting for their headers)
+            assert _wait_until(lambda: server._httpd._slots._value == 0)  # both are served
             with socket.create_connection(("127.0.0.1", server.port), timeout=5) as extra:
                 extra.sendall(b"GET / HTTP/1.0\r\n\r\n")
                 try:
@@ -660,10 +660,20 @@ def test_connections_beyond_the_limit_are_closed(trace, monkeypatch):
         finally:
             for sock in idle:
                 sock.close()
-        deadline = time.monotonic() + 10  # their threads end and free the slots
-        while _status_or_none(server) != 200 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert get(server, "/")[0] == 200
+        # Their threads end and free the slots. A thread lets its slot go only after its
+        # client has read the reply, so the answer is awaited, not taken from one request.
+        assert _wait_until(lambda: _status_or_none(server) == 200)
+
+
+def _wait_until(condition, seconds: float = 10.0) -> bool:
+    """Whether `condition()` held within `seconds`: a loaded machine schedules the server's
+    threads late, and a fixed sleep would make the test depend on that."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _status_or_none(server):
