@@ -719,6 +719,59 @@ def test_input_edited_inside_a_workers_chunk(large, tmp_path):
     assert "changed between passes" in str(_refused_with_workers(source_path, folder, edited))
 
 
+@pytest.mark.parametrize("where", ["a chunk the window leaves out", "a chunk a worker rewrites"])
+def test_window_pass_refuses_an_input_edited_where_only_a_worker_reads(large, tmp_path,
+                                                                       monkeypatch, where):
+    """A window's pass with workers on a plain file reads only the chunks it copies as
+    they are: a worker reads each chunk it rewrites or cuts, and the CRC of each chunk
+    the pass leaves out. One digit changed there after the plan (size and mtime kept) is
+    refused like any change between passes: exit 2, one line, nothing written."""
+    from click.testing import CliRunner
+
+    from tracestream import engine
+    from tracestream.cli import main
+
+    from .support import Outcome
+
+    source_path = tmp_path / "trace.json"
+    shutil.copyfile(large, source_path)
+    original = source_path.read_bytes()
+    stat = source_path.stat()
+    real_rewrite_window = engine.rewrite_window
+    edited = []
+
+    def edit_then_rewrite(source, index, plans, outs, **kwargs):
+        window = plans[0].window.window
+        if where == "a chunk the window leaves out":
+            chunk = next(chunk for chunk in index.chunks
+                         if not chunk.always and chunk.first_ns >= window.end_ns)
+        else:
+            chunk = next(chunk for chunk, rows, _ in chunk_edits(index, plans[0])
+                         if len(rows) and not chunk.always and any(
+                             plan.window.window.start_ns <= chunk.first_ns
+                             and chunk.last_ns < plan.window.window.end_ns for plan in plans))
+        digit = original.index(b"1", chunk.offset + chunk.length // 2)  # still valid JSON
+        with open(source_path, "r+b") as fh:
+            fh.seek(digit)
+            fh.write(b"2")
+        os.utime(source_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        edited.append(chunk)
+        return real_rewrite_window(source, index, plans, outs, **kwargs)
+
+    monkeypatch.setattr(engine, "rewrite_window", edit_then_rewrite)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    window = ["--pass-window", "0:1"] if where == "a chunk the window leaves out" else [
+        "--split-mb", "12"]
+    result = CliRunner().invoke(main, command("layers", source_path, folder / "out.json",
+                                              "--max-gpu-lanes", "10", "--workers", "2",
+                                              *window))
+    out = Outcome(result.exit_code, result.stdout_bytes, result.stderr, 0.0, "in-process")
+    assert edited, out.describe()
+    assert_refused(out, f"input {source_path} changed between passes", place=False, empty=folder)
+    TALLY["faults injected (input changed between passes)"] += 1
+
+
 def test_a_discarded_output_never_writes_into_a_file_opened_after_it(monkeypatch, tmp_path):
     """The writer thread may be in the middle of a write when its output is discarded (a
     refusal after the rewrite began): those bytes never land in a file opened afterwards,

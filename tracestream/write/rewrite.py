@@ -154,10 +154,18 @@ class FileCursor:
 
     def drain(self, out: OutputFile) -> None:
         """Copy everything that is left."""
+        for data in self._rest():
+            out.write(data)
+
+    def take_rest(self) -> bytes:
+        """Everything that is left (the bytes after the last event: a few top-level keys)."""
+        return b"".join(self._rest())
+
+    def _rest(self) -> Iterator[bytes]:
         while data := os.pread(self._fd, PLAIN_BLOCK, self.pos):
             self.checksum.read(data)
             self.pos += len(data)
-            out.write(data)
+            yield data
 
 
 _ARGS_LENGTH = len(b'"args": {')
@@ -287,6 +295,13 @@ def rewrite_file_chunk(path: str, offset: int, length: int, rows: np.ndarray,
     data = read_span(path, offset, length)
     return (*rewrite_sent_chunk(data, offset, rows, actions, targets, slot),
             isal_zlib.crc32(data))
+
+
+def file_span_crc(path: str, offset: int, length: int) -> int:
+    """The CRC-32 of a span of a plain file that a pass leaves out, read by a worker (see
+    FileCursor): the pass still checksums every byte of its source (a file cut short
+    since then gives another CRC, which the pass's end refuses)."""
+    return isal_zlib.crc32(read_span(path, offset, length))
 
 
 def rewrite_received_chunk(slot: int, length: int, offset: int, rows: np.ndarray,

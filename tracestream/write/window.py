@@ -9,6 +9,11 @@ is copied or edited as the full rewrite does it; any other goes to a worker
 (`window_chunk`), which decodes it once and cuts it for each window it reaches. Events
 are joined by ",\\n" where the source's separators were cut out; the bytes before the
 first event and after the last are the source's.
+
+From an uncompressed file, as in the full rewrite, the workers read the chunks they
+rewrite or cut themselves, and the CRC-32 of every chunk the pass skips (the pass
+checksums every byte of its source; see write.rewrite.FileCursor): this process reads
+only the chunks it copies as they are.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections import deque
 from typing import NamedTuple
 
 import numpy as np
+from isal import isal_zlib
 
 from tracestream.index.decode import decode_chunk, event_spans
 from tracestream.index.window import Window, chunk_times
@@ -26,14 +32,17 @@ from tracestream.parallel.slots import write_result
 from tracestream.plan.planner import DELETE, Plan
 from tracestream.plan.window import DECISION_DTYPE
 from tracestream.progress import Progress, or_silent
-from tracestream.read.hashing import ReadStats
-from tracestream.read.source import TraceSource
+from tracestream.read.hashing import PieceChecksum, ReadStats
+from tracestream.read.source import TraceSource, read_span
 from tracestream.write.rewrite import (
+    FileCursor,
     StreamCursor,
     _member_edit,
     _refuse_if_changed,
     chunk_edits,
+    file_span_crc,
     rewrite_chunk,
+    rewrite_file_chunk,
     submit_chunk,
 )
 
@@ -65,6 +74,14 @@ def window_chunk(data: bytes, offset: int, first_ordinal: int, rows: np.ndarray,
         keep[retired] = False
         out.append(_members(data, offset, starts, ends, keep, rows, actions, local, targets))
     return out
+
+
+def window_file_chunk(path: str, offset: int, length: int, *args
+                      ) -> tuple[list[tuple[bytes, int]], int]:
+    """`window_chunk` of a span of a plain file, read by the worker itself, and the CRC-32
+    of the bytes it read (see FileCursor)."""
+    data = read_span(path, offset, length)
+    return window_chunk(data, offset, *args), isal_zlib.crc32(data)
 
 
 def _members(data, offset, starts, ends, keep, rows, actions, local, targets) -> tuple[bytes,
@@ -103,11 +120,23 @@ def rewrite_window(source: TraceSource, index, plans: list[Plan], outs: list, *,
     stats = ReadStats()
     pool = pool if pool is not None else InlinePool()
     outs = [CountingWriter(out) for out in outs]
+    by_path = source.plain_path if pool.workers else None
     with collector_paused():
         try:
-            counts = _Pass(index, plans, outs, pool, report_rows or [None] * len(plans)).run(
-                StreamCursor(source.read(stats)),
-                lambda offset: meter.advance_to(stats.position(offset)))
+            one_pass = _Pass(index, plans, outs, pool, report_rows or [None] * len(plans))
+
+            def written(offset: int) -> None:
+                meter.advance_to(stats.position(offset))
+
+            if by_path is not None:  # the workers read what they rewrite, cut or skip
+                cursor = FileCursor(source.open_plain(), PieceChecksum())
+                try:
+                    counts = one_pass.run(cursor, written, by_path)
+                finally:
+                    cursor.close()
+                cursor.checksum.finish(stats)
+            else:
+                counts = one_pass.run(StreamCursor(source.read(stats)), written)
             source.finish_read(stats)
             meter.advance_to(stats.raw_bytes)
         except Exception:
@@ -137,7 +166,11 @@ class _Pass:
         self.wrote = [False] * len(plans)
         self.events = [0] * len(plans)
 
-    def run(self, cursor: StreamCursor, written) -> list[int]:
+    def run(self, cursor: StreamCursor | FileCursor, written,
+            by_path: str | None = None) -> list[int]:
+        """The pass over `cursor`; with `by_path` (a FileCursor's file), the workers read
+        the chunks they are given from it, and the CRC of each chunk left out."""
+        self.cursor, self.by_path = cursor, by_path
         index, layout = self.index, self.index.layout
         members = [_member_edit(index, plan) for plan in self.plans]
         pending: deque = deque()  # (what each output gets, chunk end)
@@ -151,7 +184,7 @@ class _Pass:
                     out.write(_with_member(head, 0, member))
                 first = False
             decisions = decided.upto(chunk.first_ordinal + chunk.count)
-            pending.append((self._chunk(cursor, chunk, rows, actions, decisions),
+            pending.append((*self._chunk(chunk, rows, actions, decisions),
                             chunk.offset + chunk.length))
             while len(pending) > depth:
                 flushed = self._flush(pending, written, flushed)
@@ -162,8 +195,8 @@ class _Pass:
             for out, member in zip(self.outs, members):
                 out.write(_with_member(head, 0, member))
         insert_at = layout.last_event_end if layout.event_count else layout.events_open + 1
-        if cursor.pos < insert_at:
-            cursor.skip(insert_at - cursor.pos)
+        if cursor.pos < insert_at:  # (only whitespace after the last chunk)
+            cursor.take(insert_at - cursor.pos)
         for k, (plan, out) in enumerate(zip(self.plans, self.outs)):
             if plan.appended:
                 lead = _JOIN if self.wrote[k] else b""
@@ -177,8 +210,10 @@ class _Pass:
             out.write(_with_member(tail, base, member))
         return self.events
 
-    def _chunk(self, cursor, chunk, rows, actions, decisions: np.ndarray):
-        """What the outputs get of `chunk`: {output: payload or a worker's future}."""
+    def _chunk(self, chunk, rows, actions, decisions: np.ndarray) -> tuple[dict, int | None]:
+        """What the outputs get of `chunk` ({output: payload or a worker's future}), and
+        the number of its span in the checksum where a worker reads it (else None)."""
+        cursor, by_path = self.cursor, self.by_path
         reached = []
         for k, (window, piece) in enumerate(self.windows):
             inside_decided = ((decisions["first"] <= piece) & (decisions["last"] >= piece))
@@ -186,9 +221,12 @@ class _Pass:
                     or (chunk.first_ns < window.end_ns and chunk.last_ns >= window.start_ns)):
                 reached.append(k)
         if not reached:
-            cursor.skip(chunk.length)
-            return {}
-        data = cursor.take(chunk.length)
+            if by_path is None:
+                cursor.skip(chunk.length)
+                return {}, None
+            return ({_CRC: self.pool.submit(file_span_crc, by_path, chunk.offset,
+                                            chunk.length)},
+                    cursor.skip(chunk.length))
         targets = self.plans[0].targets
         if len(reached) == 1:
             window, piece = self.windows[reached[0]]
@@ -197,32 +235,50 @@ class _Pass:
                     and chunk.first_ns >= window.start_ns and chunk.last_ns < window.end_ns
                     and not (actions == DELETE).any()):
                 if not len(rows):
-                    return {reached[0]: [(data, chunk.count)]}
-                return {reached[0]: self._edited(data, chunk, rows, actions, targets)}
-        future = self.pool.submit(window_chunk, data, chunk.offset, chunk.first_ordinal, rows,
-                                  actions, targets, [self.windows[k] for k in reached],
-                                  decisions)
-        return {"all": (future, reached)}
+                    return {reached[0]: [(cursor.take(chunk.length), chunk.count)]}, None
+                return self._edited(reached[0], chunk, rows, actions, targets)
+        cut = (rows, actions, targets, [self.windows[k] for k in reached], decisions)
+        if by_path is None:
+            future = self.pool.submit(window_chunk, cursor.take(chunk.length), chunk.offset,
+                                      chunk.first_ordinal, *cut)
+            return {_ALL: (future, reached)}, None
+        future = self.pool.submit(window_file_chunk, by_path, chunk.offset, chunk.length,
+                                  chunk.first_ordinal, *cut)
+        return {_ALL: (future, reached)}, cursor.skip(chunk.length)
 
-    def _edited(self, data: bytes, chunk, rows, actions, targets) -> _Edited:
-        """A chunk whose every event is a member of its one window, rewritten by a worker
-        as the full rewrite has it rewritten: through a shared slot where one is free (the
-        megabytes in flight never pickled, never held in this process's heap)."""
+    def _edited(self, k: int, chunk, rows, actions, targets) -> tuple[dict, int | None]:
+        """A chunk whose every event is a member of its one window (output `k`), rewritten
+        by a worker as the full rewrite has it rewritten: through a shared slot where one
+        is free (the megabytes in flight never pickled, never held in this process's
+        heap), read by the worker itself from a plain file."""
         slot = self.pool.slots.acquire() if self.pool.slots is not None else None
-        return _Edited(submit_chunk(self.pool, slot, data, chunk.offset, rows, actions, targets),
-                       slot, chunk.count)
+        if self.by_path is None:
+            future = submit_chunk(self.pool, slot, self.cursor.take(chunk.length), chunk.offset,
+                                  rows, actions, targets)
+            return {k: _Edited(future, slot, chunk.count)}, None
+        future = self.pool.submit(rewrite_file_chunk, self.by_path, chunk.offset, chunk.length,
+                                  rows, actions, targets, slot)
+        return {k: _Edited(future, slot, chunk.count)}, self.cursor.skip(chunk.length)
 
     def _flush(self, pending: deque, written, flushed: int) -> int:
-        given, end = pending.popleft()
+        given, span, end = pending.popleft()
         flushed += 1
         if flushed % _TRIM_EVERY == 0:
             release_memory()
-        if "all" in given:
-            future, reached = given["all"]
-            given = dict(zip(reached, ([r] for r in outcome(future))))
+        if _CRC in given:  # a chunk left out: only its CRC
+            self.cursor.checksum.fill(span, outcome(given.pop(_CRC)))
+        if _ALL in given:
+            future, reached = given.pop(_ALL)
+            results = outcome(future)
+            if span is not None:
+                results, crc = results
+                self.cursor.checksum.fill(span, crc)
+            given = dict(zip(reached, ([r] for r in results)))
         for k, payload in given.items():
             if isinstance(payload, _Edited):
-                result, _ = outcome(payload.future)  # (it dropped nothing: no DELETE)
+                result, _, *crc = outcome(payload.future)  # (it dropped nothing: no DELETE)
+                if span is not None:
+                    self.cursor.checksum.fill(span, *crc)
                 if self.wrote[k]:
                     self.outs[k].write(_JOIN)
                 write_result(self.outs[k], result, payload.slot, self.pool.slots)
@@ -240,6 +296,11 @@ class _Pass:
                     self.events[k] += count
         written(end)
         return flushed
+
+
+_ALL, _CRC = "all", "crc"
+"""Keys of what `_Pass._chunk` gives besides outputs: a worker's cut of the chunk for every
+output it reaches; the CRC of a chunk left out that a worker read."""
 
 
 class _Edited(NamedTuple):
