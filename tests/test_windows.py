@@ -892,3 +892,40 @@ def test_a_pass_window_without_guides_is_refused_by_the_library(tmp_path):
         compact(trace, tmp_path / "c.json", window=pass_window("1:2"))
     assert not list(tmp_path.glob("c.json*"))
 
+
+
+@pytest.mark.parametrize("spread", [1 << 20, 1 << 40, 1 << 62])
+def test_sizes_are_binned_as_a_sort_bins_them(spread):
+    """The bins of a chunk's times and their bytes, counted over the chunk's range (near
+    times) or sorted (far apart, negative, at the int64 edges), are the sort's."""
+    from tracestream.index.window import SIZE_BIN_SHIFT, binned
+
+    rng = np.random.default_rng(spread % 997)
+    ns = rng.integers(-spread, spread, 5000, dtype=np.int64)
+    ns[:3] = [np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0] if spread > 1 << 61 else 0
+    weights = rng.integers(1, 4000, len(ns))
+    keys, sums = binned(ns, weights)
+    expected_keys, at = np.unique(ns >> SIZE_BIN_SHIFT, return_inverse=True)
+    assert keys.tolist() == expected_keys.tolist()
+    assert sums.tolist() == np.bincount(at, weights=weights).astype(np.int64).tolist()
+    assert sums.dtype == np.int64 and sums.sum() == weights.sum()
+    empty_keys, empty_sums = binned(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert len(empty_keys) == len(empty_sums) == 0
+
+
+def test_each_flow_key_is_its_own_events_key_when_made_once_per_chunk():
+    """Keys are made once per category and id in a chunk: `true` and `1` stay two ids
+    (Perfetto reads `1`, `1.0` and `"1"` alike, not `true`), and an id or category that is
+    an array or object still gets its key."""
+    from types import SimpleNamespace
+
+    from tracestream.index.window import ASYNC, FLOW, _group_keys, group_key
+
+    pairs = [("c", 1), ("c", True), ("c", 1.0), ("c", "1"), ("c", 1), ("c", True),
+             ("c", [1]), ("c", [1]), ({"a": 1}, 2), ("d", 1), ("c", 1)]
+    events = [SimpleNamespace(cat=cat, id=id_) for cat, id_ in pairs]
+    roles = [FLOW] * (len(pairs) - 1) + [ASYNC]
+    keys = _group_keys(events, list(range(len(events))), roles)
+    assert keys == [group_key(role, e.cat, e.id) for role, e in zip(roles, events)]
+    assert keys[0] == keys[2] == keys[3] == keys[4] != keys[1] == keys[5]
+    assert keys[6] == keys[7] and keys[9] != keys[0] and keys[10] != keys[0]

@@ -203,11 +203,30 @@ def linked_rows(events, times: ChunkTimes, track_of) -> np.ndarray:
         codes, tracks = _native.track_keys(events, which)
         numbers = np.array([track_of(*track) for track in tracks], np.int64)
         keys[paired] = numbers[np.frombuffer(codes, np.int32)]
-    for k in np.flatnonzero(~paired).tolist():
-        e = events[int(at[k])]
-        keys[k] = group_key(int(role[at[k]]), e.cat, e.id)
+    grouped = np.flatnonzero(~paired)
+    keys[grouped] = _group_keys(events, at[grouped].tolist(), role[at[grouped]].tolist())
     rows["key"] = keys
     return rows
+
+
+def _group_keys(events, ordinals: list[int], roles: list[int]) -> list[int]:
+    """`group_key` of each event: a flow's `s` and `f` have the same category and id, so
+    each key is made once per chunk (the same types too: `1` and `true` are two ids)."""
+    made: dict = {}
+    keys = []
+    for ordinal, role in zip(ordinals, roles):
+        e = events[ordinal]
+        cat, id_ = e.cat, e.id
+        try:
+            key = made.get(seen := (role, type(cat), cat, type(id_), id_))
+        except TypeError:  # an object or array as category or id: not a dict key
+            key, seen = None, None
+        if key is None:
+            key = group_key(role, cat, id_)
+            if seen is not None:
+                made[seen] = key
+        keys.append(key)
+    return keys
 
 
 def group_key(role: int, cat, id_) -> int:
@@ -281,12 +300,25 @@ def chunk_sizes(times: ChunkTimes, lengths: np.ndarray, moved: np.ndarray | None
         times.role == END)
     placed = times.timed & ~always & (times.role != METADATA)
     weights = weight[placed]
-    return (_binned(times.ts[placed], weights), _binned(times.end[placed], weights),
+    return (binned(times.ts[placed], weights), binned(times.end[placed], weights),
             int(weight[always].sum()))
 
 
-def _binned(ns: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    keys, at = np.unique(ns >> SIZE_BIN_SHIFT, return_inverse=True)
+def binned(ns: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the bins SIZE_BIN_SHIFT wide that hold a time of `ns`, ascending; the sum of the
+    `weights` in each). A chunk's times lie a few ms apart, so the bins are counted over
+    their range (linear; a sort took most of the index pass's window work); a chunk
+    whose times lie far apart is sorted."""
+    bins = ns >> SIZE_BIN_SHIFT
+    if len(bins):
+        low = int(bins.min())
+        span = int(bins.max()) - low + 1
+        if span <= 4 * len(bins) + 4096:
+            offsets = bins - low
+            held = np.flatnonzero(np.bincount(offsets, minlength=span))
+            sums = np.bincount(offsets, weights=weights, minlength=span)[held]
+            return held + low, sums.astype(np.int64)
+    keys, at = np.unique(bins, return_inverse=True)
     return keys, np.bincount(at, weights=weights, minlength=len(keys)).astype(np.int64)
 
 
