@@ -69,6 +69,9 @@ class Group(click.Group):
         if not as_program:
             return super().main(*args, **kwargs)
         from tracestream.cli.guard import reopen_closed_streams
+        from tracestream.parallel.memory import LIBC
+
+        LIBC.share_arenas()  # (before any thread starts)
         from tracestream.write.sink import process_ends_after_commit
 
         reopen_closed_streams()

@@ -39,6 +39,16 @@ class _Libc:
             self.mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD
             self.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
 
+    def share_arenas(self) -> None:
+        """Let this process's threads share two malloc arenas instead of up to eight per
+        core. glibc gives a thread that allocates (the reader, hash and writer threads)
+        an arena of its own, and what is freed there stays resident in its pieces: the
+        main process of verify of a 10 GB split's manifest peaked at 264 MiB PSS, at
+        247 with two arenas, and no slower at 1 GB. Only for a program: the CLI calls it
+        before any thread starts."""
+        if self.mallopt is not None:
+            self.mallopt(-8, 2)  # M_ARENA_MAX
+
     def die_with_parent(self, signum: int = signal.SIGKILL) -> None:
         """Linux: send this process `signum` when its parent dies (a killed run leaves no
         workers); a batch worker asks for SIGTERM, to unwind its task first."""
