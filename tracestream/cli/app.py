@@ -70,10 +70,9 @@ class Group(click.Group):
             return super().main(*args, **kwargs)
         from tracestream.cli.guard import reopen_closed_streams
         from tracestream.parallel.memory import LIBC
-
-        LIBC.share_arenas()  # (before any thread starts)
         from tracestream.write.sink import process_ends_after_commit
 
+        LIBC.share_arenas()  # (before any thread starts)
         reopen_closed_streams()
         with process_ends_after_commit():
             return super().main(*args, **kwargs)

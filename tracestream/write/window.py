@@ -173,7 +173,7 @@ class _Pass:
         self.cursor, self.by_path = cursor, by_path
         index, layout = self.index, self.index.layout
         members = [_member_edit(index, plan) for plan in self.plans]
-        pending: deque = deque()  # (what each output gets, chunk end)
+        pending: deque = deque()  # (what each output gets, its checksum span, chunk end)
         depth = max(1, SLOTS_PER_WORKER * self.pool.workers)
         decided = _InFileOrder(self.decisions)
         first, flushed = True, 0
