@@ -320,14 +320,22 @@ def rewrite_sent_chunk(data: bytes, offset: int, rows: np.ndarray, actions: np.n
     return (data if isinstance(data, int) else deliver(data, slot)), dropped
 
 
-def submit_chunk(pool, slot: int | None, data: bytes, offset: int, rows: np.ndarray,
-                 actions: np.ndarray, targets: dict):
-    """A worker's `rewrite_chunk` of `data`: out and back in `slot` where it fits, else
-    sent as bytes (its result still comes back in the slot where that fits)."""
+def submit_chunk(pool, cursor: StreamCursor | FileCursor, by_path: str | None,
+                 slot: int | None, chunk, rows: np.ndarray, actions: np.ndarray,
+                 targets: dict) -> tuple[object, int | None]:
+    """A worker's `rewrite_chunk` of `chunk`, the cursor's next bytes, and the number of
+    its span in the cursor's checksum where the worker reads it from `by_path` itself
+    (else None: it is read here and goes out and back in `slot` where it fits, else as
+    bytes, its result still back in the slot where that fits)."""
+    if by_path is not None:
+        return (pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
+                            actions, targets, slot), cursor.skip(chunk.length))
+    data = cursor.take(chunk.length)
     if slot is not None and pool.slots.put(slot, data):
-        return pool.submit(rewrite_received_chunk, slot, len(data), offset, rows, actions,
-                           targets)
-    return pool.submit(rewrite_sent_chunk, data, offset, rows, actions, targets, slot)
+        return pool.submit(rewrite_received_chunk, slot, len(data), chunk.offset, rows,
+                           actions, targets), None
+    return pool.submit(rewrite_sent_chunk, data, chunk.offset, rows, actions, targets,
+                       slot), None
 
 
 def _after_separator(data: bytes, pos: int) -> int:
@@ -491,13 +499,9 @@ def _rewrite_from(cursor: StreamCursor | FileCursor, index, plan, out, pool,
         separator = cursor.take(chunk.offset - cursor.pos)
         slot = pool.slots.acquire() if len(rows) and pool.slots is not None else None
         span = None
-        if len(rows) and by_path is not None:
-            span = cursor.skip(chunk.length)
-            payload = pool.submit(rewrite_file_chunk, by_path, chunk.offset, chunk.length, rows,
-                                  actions, plan.targets, slot)
-        elif len(rows):
-            payload = submit_chunk(pool, slot, cursor.take(chunk.length), chunk.offset, rows,
-                                   actions, plan.targets)
+        if len(rows):
+            payload, span = submit_chunk(pool, cursor, by_path, slot, chunk, rows, actions,
+                                         plan.targets)
         else:
             payload = cursor.take(chunk.length)
         pending.append((separator, payload, not first, slot, span, chunk.offset + chunk.length))

@@ -42,7 +42,6 @@ from tracestream.write.rewrite import (
     chunk_edits,
     file_span_crc,
     rewrite_chunk,
-    rewrite_file_chunk,
     submit_chunk,
 )
 
@@ -248,17 +247,13 @@ class _Pass:
 
     def _edited(self, k: int, chunk, rows, actions, targets) -> tuple[dict, int | None]:
         """A chunk whose every event is a member of its one window (output `k`), rewritten
-        by a worker as the full rewrite has it rewritten: through a shared slot where one
-        is free (the megabytes in flight never pickled, never held in this process's
-        heap), read by the worker itself from a plain file."""
+        by a worker as the full rewrite has it rewritten (`submit_chunk`: read by the
+        worker itself from a plain file, else through a shared slot where one is free; the
+        megabytes in flight never pickled, never held in this process's heap)."""
         slot = self.pool.slots.acquire() if self.pool.slots is not None else None
-        if self.by_path is None:
-            future = submit_chunk(self.pool, slot, self.cursor.take(chunk.length), chunk.offset,
-                                  rows, actions, targets)
-            return {k: _Edited(future, slot, chunk.count)}, None
-        future = self.pool.submit(rewrite_file_chunk, self.by_path, chunk.offset, chunk.length,
-                                  rows, actions, targets, slot)
-        return {k: _Edited(future, slot, chunk.count)}, self.cursor.skip(chunk.length)
+        future, span = submit_chunk(self.pool, self.cursor, self.by_path, slot, chunk, rows,
+                                    actions, targets)
+        return {k: _Edited(future, slot, chunk.count)}, span
 
     def _flush(self, pending: deque, written, flushed: int) -> int:
         given, span, end = pending.popleft()
